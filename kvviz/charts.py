@@ -1,0 +1,263 @@
+"""Pure Altair chart builders: a long-form DataFrame (kvviz/frames.py) plus scalars in, a chart out.
+
+One builder per chart; each docstring lists the input columns. No streamlit, no torch.
+
+Live updates — build once, swap only the data. Every builder puts its DataFrame at the top
+level of the chart (sub-layers inherit it; constant overlays such as labelled rules carry their
+own inline values), so a page builds a chart once per run and, on each refresh, calls
+
+    placeholder.altair_chart(with_data(chart, new_df))
+
+`with_data` is `chart.properties(data=new_df)`: it costs a few ms, versus tens of ms to build a
+fresh chart. Streamlit 1.67 names each dataset by a hash of its content, but its frontend keys
+the Vega view on the spec with those names replaced by position, so when only the data changes
+it pushes the new rows into the existing view (no re-embed, no flicker). Axis domains that would
+otherwise follow the data are parameters (`max_*`), fixed for a run, so bars and lines grow
+inside a still frame. Changing any scalar parameter changes the spec and re-creates the view:
+do that between runs, not per token.
+"""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+# One calm palette for every chart.
+KIND_COLORS = {"K": "#4C78A8", "V": "#F58518"}  # keys blue, values orange
+MODE_COLORS = {"cached": "#54A24B", "recompute": "#E45756"}  # fast green, slow red
+STATE_COLORS = {"full": "#4C78A8", "partial": "#9ECAE9", "free": "#E4E4E4"}
+PART_COLORS = {"used": "#4C78A8", "unused": "#D5D5D5"}
+SERIES_COLORS = {"measured": "#4C78A8", "formula": "#333333"}
+RULE_COLOR = "#888888"
+LAYOUTS = ["paged (modelled)", "contiguous max-length"]  # kvviz.frames.LAYOUT_*
+
+
+def bytes_expr(value: str) -> str:
+    """Vega expression rendering the byte count `value` as B / KiB / MiB / GiB text."""
+    units = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
+    expr = f"format({value}, ',') + ' B'"
+    for size, unit in reversed(units):
+        expr = f"{value} >= {size} ? format({value} / {size}, '.3~r') + ' {unit}' : {expr}"
+    return expr
+
+
+def with_data(chart: alt.TopLevelMixin, df: pd.DataFrame) -> alt.TopLevelMixin:
+    """The same chart spec over new rows: the cheap per-refresh update (see module doc)."""
+    return chart.properties(data=df)
+
+
+def _bytes_axis(**kwargs) -> alt.Axis:
+    return alt.Axis(labelExpr=bytes_expr("datum.value"), **kwargs)
+
+
+def _color(field: str, colors: dict[str, str], title: str, **kwargs) -> alt.Color:
+    scale = alt.Scale(domain=list(colors), range=list(colors.values()))
+    return alt.Color(field, scale=scale, title=title, **kwargs)
+
+
+def _domain(low: float, high: float | None) -> alt.Scale | alt.UndefinedType:
+    """A fixed [low, high] scale when `high` is given, else a data-driven one."""
+    return alt.Undefined if high is None else alt.Scale(domain=[low, high], nice=False)
+
+
+def layer_bytes_chart(df: pd.DataFrame, max_bytes: int, num_layers: int | None = None) -> alt.Chart:
+    """Bars of the bytes each decoder layer's K and V hold, side by side per layer.
+
+    Input columns (frames.layer_bytes_frame): layer, kind ("K"/"V"), kv_bytes, tokens.
+    max_bytes: top of the y axis, fixed (the largest single K or V tensor of the run, e.g. one
+    layer at max length); num_layers fixes the x axis to layers 0..num_layers-1.
+    """
+    x_scale = alt.Undefined if num_layers is None else alt.Scale(domain=list(range(num_layers)))
+    return alt.Chart(df).mark_bar(clip=True).transform_calculate(
+        size=bytes_expr("datum.kv_bytes"),
+    ).encode(
+        x=alt.X("layer:O", title="decoder layer", scale=x_scale),
+        xOffset=alt.XOffset("kind:N", scale=alt.Scale(domain=list(KIND_COLORS))),
+        y=alt.Y("kv_bytes:Q", title="bytes held", scale=_domain(0, max_bytes), axis=_bytes_axis()),
+        color=_color("kind:N", KIND_COLORS, "tensor"),
+        tooltip=["layer:O", "kind:N", alt.Tooltip("size:N", title="bytes"),
+                 alt.Tooltip("tokens:Q", title="tokens held")],
+    )
+
+
+def _rules(values: list[dict]) -> list[alt.Chart]:
+    """Horizontal rules at `bytes`, each labelled with `label` at the left edge."""
+    base = alt.Chart(alt.InlineData(values=values)).encode(y="bytes:Q")
+    rule = base.mark_rule(color=RULE_COLOR, strokeWidth=1.5)
+    text = base.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#555555")
+    return [rule, text.encode(x=alt.value(0), text="label:N")]
+
+
+def total_cache_chart(
+    steps_df: pd.DataFrame,
+    weight_bytes: int,
+    contiguous_bytes: int,
+    max_seq_len: int | None = None,
+    max_bytes: int | None = None,
+) -> alt.LayerChart:
+    """Whole cache vs tokens: measured (solid) and formula (dashed), with reference rules.
+
+    Input columns (frames.steps_frame): mode, seq_len, kv_bytes, formula_bytes (only rows with
+    mode "cached" are drawn). Rules mark the model weights and the contiguous max-length
+    reservation (a rule is left out when its bytes are 0). x domain [0, max_seq_len] when
+    given; y domain [0, max_bytes], by default 1.08 x the larger rule.
+    """
+    top = max_bytes or int(1.08 * max(weight_bytes, contiguous_bytes)) or None
+    lines = alt.Chart().transform_filter(alt.datum.mode == "cached").transform_fold(
+        ["kv_bytes", "formula_bytes"], as_=["key", "bytes"],
+    ).transform_calculate(
+        series="datum.key == 'kv_bytes' ? 'measured' : 'formula'",
+        size=bytes_expr("datum.bytes"),
+    ).mark_line(clip=True).encode(
+        x=alt.X("seq_len:Q", title="tokens per sequence", scale=_domain(0, max_seq_len)),
+        y=alt.Y("bytes:Q", title="KV cache", scale=_domain(0, top), axis=_bytes_axis()),
+        color=_color("series:N", SERIES_COLORS, "cache"),
+        strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
+            domain=list(SERIES_COLORS), range=[[1, 0], [6, 4]])),
+        strokeWidth=alt.StrokeWidth("series:N", legend=None, scale=alt.Scale(
+            domain=list(SERIES_COLORS), range=[3, 1.5])),
+        tooltip=["seq_len:Q", "series:N", alt.Tooltip("size:N", title="bytes")],
+    )
+    refs = [{"label": "model weights", "bytes": weight_bytes},
+            {"label": "contiguous reservation", "bytes": contiguous_bytes}]
+    refs = [r for r in refs if r["bytes"]]
+    return alt.layer(lines, *(_rules(refs) if refs else []), data=steps_df)
+
+
+def block_grid_chart(grid_df: pd.DataFrame, columns: int = 32) -> alt.Chart:
+    """The block pool as a grid, `columns` blocks per row, coloured full / partial / free.
+
+    Input columns (frames.block_grid_frame): block, seq, slot_fill, state.
+    """
+    return alt.Chart(grid_df).transform_calculate(
+        col=f"datum.block % {columns}", row=f"floor(datum.block / {columns})",
+    ).mark_rect(stroke="white", strokeWidth=1).encode(
+        x=alt.X("col:O", axis=None),
+        y=alt.Y("row:O", axis=None),
+        color=_color("state:N", STATE_COLORS, "block"),
+        tooltip=["block:Q", alt.Tooltip("seq:Q", title="sequence (-1 free)"),
+                 alt.Tooltip("slot_fill:Q", title="filled slots"), "state:N"],
+    ).properties(height=alt.Step(14))
+
+
+def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt.LayerChart:
+    """Used vs reserved-but-unused bytes per layout, as horizontal stacked bars.
+
+    Input columns (frames.reservation_frame): layout, part ("used"/"unused"), bytes,
+    wasted_fraction. Each bar ends in an "NN% unused" label. x domain: [0, 1.3 x max_bytes],
+    room for the label; by default max_bytes is the largest reservation in res_df (stable
+    across a run: the contiguous reservation does not change).
+    """
+    if max_bytes is None and len(res_df):
+        max_bytes = int(res_df.groupby("layout")["bytes"].sum().max())
+    x_scale = _domain(0, 1.3 * max_bytes if max_bytes else None)
+    y = alt.Y("layout:N", title=None, sort=LAYOUTS)
+    bars = alt.Chart().transform_calculate(size=bytes_expr("datum.bytes")).mark_bar().encode(
+        x=alt.X("bytes:Q", title="bytes reserved", stack="zero", scale=x_scale,
+                axis=_bytes_axis()),
+        y=y,
+        color=_color("part:N", PART_COLORS, "bytes"),
+        order=alt.Order("part_rank:Q"),
+        tooltip=["layout:N", "part:N", alt.Tooltip("size:N", title="bytes")],
+    ).transform_calculate(part_rank="datum.part == 'used' ? 0 : 1")
+    labels = alt.Chart().transform_aggregate(
+        total="sum(bytes)", wasted="max(wasted_fraction)", groupby=["layout"],
+    ).transform_calculate(
+        label="format(datum.wasted, '.0%') + ' unused'",
+    ).mark_text(align="left", dx=4, color="#555555").encode(x="total:Q", y=y, text="label:N")
+    return alt.layer(bars, labels, data=res_df)
+
+
+def step_time_chart(
+    steps_df: pd.DataFrame,
+    max_step: int | None = None,
+    max_ms: float | None = None,
+    log_scale: bool = False,
+) -> alt.LayerChart:
+    """Time of every forward pass: decode steps as a line, the prefill as a diamond.
+
+    Input columns (frames.steps_frame): mode, phase, step, step_ms. Colour = mode, so cached and
+    recompute runs share the chart. Fixed domains x [0, max_step], y [0, max_ms] when given;
+    log_scale puts step_ms on a log axis (the prefill can dwarf decode steps).
+    """
+    y_scale = alt.Scale(type="log") if log_scale else _domain(0, max_ms)
+    base = alt.Chart().encode(
+        x=alt.X("step:Q", title="step (0 = prefill)", scale=_domain(0, max_step)),
+        y=alt.Y("step_ms:Q", title="step time (ms)", scale=y_scale),
+        color=_color("mode:N", MODE_COLORS, "mode"),
+        tooltip=["mode:N", "phase:N", "step:Q", alt.Tooltip("step_ms:Q", format=",.1f")],
+    )
+    decode = base.transform_filter(alt.datum.phase == "decode").mark_line(clip=True)
+    prefill = base.transform_filter(alt.datum.phase == "prefill").mark_point(
+        filled=True, size=140, clip=True,
+    ).encode(shape=alt.Shape("phase:N", title=None, scale=alt.Scale(
+        domain=["prefill"], range=["diamond"])))
+    return alt.layer(decode, prefill, data=steps_df)
+
+
+def layer_time_chart(
+    layer_times_df: pd.DataFrame,
+    mode: str | None = "cached",
+    include_prefill: bool = False,
+    max_step: int | None = None,
+    max_ms: float | None = None,
+) -> alt.Chart:
+    """Heatmap of each layer's forward time per step (x = step, y = layer, colour = ms).
+
+    Input columns (frames.layer_times_frame): mode, step, phase, layer, forward_ms.
+    Draws the rows of `mode` only (None: all rows; use when the frame holds one mode) and, by
+    default, decode steps only: the prefill's far longer column would wash out the colours.
+    Fixed domains: x [0, max_step + 1], colour [0, max_ms] when given.
+    """
+    chart = alt.Chart(layer_times_df)
+    if mode is not None:
+        chart = chart.transform_filter(alt.datum.mode == mode)
+    if not include_prefill:
+        chart = chart.transform_filter(alt.datum.phase == "decode")
+    return chart.transform_calculate(step_end="datum.step + 1").mark_rect(clip=True).encode(
+        x=alt.X("step:Q", title="step", scale=_domain(0, max_step and max_step + 1)),
+        x2="step_end:Q",
+        y=alt.Y("layer:O", title="decoder layer"),
+        color=alt.Color("forward_ms:Q", title="layer time (ms)", scale=alt.Scale(
+            scheme="blues", domain=alt.Undefined if max_ms is None else [0, max_ms])),
+        tooltip=["mode:N", "step:Q", "layer:O", alt.Tooltip("forward_ms:Q", format=",.2f")],
+    )
+
+
+def _mode_lines(steps_df: pd.DataFrame, x: alt.X, y: alt.Y, tooltip: list) -> alt.Chart:
+    return alt.Chart(steps_df).mark_line(point=alt.OverlayMarkDef(size=18), clip=True).encode(
+        x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), tooltip=["mode:N", *tooltip],
+    )
+
+
+def race_chart(
+    steps_df: pd.DataFrame, max_tokens: int | None = None, max_ms: float | None = None,
+) -> alt.Chart:
+    """Cached vs recompute race: time since the start vs tokens generated, one line per mode.
+
+    Input columns (frames.steps_frame): mode, new_tokens, elapsed_ms. Fixed domains
+    x [0, max_tokens], y [0, max_ms] when given; y labelled in seconds.
+    """
+    seconds = alt.Axis(labelExpr="format(datum.value / 1000, '~g') + ' s'")
+    return _mode_lines(
+        steps_df,
+        alt.X("new_tokens:Q", title="tokens generated", scale=_domain(0, max_tokens)),
+        alt.Y("elapsed_ms:Q", title="time since start", scale=_domain(0, max_ms), axis=seconds),
+        ["new_tokens:Q", alt.Tooltip("elapsed_ms:Q", format=",.0f")],
+    )
+
+
+def positions_chart(
+    steps_df: pd.DataFrame, max_tokens: int | None = None, max_positions: int | None = None,
+) -> alt.Chart:
+    """Token positions processed so far vs tokens generated: ~n for cached, ~n²/2 recomputed.
+
+    Input columns (frames.steps_frame): mode, new_tokens, positions_total. Fixed domains
+    x [0, max_tokens], y [0, max_positions] when given.
+    """
+    return _mode_lines(
+        steps_df,
+        alt.X("new_tokens:Q", title="tokens generated", scale=_domain(0, max_tokens)),
+        alt.Y("positions_total:Q", title="positions processed (total)",
+              scale=_domain(0, max_positions)),
+        ["new_tokens:Q", alt.Tooltip("positions_total:Q", format=",")],
+    )

@@ -1,0 +1,282 @@
+"""The generation loop: `prefill` -> `decode_step` ... with `sample` in between.
+
+`generate` yields one tensor-free `StepEvent` per forward pass. In "cached" mode the prompt is
+run once and each decode step feeds one token per sequence plus the cache; in "recompute"
+mode (`use_cache=False`) every step runs the whole sequence again, which is what the cache
+saves. With greedy decoding both modes produce the same tokens.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+from transformers import DynamicCache, StaticCache
+
+from kvviz import probe
+from kvviz.blocks import BlockPool, cdiv
+from kvviz.config import RunConfig
+from kvviz.events import BlockStat, StepEvent
+from kvviz.hooks import find_decoder_layers, timed_layers
+from kvviz.models import LoadedModel
+
+MODES = ("cached", "recompute")
+
+
+@dataclass
+class Batch:
+    """Token ids and mask of the running batch, grown by one column per step."""
+
+    ids: torch.Tensor  # (B, T) left-padded prompt + generated tokens
+    mask: torch.Tensor  # (B, T) 1 for real tokens, 0 for left padding
+    prompt_len: int  # T of the padded prompt
+    generated: list[list[int]] = field(default_factory=list)  # per sequence
+    emitted: list[str] = field(default_factory=list)  # text already yielded, per sequence
+    finished: list[bool] = field(default_factory=list)
+
+
+def render_prompts(tokenizer, cfg: RunConfig) -> list[str]:
+    """Each prompt as the model will read it (chat template applied when asked and available)."""
+    prompts = cfg.prompt_list()
+    if not cfg.chat_template or not getattr(tokenizer, "chat_template", None):
+        return prompts
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                          add_generation_prompt=True) for p in prompts]
+
+
+def encode_prompts(tokenizer, cfg: RunConfig, device: torch.device) -> Batch:
+    """Tokenize the batch's prompts, left-padded to one length."""
+    if any(not p.strip() for p in cfg.prompt_list()):
+        raise ValueError("the prompt is empty: type something for the model to continue")
+    texts = render_prompts(tokenizer, cfg)
+    rows = [tokenizer(t, add_special_tokens=not cfg.chat_template)["input_ids"] for t in texts]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    n = len(rows)
+    return Batch(ids, mask, width, [[] for _ in range(n)], [""] * n, [False] * n)
+
+
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: 0 at each sequence's first real token."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def make_cache(model, backend: str, max_len: int):
+    if backend == "static":
+        return StaticCache(config=model.config, max_cache_len=max_len)
+    if backend != "dynamic":
+        raise ValueError(f"unknown cache backend {backend!r}: use 'dynamic' or 'static'")
+    return DynamicCache(config=model.config)
+
+
+def forward(model, ids, mask, positions, cache) -> torch.Tensor:
+    """One forward pass; returns the last position's logits (B, vocab)."""
+    with torch.inference_mode():  # every call, since Streamlit reruns use new threads
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                    use_cache=cache is not None, logits_to_keep=1)
+    return out.logits[:, -1, :]
+
+
+def prefill(model, batch: Batch, cache) -> torch.Tensor:
+    """Run the whole prompt once, filling the cache."""
+    return forward(model, batch.ids, batch.mask, position_ids(batch.mask), cache)
+
+
+def decode_step(model, batch: Batch, cache) -> torch.Tensor:
+    """Feed only the newest token of each sequence; the cache supplies the rest."""
+    positions = position_ids(batch.mask)[:, -1:]
+    return forward(model, batch.ids[:, -1:], batch.mask, positions, cache)
+
+
+def recompute_step(model, batch: Batch) -> torch.Tensor:
+    """Run the whole sequence again, keeping nothing (`use_cache=False`)."""
+    return forward(model, batch.ids, batch.mask, position_ids(batch.mask), None)
+
+
+def sample(logits: torch.Tensor, cfg: RunConfig, generator: torch.Generator) -> torch.Tensor:
+    """Next token per sequence: argmax when greedy, else temperature / top-k / top-p sampling."""
+    if cfg.greedy:
+        return logits.argmax(dim=-1)
+    logits = logits.float().cpu() / cfg.temperature
+    if cfg.top_k > 0:
+        kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) > cfg.top_p  # keep the token that crosses top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    choice = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+    return choice.to(logits.device)
+
+
+class StepClock:
+    """Times one step: CUDA events on CUDA, perf_counter elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self.start.record()
+        else:
+            self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            self.end.record()
+            self.end.synchronize()
+            self.ms = self.start.elapsed_time(self.end)
+        else:
+            self.ms = (time.perf_counter() - self.t0) * 1e3
+        return False
+
+
+def append_tokens(batch: Batch, next_ids: torch.Tensor, tokenizer, eos_ids: set[int],
+                  last: bool) -> tuple[tuple, tuple]:
+    """Add one token per sequence; returns (token ids, new text per sequence).
+
+    A finished sequence keeps receiving the pad token (as `model.generate` does) and adds no text.
+    On the `last` step any held-back partial character is flushed.
+    """
+    pad = tokenizer.pad_token_id
+    tokens = [pad if done else t for t, done in zip(next_ids.tolist(), batch.finished)]
+    texts = []
+    for i, token in enumerate(tokens):
+        if batch.finished[i]:
+            texts.append("")
+            continue
+        batch.generated[i].append(token)
+        batch.finished[i] = token in eos_ids
+        texts.append(new_text(batch, i, tokenizer, last))
+    column = torch.tensor(tokens, device=batch.ids.device)[:, None]
+    batch.ids = torch.cat([batch.ids, column], dim=1)
+    batch.mask = torch.cat([batch.mask, torch.ones_like(column)], dim=1)
+    return tuple(tokens), tuple(texts)
+
+
+def new_text(batch: Batch, i: int, tokenizer, last: bool) -> str:
+    """Text sequence i gained; held back while it ends inside a multi-byte character."""
+    full = tokenizer.decode(batch.generated[i], skip_special_tokens=True)
+    if full.endswith("\ufffd") and not (batch.finished[i] or last):
+        return ""
+    delta = full[len(batch.emitted[i]):] if full.startswith(batch.emitted[i]) else full
+    batch.emitted[i] = full
+    return delta
+
+
+def eos_token_ids(lm: LoadedModel) -> set[int]:
+    ids = lm.model.generation_config.eos_token_id if lm.model.generation_config else None
+    ids = ids if ids is not None else lm.tokenizer.eos_token_id
+    return set(ids) if isinstance(ids, (list, tuple)) else ({ids} if ids is not None else set())
+
+
+def block_stat(pool: BlockPool, seq_len: int, batch: int, bytes_per_token: int,
+               max_len: int, static_bytes: int | None) -> BlockStat:
+    """Grow the modelled paged pool to `seq_len` tokens per sequence and read it."""
+    for seq in range(batch):
+        pool.grow(seq, seq_len)
+    used = pool.get_num_used_blocks()
+    contiguous = static_bytes if static_bytes is not None else batch * max_len * bytes_per_token
+    return BlockStat(pool.block_size, pool.num_blocks, used, pool.num_free_blocks,
+                     pool.get_slots_in_last_block(0), used * pool.block_size * bytes_per_token,
+                     contiguous, static_bytes is not None)
+
+
+def cuda_memory(device: torch.device) -> tuple[int | None, int | None]:
+    if device.type != "cuda":
+        return None, None
+    return torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+
+
+@dataclass
+class RunPlan:
+    """What a run needs before its first step; also the trace's metadata."""
+
+    batch: Batch
+    facts: probe.KVFacts
+    elem_bytes: int  # bytes per cached element (the model's dtype)
+    max_len: int  # prompt + max_new_tokens: what a contiguous reservation holds
+
+    def meta(self, lm: LoadedModel, cfg: RunConfig) -> dict:
+        return {"model": lm.name, "model_label": lm.label, "device": str(lm.device),
+                "dtype": str(lm.dtype).removeprefix("torch."), "num_layers": self.facts.num_layers,
+                "num_kv_heads": self.facts.num_kv_heads, "head_dim": self.facts.head_dim,
+                "windows": list(self.facts.windows), "elem_bytes": self.elem_bytes,
+                "bytes_per_token": self.facts.bytes_per_token(self.elem_bytes),
+                "weight_bytes": lm.weight_bytes, "prompt_tokens": self.batch.prompt_len,
+                "batch": len(self.batch.generated), "max_len": self.max_len}
+
+
+def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
+    """Tokenize and check the request against the model's limits."""
+    if cfg.max_new_tokens < 1:
+        raise ValueError("max new tokens must be at least 1")
+    batch = encode_prompts(lm.tokenizer, cfg, lm.device)
+    max_len = batch.prompt_len + cfg.max_new_tokens
+    limit = getattr(lm.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+    if limit and max_len > limit:
+        raise ValueError(f"prompt ({batch.prompt_len} tokens) + max new tokens ({cfg.max_new_tokens})"
+                         f" = {max_len} exceeds this model's context of {limit} tokens")
+    elem = torch.finfo(lm.dtype).bits // 8
+    return RunPlan(batch, probe.kv_facts(lm.model.config), elem, max_len)
+
+
+def run_step(model, batch: Batch, cache, step: int) -> torch.Tensor:
+    if cache is None:
+        return recompute_step(model, batch)
+    return prefill(model, batch, cache) if step == 0 else decode_step(model, batch, cache)
+
+
+def measure_cache(cache, plan: RunPlan, forward_ms: list[float]) -> tuple:
+    """(layer stats, measured bytes, formula bytes) after a step; all zero without a cache."""
+    if cache is None:
+        return probe.empty_layer_stats(forward_ms), 0, 0
+    layers = probe.cache_layer_stats(cache, forward_ms)
+    tokens = plan.batch.ids.shape[1] - 1  # the newest token is not in the cache yet
+    formula = plan.facts.formula_bytes(tokens, len(plan.batch.generated), plan.elem_bytes)
+    return layers, sum(s.k_bytes + s.v_bytes for s in layers), formula
+
+
+def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
+             should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
+    """Yield one StepEvent per forward pass until max_new_tokens, EOS everywhere, or should_stop()."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: use one of {MODES}")
+    plan = plan_run(lm, cfg)
+    model, batch, size = lm.model, plan.batch, len(plan.batch.generated)
+    cache = make_cache(model, cfg.cache_backend, plan.max_len) if mode == "cached" else None
+    pool = BlockPool(size * cdiv(plan.max_len, cfg.block_size), cfg.block_size)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    eos = eos_token_ids(lm) if cfg.stop_on_eos else set()
+    per_token = plan.facts.bytes_per_token(plan.elem_bytes)
+    layers = find_decoder_layers(model, plan.facts.num_layers)
+    with timed_layers(layers, lm.device.type == "cuda") as timer:
+        for step in range(cfg.max_new_tokens):
+            if should_stop is not None and should_stop():
+                return
+            fed = batch.ids.shape[1] if (step == 0 or cache is None) else 1
+            with StepClock(lm.device) as clock:
+                next_ids = sample(run_step(model, batch, cache, step), cfg, generator)
+            tokens, texts = append_tokens(batch, next_ids, lm.tokenizer, eos,
+                                          last=step == cfg.max_new_tokens - 1)
+            stats, kv_bytes, formula = measure_cache(cache, plan, timer.take_ms())
+            blocks = None
+            if cache is not None:
+                static = kv_bytes if probe.is_static(cache) else None
+                blocks = block_stat(pool, batch.ids.shape[1] - 1, size, per_token, plan.max_len, static)
+            yield StepEvent(mode, "prefill" if step == 0 else "decode", step, tokens, texts,
+                            tuple(batch.finished), clock.ms, batch.ids.shape[1], fed * size,
+                            kv_bytes, formula, stats, blocks, *cuda_memory(lm.device))
+            if all(batch.finished):
+                return
+
+
+def run_meta(lm: LoadedModel, cfg: RunConfig) -> dict:
+    """The facts a trace records about a run, computed without running it."""
+    return plan_run(lm, cfg).meta(lm, cfg)
