@@ -97,11 +97,13 @@ def _first(cfg: dict, *keys: str):
     return None
 
 
-def _need(cfg: dict, *keys: str):
-    value = _first(cfg, *keys)
-    if value is None:
+def _need_int(cfg: dict, *keys: str) -> int:
+    """The first of `keys` present, checked to be a positive integer; ValueError naming it."""
+    present = [key for key in keys if cfg.get(key) is not None]
+    if not present:
         raise ValueError(f"config has no {' / '.join(keys)}")
-    return value
+    _require_positive_int(present[0], cfg[present[0]])
+    return cfg[present[0]]
 
 
 def _text_config(cfg: dict) -> dict:
@@ -113,19 +115,19 @@ def _text_config(cfg: dict) -> dict:
 
 
 def _head_dim(cfg: dict, num_heads: int) -> int:
-    explicit = cfg.get("head_dim")
-    if explicit is not None:
-        return explicit
-    hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
-    if hidden is None:
+    if cfg.get("head_dim") is not None:
+        return _need_int(cfg, "head_dim")
+    if _first(cfg, "hidden_size", "n_embd", "d_model") is None:
         raise ValueError("config has no head_dim, and no hidden_size / n_embd to derive it from")
-    return hidden // num_heads
+    return _need_int(cfg, "hidden_size", "n_embd", "d_model") // num_heads
 
 
 def _num_kv_heads(cfg: dict, num_heads: int) -> int:
     if cfg.get("multi_query") is True:  # Falcon-style MQA flag
         return 1
-    return _first(cfg, "num_key_value_heads", "num_kv_heads") or num_heads
+    if _first(cfg, "num_key_value_heads", "num_kv_heads") is None:
+        return num_heads
+    return _need_int(cfg, "num_key_value_heads", "num_kv_heads")
 
 
 def _sliding_layout(cfg: dict, num_layers: int) -> tuple[int | None, int]:
@@ -164,8 +166,8 @@ def kv_shape_from_config(cfg: dict, name: str = "") -> KVShape:
     n_embd for GPT-2). Raises ValueError naming the field when one is missing.
     """
     cfg = _text_config(cfg)
-    num_layers = _need(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    num_heads = _need(cfg, "num_attention_heads", "n_head")
+    num_layers = _need_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    num_heads = _need_int(cfg, "num_attention_heads", "n_head")
     window, num_sliding = _sliding_layout(cfg, num_layers)
     return KVShape(
         num_layers=num_layers,

@@ -1,20 +1,28 @@
 """Pure Altair chart builders: a long-form DataFrame (kvviz/frames.py) plus scalars in, a chart out.
 
-One builder per chart; each docstring lists the input columns. No streamlit, no torch.
+One builder per chart; each docstring lists its input columns. No streamlit, no torch.
 
-Live updates — build once, swap only the data. Every builder puts its DataFrame at the top
-level of the chart (sub-layers inherit it; constant overlays such as labelled rules carry their
-own inline values), so a page builds a chart once per run and, on each refresh, calls
+Live updates: build once, swap only the data. Every builder puts its DataFrame at the top level
+of the chart (sub-layers inherit it; constant overlays such as labelled rules carry their own
+inline values), and axis domains that would follow the data are parameters (`max_*`) fixed for
+a run, so marks grow inside a still frame. A page builds each chart once per run, then per
+refresh (verified in Chromium against Streamlit 1.67: the chart's canvas element survives every
+update while its pixels change; a chart whose spec changes is re-embedded instead):
 
-    placeholder.altair_chart(with_data(chart, new_df))
+    spec = to_spec(race_chart(steps_frame([]), max_tokens=256))   # once, ~10-30 ms
+    placeholder.vega_lite_chart(spec_with_data(spec, df))          # per refresh, ~1-4 ms
 
-`with_data` is `chart.properties(data=new_df)`: it costs a few ms, versus tens of ms to build a
-fresh chart. Streamlit 1.67 names each dataset by a hash of its content, but its frontend keys
-the Vega view on the spec with those names replaced by position, so when only the data changes
-it pushes the new rows into the existing view (no re-embed, no flicker). Axis domains that would
-otherwise follow the data are parameters (`max_*`), fixed for a run, so bars and lines grow
-inside a still frame. Changing any scalar parameter changes the spec and re-creates the view:
-do that between runs, not per token.
+or, simpler but slower (Altair re-validates the whole spec on every call, ~5-35 ms):
+
+    placeholder.altair_chart(with_data(chart, df))
+
+Both work because Streamlit's frontend keys the Vega view on the spec with dataset names
+replaced by their position, so a new DataFrame (even under a new content-hash name) is pushed
+into the existing view: no re-embed, no flicker. Changing any scalar parameter changes the
+spec and re-creates the view: do that between runs, not per token. (The frontend also
+re-embeds once when an untransformed mark passes 2,000 point/bar/rect or 5,000 line rows, to
+switch renderer; these charts' marks either carry transforms, which it does not count, or stay
+far below that.)
 """
 from __future__ import annotations
 
@@ -29,24 +37,64 @@ PART_COLORS = {"used": "#4C78A8", "unused": "#D5D5D5"}
 SERIES_COLORS = {"measured": "#4C78A8", "formula": "#333333"}
 RULE_COLOR = "#888888"
 LAYOUTS = ["paged (modelled)", "contiguous max-length"]  # kvviz.frames.LAYOUT_*
+TABLE = "table"  # name of the main dataset in a spec from to_spec
+BYTE_UNITS = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B")]
 
 
 def bytes_expr(value: str) -> str:
     """Vega expression rendering the byte count `value` as B / KiB / MiB / GiB text."""
-    units = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
     expr = f"format({value}, ',') + ' B'"
-    for size, unit in reversed(units):
+    for size, unit in reversed(BYTE_UNITS[:-1]):
         expr = f"{value} >= {size} ? format({value} / {size}, '.3~r') + ' {unit}' : {expr}"
     return expr
 
 
 def with_data(chart: alt.TopLevelMixin, df: pd.DataFrame) -> alt.TopLevelMixin:
-    """The same chart spec over new rows: the cheap per-refresh update (see module doc)."""
+    """The same chart over new rows, for `st.altair_chart` (see module doc)."""
     return chart.properties(data=df)
 
 
-def _bytes_axis(**kwargs) -> alt.Axis:
-    return alt.Axis(labelExpr=bytes_expr("datum.value"), **kwargs)
+def to_spec(chart: alt.TopLevelMixin) -> dict:
+    """The chart as a Vega-Lite dict whose main data is the named slot TABLE; build it once.
+
+    Overlays' own inline values stay in spec["datasets"]. Like st.altair_chart, leaves out the
+    300 x 300 view size Altair's default theme adds, so Streamlit sizes the chart.
+    """
+    spec = chart.properties(data=alt.Data(name=TABLE)).to_dict()
+    if alt.theme.active == "default":
+        view = spec.get("config", {}).get("view", {})
+        for key in ("continuousWidth", "continuousHeight"):
+            view.pop(key, None)
+    return spec
+
+
+def spec_with_data(spec: dict, df: pd.DataFrame) -> dict:
+    """`spec` (from to_spec) with `df` as its main data: the per-refresh update, ~1 ms.
+
+    Shallow: the result shares all but its "datasets" with `spec`; neither is mutated.
+    """
+    return {**spec, "datasets": {**spec.get("datasets", {}), TABLE: df}}
+
+
+def _nice_step(span: float, ticks: int = 5) -> float:
+    """The 1, 2 or 5 x 10^k step that cuts `span` into closest to `ticks` intervals."""
+    power = 1.0
+    while power * 10 <= span / ticks:
+        power *= 10
+    while power > span / ticks:
+        power /= 10
+    return min((m * power for m in (1, 2, 5, 10)), key=lambda step: abs(span / step - ticks))
+
+
+def _bytes_axis(max_bytes: float | None = None, **kwargs) -> alt.Axis:
+    """Byte-valued axis. Given the domain's top, ticks fall on round KiB / MiB / GiB values."""
+    if not max_bytes:
+        return alt.Axis(labelExpr=bytes_expr("datum.value"), **kwargs)
+    size, unit = next((s, u) for s, u in BYTE_UNITS if max_bytes >= s or s == 1)
+    step = _nice_step(max_bytes / size)
+    values = [i * step * size for i in range(int(max_bytes / size / step) + 1)]
+    label = f"datum.value == 0 ? '0' : format(datum.value / {size}, '~g') + ' {unit}'"
+    return alt.Axis(values=values, labelExpr=label, **kwargs)
 
 
 def _color(field: str, colors: dict[str, str], title: str, **kwargs) -> alt.Color:
@@ -54,25 +102,28 @@ def _color(field: str, colors: dict[str, str], title: str, **kwargs) -> alt.Colo
     return alt.Color(field, scale=scale, title=title, **kwargs)
 
 
-def _domain(low: float, high: float | None) -> alt.Scale | alt.UndefinedType:
+def _domain(low: float, high: float | None) -> alt.Scale:
     """A fixed [low, high] scale when `high` is given, else a data-driven one."""
-    return alt.Undefined if high is None else alt.Scale(domain=[low, high], nice=False)
+    return alt.Scale() if high is None else alt.Scale(domain=[low, high], nice=False)
 
 
-def layer_bytes_chart(df: pd.DataFrame, max_bytes: int, num_layers: int | None = None) -> alt.Chart:
+def layer_bytes_chart(
+    df: pd.DataFrame, max_bytes: int, num_layers: int | None = None,
+) -> alt.Chart:
     """Bars of the bytes each decoder layer's K and V hold, side by side per layer.
 
     Input columns (frames.layer_bytes_frame): layer, kind ("K"/"V"), kv_bytes, tokens.
     max_bytes: top of the y axis, fixed (the largest single K or V tensor of the run, e.g. one
     layer at max length); num_layers fixes the x axis to layers 0..num_layers-1.
     """
-    x_scale = alt.Undefined if num_layers is None else alt.Scale(domain=list(range(num_layers)))
+    x_scale = alt.Scale() if num_layers is None else alt.Scale(domain=list(range(num_layers)))
     return alt.Chart(df).mark_bar(clip=True).transform_calculate(
         size=bytes_expr("datum.kv_bytes"),
     ).encode(
-        x=alt.X("layer:O", title="decoder layer", scale=x_scale),
+        x=alt.X("layer:O", title="decoder layer", scale=x_scale, axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("kind:N", scale=alt.Scale(domain=list(KIND_COLORS))),
-        y=alt.Y("kv_bytes:Q", title="bytes held", scale=_domain(0, max_bytes), axis=_bytes_axis()),
+        y=alt.Y("kv_bytes:Q", title="bytes held", scale=_domain(0, max_bytes),
+                axis=_bytes_axis(max_bytes)),
         color=_color("kind:N", KIND_COLORS, "tensor"),
         tooltip=["layer:O", "kind:N", alt.Tooltip("size:N", title="bytes"),
                  alt.Tooltip("tokens:Q", title="tokens held")],
@@ -109,11 +160,11 @@ def total_cache_chart(
         size=bytes_expr("datum.bytes"),
     ).mark_line(clip=True).encode(
         x=alt.X("seq_len:Q", title="tokens per sequence", scale=_domain(0, max_seq_len)),
-        y=alt.Y("bytes:Q", title="KV cache", scale=_domain(0, top), axis=_bytes_axis()),
+        y=alt.Y("bytes:Q", title="KV cache", scale=_domain(0, top), axis=_bytes_axis(top)),
         color=_color("series:N", SERIES_COLORS, "cache"),
-        strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
+        strokeDash=alt.StrokeDash("series:N", title="cache", scale=alt.Scale(
             domain=list(SERIES_COLORS), range=[[1, 0], [6, 4]])),
-        strokeWidth=alt.StrokeWidth("series:N", legend=None, scale=alt.Scale(
+        strokeWidth=alt.StrokeWidth("series:N", title="cache", scale=alt.Scale(
             domain=list(SERIES_COLORS), range=[3, 1.5])),
         tooltip=["seq_len:Q", "series:N", alt.Tooltip("size:N", title="bytes")],
     )
@@ -149,11 +200,11 @@ def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt
     """
     if max_bytes is None and len(res_df):
         max_bytes = int(res_df.groupby("layout")["bytes"].sum().max())
-    x_scale = _domain(0, 1.3 * max_bytes if max_bytes else None)
+    top = 1.3 * max_bytes if max_bytes else None
     y = alt.Y("layout:N", title=None, sort=LAYOUTS)
     bars = alt.Chart().transform_calculate(size=bytes_expr("datum.bytes")).mark_bar().encode(
-        x=alt.X("bytes:Q", title="bytes reserved", stack="zero", scale=x_scale,
-                axis=_bytes_axis()),
+        x=alt.X("bytes:Q", title="bytes reserved", stack="zero", scale=_domain(0, top),
+                axis=_bytes_axis(top)),
         y=y,
         color=_color("part:N", PART_COLORS, "bytes"),
         order=alt.Order("part_rank:Q"),
@@ -188,7 +239,7 @@ def step_time_chart(
     )
     decode = base.transform_filter(alt.datum.phase == "decode").mark_line(clip=True)
     prefill = base.transform_filter(alt.datum.phase == "prefill").mark_point(
-        filled=True, size=140, clip=True,
+        filled=True, size=140,
     ).encode(shape=alt.Shape("phase:N", title=None, scale=alt.Scale(
         domain=["prefill"], range=["diamond"])))
     return alt.layer(decode, prefill, data=steps_df)
@@ -196,7 +247,7 @@ def step_time_chart(
 
 def layer_time_chart(
     layer_times_df: pd.DataFrame,
-    mode: str | None = "cached",
+    mode: str | None = None,
     include_prefill: bool = False,
     max_step: int | None = None,
     max_ms: float | None = None,
@@ -204,8 +255,9 @@ def layer_time_chart(
     """Heatmap of each layer's forward time per step (x = step, y = layer, colour = ms).
 
     Input columns (frames.layer_times_frame): mode, step, phase, layer, forward_ms.
-    Draws the rows of `mode` only (None: all rows; use when the frame holds one mode) and, by
-    default, decode steps only: the prefill's far longer column would wash out the colours.
+    Draws the rows of `mode` only (give it when the frame holds both modes: their cells would
+    overlap) and, by default, decode steps only: the prefill's far longer column would wash out
+    the colours.
     Fixed domains: x [0, max_step + 1], colour [0, max_ms] when given.
     """
     chart = alt.Chart(layer_times_df)
@@ -213,12 +265,13 @@ def layer_time_chart(
         chart = chart.transform_filter(alt.datum.mode == mode)
     if not include_prefill:
         chart = chart.transform_filter(alt.datum.phase == "decode")
+    x_top = None if max_step is None else max_step + 1
     return chart.transform_calculate(step_end="datum.step + 1").mark_rect(clip=True).encode(
-        x=alt.X("step:Q", title="step", scale=_domain(0, max_step and max_step + 1)),
+        x=alt.X("step:Q", title="step", scale=_domain(0, x_top)),
         x2="step_end:Q",
         y=alt.Y("layer:O", title="decoder layer"),
         color=alt.Color("forward_ms:Q", title="layer time (ms)", scale=alt.Scale(
-            scheme="blues", domain=alt.Undefined if max_ms is None else [0, max_ms])),
+            scheme="blues", domain=[0, max_ms] if max_ms else alt.Undefined)),
         tooltip=["mode:N", "step:Q", "layer:O", alt.Tooltip("forward_ms:Q", format=",.2f")],
     )
 

@@ -19,6 +19,7 @@ class RunConfig:
     prompts: tuple[str, ...] = ("What is a KV cache?",)  # one per sequence; see `batch`
     batch: int = 1  # with one prompt: that many copies of it; with several: must equal len(prompts)
     max_new_tokens: int = 64  # tokens to generate per sequence (the prefill's token counts)
+    system: str = ""  # an optional system prompt placed before each user prompt
     chat_template: bool = True  # wrap each prompt as a user turn of the model's chat template
     stop_on_eos: bool = True  # a sequence stops at EOS; the run stops when all have
     temperature: float = 0.0  # 0 means greedy (argmax)

@@ -8,10 +8,11 @@ saves. With greedy decoding both modes produce the same tokens.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 import torch
+import transformers
 from transformers import DynamicCache, StaticCache
 
 from kvviz import probe
@@ -40,8 +41,9 @@ def render_prompts(tokenizer, cfg: RunConfig) -> list[str]:
     """Each prompt as the model will read it (chat template applied when asked and available)."""
     prompts = cfg.prompt_list()
     if not cfg.chat_template or not getattr(tokenizer, "chat_template", None):
-        return prompts
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+        return [f"{cfg.system}\n\n{p}" if cfg.system else p for p in prompts]
+    system = [{"role": "system", "content": cfg.system}] if cfg.system else []
+    return [tokenizer.apply_chat_template(system + [{"role": "user", "content": p}], tokenize=False,
                                           add_generation_prompt=True) for p in prompts]
 
 
@@ -210,7 +212,9 @@ class RunPlan:
                 "windows": list(self.facts.windows), "elem_bytes": self.elem_bytes,
                 "bytes_per_token": self.facts.bytes_per_token(self.elem_bytes),
                 "weight_bytes": lm.weight_bytes, "prompt_tokens": self.batch.prompt_len,
-                "batch": len(self.batch.generated), "max_len": self.max_len}
+                "batch": len(self.batch.generated), "max_len": self.max_len,
+                "config": {k: v for k, v in asdict(cfg).items() if k != "extra"},
+                "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
 
 
 def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:

@@ -53,12 +53,14 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                    help="context tokens per request; repeatable or comma-separated "
                         f"(default {','.join(map(str, DEFAULT_CONTEXTS))})")
     p.add_argument("--batch", type=int, default=1, help="requests decoded together (default 1)")
-    p.add_argument("--kv-dtype", default="bf16", help=f"one of {', '.join(capacity.KV_DTYPES)} (default bf16)")
+    p.add_argument("--kv-dtype", default="bf16",
+                   help=f"one of {', '.join(capacity.KV_DTYPES)} (default bf16)")
     p.add_argument("--weight-dtype", default="bf16", help="dtype of the weights (default bf16)")
     gpu = p.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", help=f"GPU preset (default {DEFAULT_GPU}; see --list)")
     gpu.add_argument("--gpu-gb", type=float, metavar="M", help="custom GPU memory in GB (1e9 bytes)")
-    p.add_argument("--bandwidth-gbs", type=float, metavar="B", help="memory bandwidth in GB/s (overrides the preset's)")
+    p.add_argument("--bandwidth-gbs", type=float, metavar="B",
+                   help="memory bandwidth in GB/s (overrides the preset's)")
     p.add_argument("--overhead", type=float, default=capacity.DEFAULT_OVERHEAD_FRACTION,
                    help="fraction of GPU memory kept for activations, CUDA context and "
                         "fragmentation (default 0.1, like vLLM's gpu_memory_utilization=0.9)")
@@ -144,7 +146,7 @@ def _shape_from_hub_cache(model_id: str) -> capacity.KVShape:
 def _parse(cfg: dict, name: str, where: str) -> capacity.KVShape:
     try:
         return capacity.kv_shape_from_config(cfg, name=name)
-    except ValueError as err:
+    except (ValueError, TypeError) as err:  # TypeError: a field of the wrong JSON type
         raise PlanError(f"{where}: {err}") from None
 
 
@@ -244,8 +246,9 @@ def _header_lines(plan: dict) -> list[str]:
     m, gpu = plan["model"], plan["gpu"]
     window = (f", sliding window {m['sliding_window']:,} on {m['num_sliding_layers']} of "
               f"{m['num_layers']} layers" if m["sliding_window"] else "")
-    weights = (f"{m['weight_params']:,} params × {plan['weight_dtype']} = {format_bytes(plan['weight_bytes'])}"
-               if plan["weight_params_known"] else "parameter count unknown, counted as 0 (use --params)")
+    weights = (f"{m['weight_params']:,} params × {plan['weight_dtype']} = "
+               f"{format_bytes(plan['weight_bytes'])}" if plan["weight_params_known"]
+               else "parameter count unknown, counted as 0 (use --params)")
     return [
         f"model   {m['name'] or 'custom'}: {m['num_layers']} layers, {m['num_attention_heads']} heads, "
         f"{m['num_kv_heads']} KV heads ({plan['attention']}), head_dim {m['head_dim']}{window}",
@@ -261,18 +264,21 @@ def _header_lines(plan: dict) -> list[str]:
 def _table_lines(plan: dict) -> list[str]:
     rows = plan["rows"]
     timed = "decode_step_floor_s" in rows[0]
-    head = f"{'context':>9} {'KV/request':>11} {'KV/batch(B=' + str(rows[0]['batch']) + ')':>14} {'requests that fit':>18}"
+    batch_label = f"KV/batch(B={rows[0]['batch']})"
+    head = f"{'context':>9} {'KV/request':>11} {batch_label:>14} {'requests that fit':>18}"
     head += f" {'step ≥ ms':>9} {'tok/s/req ≤':>11} {'tok/s all ≤':>11}" if timed else ""
     lines = [head]
     for r in rows:
         line = (f"{r['context_tokens']:>9,} {format_bytes(r['kv_bytes_per_request']):>11} "
                 f"{format_bytes(r['kv_bytes_for_batch']):>14} {r['max_concurrent_requests']:>18,}")
         if timed:
-            line += (f" {r['decode_step_floor_s'] * 1e3:>9.2f} {r['tokens_per_s_per_request_ceiling']:>11,.0f}"
+            line += (f" {r['decode_step_floor_s'] * 1e3:>9.2f}"
+                     f" {r['tokens_per_s_per_request_ceiling']:>11,.0f}"
                      f" {r['tokens_per_s_aggregate_ceiling_at_max']:>11,.0f}")
         lines.append(line)
     if timed:
-        lines.append("step ≥: (weights + batch's cache) / bandwidth; tok/s all ≤: with every request that fits")
+        lines.append("step ≥: (weights + batch's cache) / bandwidth; "
+                     "tok/s all ≤: with every request that fits")
     return lines
 
 
@@ -281,7 +287,8 @@ def _note_lines(plan: dict) -> list[str]:
     if plan["kv_budget_bytes"] == 0:
         notes.append("note: weights and overhead fill the GPU, so no request fits")
     max_position = plan["model"]["max_position"]
-    longer = [r["context_tokens"] for r in plan["rows"] if max_position and r["context_tokens"] > max_position]
+    longer = [r["context_tokens"] for r in plan["rows"]
+              if max_position and r["context_tokens"] > max_position]
     if longer:
         notes.append(f"note: {', '.join(f'{t:,}' for t in longer)} tokens exceed the model's "
                      f"max_position_embeddings ({max_position:,})")
@@ -295,5 +302,6 @@ def format_plan(plan: dict) -> str:
 
 def _listing() -> str:
     models = [f"  {e['name']:<16} {e['hf_id']}" for e in capacity.load_catalog()]
-    gpus = [f"  {g['name']:<10} {g['memory_gb']:>4} GB  {g['bandwidth_gb_per_s']:>5,} GB/s" for g in capacity.load_gpus()]
+    gpus = [f"  {g['name']:<10} {g['memory_gb']:>4} GB  {g['bandwidth_gb_per_s']:>5,} GB/s"
+            for g in capacity.load_gpus()]
     return "\n".join(["catalog models:", *models, "GPU presets (GB = 1e9 bytes):", *gpus])

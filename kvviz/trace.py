@@ -7,6 +7,7 @@ added there is checked here without editing this module (bump VERSION when the f
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -62,21 +63,17 @@ class Trace:
         return head + ("\n  " + ",\n  ".join(lines) + "\n" if lines else "") + " ]}\n"
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write atomically: a temp file in the same folder, then os.replace over `path`."""
+        """Write atomically: a temp file in the same folder, then os.replace over `path`.
+
+        A crash or a full disk leaves either the old file or the new one, never half a file.
+        Refuses (TraceError) a trace that `load` would refuse: invalid, or over MAX_TRACE_BYTES.
+        """
         text = self.to_json().encode("utf-8")
         _check_size(len(text), "trace")
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".kvviz-trace-", suffix=".tmp")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with _suppress_os_error():
-                os.unlink(tmp)
-            raise
+            _write_atomically(path, text)
+        except OSError as exc:
+            raise TraceError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Trace:
@@ -85,7 +82,10 @@ class Trace:
         _check_size(size, "file")
         doc = _parse(text)
         _check_header(doc)
-        _check_json(doc["meta"], "meta")
+        try:
+            _check_json(doc["meta"], "meta")
+        except RecursionError:
+            raise TraceError("'meta' is nested too deeply") from None
         if not isinstance(doc["events"], list):
             raise TraceError(f"'events' must be a list, got {_kind(doc['events'])}")
         return cls(doc["meta"], [_event_from_dict(e, i) for i, e in enumerate(doc["events"])])
@@ -106,35 +106,41 @@ class Trace:
 
 def _check_size(size: int, what: str) -> None:
     if size > MAX_TRACE_BYTES:
-        raise TraceError(f"the {what} is {_size(size)}; traces are limited to {_size(MAX_TRACE_BYTES)}")
+        raise TraceError(f"the {what} is {_size(size)}; "
+                         f"traces are limited to {_size(MAX_TRACE_BYTES)}")
 
 
 def _size(n: int) -> str:
+    """80.0 MiB, 64 MiB (whole MiB), or 1,000 bytes (under 1 MiB)."""
     if n < 1024 * 1024:
         return f"{n:,} bytes"
     mib = n / (1024 * 1024)
-    return f"{mib:.0f} MiB" if mib == int(mib) and n == MAX_TRACE_BYTES else f"{mib:.1f} MiB"
+    return f"{mib:.0f} MiB" if mib == int(mib) else f"{mib:.1f} MiB"
 
 
 def _parse(text: str | bytes):
     if isinstance(text, bytes):
         try:
-            text = text.decode("utf-8")
+            text = text.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            raise TraceError(f"the file is not UTF-8 text (byte {exc.start}); is it a trace?") from None
+            raise TraceError(f"the file is not UTF-8 text (bad byte at offset {exc.start}); "
+                             "is it a kvviz trace?") from None
     if not text.strip():
         raise TraceError("the file is empty")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"the file is not JSON (it may be truncated): {exc}") from None
+    except ValueError as exc:  # e.g. an integer literal too long to convert
+        raise TraceError(f"the file is not a kvviz trace: {exc}") from None
     except RecursionError:
         raise TraceError("the file is not a kvviz trace: its JSON is nested too deeply") from None
 
 
 def _check_header(doc) -> None:
     if not isinstance(doc, dict):
-        raise TraceError(f"the file is not a kvviz trace: it holds a JSON {_kind(doc)}, not an object")
+        raise TraceError(f"the file is not a kvviz trace: it holds {_kind(doc)}, "
+                         "not a JSON object")
     if doc.get("format") != FORMAT:
         found = f"format {_show(doc['format'])}" if "format" in doc else "no 'format' field"
         raise TraceError(f"the file is not a kvviz trace: {found} (expected {FORMAT!r})")
@@ -160,7 +166,7 @@ def _check_keys(obj: dict, known: Iterable[str], required: Iterable[str], where:
 
 
 def _check_json(value, path: str) -> None:
-    """Meta holds only JSON: strings, finite numbers, booleans, null, lists and string-keyed dicts."""
+    """Meta holds only JSON: strings, finite numbers, booleans, null, lists, string-keyed dicts."""
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
@@ -191,24 +197,26 @@ def _check_event(event: StepEvent, where: str) -> None:
     for name, allowed in _CHOICES.items():
         value = getattr(event, name)
         if value not in allowed:
-            raise TraceError(f"{where}: field {name!r} must be one of {_names(allowed)}, got {value!r}")
+            raise TraceError(f"{where}: field {name!r} must be one of {_names(allowed)}, "
+                             f"got {value!r}")
     sizes = {len(event.token_ids), len(event.texts), len(event.finished)}
     if len(sizes) != 1:
-        raise TraceError(f"{where}: 'token_ids', 'texts' and 'finished' must have one entry per "
-                         f"sequence, got {len(event.token_ids)}, {len(event.texts)}, {len(event.finished)}")
+        counts = f"{len(event.token_ids)}, {len(event.texts)}, {len(event.finished)}"
+        raise TraceError(f"{where}: 'token_ids', 'texts' and 'finished' must have one entry "
+                         f"per sequence, got {counts}")
 
 
 class _Invalid(Exception):
     """A field-level problem; the caller prefixes where (which event)."""
 
 
+_HINTS: dict = {}  # dataclass -> its resolved type hints (events.py uses string annotations)
+
+
 def _hints(cls) -> dict:
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
-
-
-_HINTS: dict = {}
 
 
 def _build(cls, obj, path: str):
@@ -235,7 +243,7 @@ def _is_required(f: dataclasses.Field) -> bool:
 
 
 def _convert(value, hint, path: str):
-    """One JSON value → the Python value of type `hint` (events hold only non-negative numbers)."""
+    """One JSON value → the Python value of type `hint` (event numbers are never negative)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -252,7 +260,7 @@ def _convert(value, hint, path: str):
 
 
 def _scalar(value, hint, path: str):
-    if hint is bool and isinstance(value, bool) or hint is str and isinstance(value, str):
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
         return value
     if hint is int and _is_int(value):
         if value < 0:
@@ -260,7 +268,8 @@ def _scalar(value, hint, path: str):
         return value
     if hint is float and _is_number(value):
         if not math.isfinite(value) or value < 0:
-            raise _Invalid(f"field {path!r} must be a finite, non-negative number, got {_show(value)}")
+            raise _Invalid(f"field {path!r} must be a finite, non-negative number, "
+                           f"got {_show(value)}")
         return float(value)
     expected = {bool: "true or false", str: "a string", int: "an integer", float: "a number"}
     raise _Invalid(f"field {path!r} must be {expected.get(hint, hint)}, got {_show(value)}")
@@ -275,12 +284,15 @@ def _is_number(value) -> bool:
 
 
 def _kind(value) -> str:
-    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    kinds = {dict: "an object", list: "a list", tuple: "a list", str: "a string",
+             bool: "a boolean", type(None): "null"}
     return kinds.get(type(value), "a number")
 
 
 def _show(value) -> str:
-    """A short JSON rendering of a bad value, for messages."""
+    """A short JSON rendering of a bad value, for messages (containers by kind only)."""
+    if isinstance(value, (dict, list, tuple)):
+        return _kind(value)
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
@@ -292,15 +304,22 @@ def _names(names: Iterable[str]) -> str:
     return ", ".join(repr(n) for n in names)
 
 
-class _suppress_os_error:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        return kind is not None and issubclass(kind, OSError)
-
-
 # --- writing -------------------------------------------------------------------------------------
+
+def _write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".kvviz-trace-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
 
 def _event_line(event: StepEvent, index: int) -> str:
     """One event as compact JSON, validated by the same rules `load` applies (never save junk)."""
@@ -386,14 +405,18 @@ def summary(trace: Trace) -> dict:
     return {"modes": modes, "recompute_speedup": speedup, "speedup_steps": steps}
 
 
+def _bytes_cell(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.2f} KiB"
+
+
 _ROWS = (  # (label, key, formatter)
     ("time to first token", "ttft_ms", lambda v: f"{v:.1f} ms"),
     ("inter-token median", "itl_median_ms", lambda v: f"{v:.1f} ms"),
     ("inter-token p95", "itl_p95_ms", lambda v: f"{v:.1f} ms"),
     ("throughput", "tokens_per_s", lambda v: f"{v:.1f} tok/s"),
     ("new tokens x batch", "new_tokens", None),
-    ("peak KV cache", "peak_kv_bytes", lambda v: f"{v / 2**20:.2f} MiB"),
-    ("formula", "peak_formula_bytes", lambda v: f"{v / 2**20:.2f} MiB"),
+    ("peak KV cache", "peak_kv_bytes", _bytes_cell),
+    ("peak formula", "peak_formula_bytes", _bytes_cell),
     ("total time", "total_ms", lambda v: f"{v:.1f} ms"),
 )
 

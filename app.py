@@ -1,0 +1,10 @@
+"""kvviz: a Streamlit dashboard of a language model's KV cache. Run: `make run`."""
+import streamlit as st
+
+from kvviz import ui
+
+st.set_page_config(page_title="kvviz", page_icon="🧠", layout="wide",
+                   initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
+ui.presenter_style()
+page = st.navigation([st.Page("pages/live.py", title="Live", icon="⚡", default=True)])
+page.run()

@@ -1,0 +1,103 @@
+"""Plain-language captions and headline figures, carrying the live numbers. Pure functions."""
+from __future__ import annotations
+
+from kvviz import race
+from kvviz.events import StepEvent
+from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
+
+
+def headline(meta: dict, sums: dict, last: StepEvent) -> list[tuple[str, str, str]]:
+    """(label, value, help) for the row of headline figures."""
+    c = sums["modes"].get("cached", {})
+    speedup = sums["recompute_speedup"]
+    return [
+        ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
+        ("KV cache (measured)", fmt_bytes(last.kv_bytes), "bytes of every layer's K and V tensors"),
+        ("Formula", fmt_bytes(last.formula_bytes),
+         "2 × layers × KV heads × head_dim × tokens × batch × bytes per element"),
+        ("Time to first token", fmt_ms(c.get("ttft_ms")), "the prefill: the whole prompt in one pass"),
+        ("Inter-token (median)", fmt_ms(c.get("itl_median_ms")), "median decode step"),
+        ("Tokens/s", f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") else "–",
+         "tokens × batch / measured step time"),
+        ("vs recompute", fmt_ratio(speedup),
+         f"recompute time / cached time over the first {sums['speedup_steps']} steps of both"),
+    ]
+
+
+def layers_caption(meta: dict) -> str:
+    per_token = meta["bytes_per_token"] * meta["batch"]
+    return (f"Each new token adds {fmt_bytes(per_token)} across {meta['num_layers']} layers "
+            f"({fmt_bytes(per_token / meta['num_layers'])} per layer: K and V, each "
+            f"{meta['num_kv_heads']} KV heads × {meta['head_dim']} numbers of {meta['elem_bytes']} bytes"
+            f"{' × batch ' + str(meta['batch']) if meta['batch'] > 1 else ''}).")
+
+
+def total_caption(meta: dict, last: StepEvent) -> str:
+    tokens = last.seq_len - 1
+    return (f"Measured {fmt_bytes(last.kv_bytes)}; the formula 2 × {meta['num_layers']} × "
+            f"{meta['num_kv_heads']} × {meta['head_dim']} × {tokens} tokens × {meta['batch']} × "
+            f"{meta['elem_bytes']} B gives {fmt_bytes(last.formula_bytes)}. The weights take "
+            f"{fmt_bytes(meta['weight_bytes'])}; a contiguous reservation for {meta['max_len']} tokens "
+            f"holds {fmt_bytes(meta['bytes_per_token'] * meta['max_len'] * meta['batch'])}.")
+
+
+def wasted_fractions(last: StepEvent, max_len: int) -> tuple[float, float]:
+    """(paged, contiguous): the share of reserved token slots that hold no token."""
+    b, tokens = last.blocks, last.seq_len - 1
+    per_seq_blocks = b.num_used_blocks // max(len(last.token_ids), 1)
+    paged = 1 - tokens / (per_seq_blocks * b.block_size) if per_seq_blocks else 0.0
+    return paged, 1 - tokens / max_len
+
+
+def blocks_caption(meta: dict, last: StepEvent) -> str:
+    b = last.blocks
+    if b is None:
+        return ""
+    paged, contiguous = wasted_fractions(last, meta["max_len"])
+    kind = "real: StaticCache allocated it" if b.contiguous_is_real else "modelled"
+    return (f"{b.num_used_blocks} of {b.num_blocks} blocks of {b.block_size} slots in use; each "
+            f"sequence's last block holds {b.num_slots_in_last_block}/{b.block_size}. Paged (modelled) "
+            f"wastes {paged:.0%}, only inside last blocks; the contiguous {meta['max_len']}-token "
+            f"reservation ({kind}) wastes {contiguous:.0%} so far.")
+
+
+def timings_caption(meta: dict, cached: list[StepEvent]) -> str:
+    prefill = cached[0]
+    decode = sorted(e.step_ms for e in cached[1:])
+    text = f"The prefill read {meta['prompt_tokens']} prompt tokens in {fmt_ms(prefill.step_ms)}"
+    if decode:
+        text += (f"; each decode step reads one new token plus the cache: median "
+                 f"{fmt_ms(decode[len(decode) // 2])}, slowest {fmt_ms(decode[-1])}")
+    return text + ". The heatmap shows each layer's share of every step."
+
+
+def chart_captions(meta: dict, cached: list[StepEvent]) -> dict[str, str]:
+    last = cached[-1]
+    return {"layers": layers_caption(meta), "total": total_caption(meta, last),
+            "blocks": blocks_caption(meta, last), "timings": timings_caption(meta, cached)}
+
+
+def parity(cached: list[StepEvent], recompute: list[StepEvent]) -> tuple[bool, str]:
+    """Whether the recompute run chose the very same tokens as the cached run so far."""
+    for c, r in zip(cached, recompute):
+        if c.token_ids != r.token_ids:
+            return False, (f"Tokens differ from step {c.step} on. In half precision the two paths "
+                           "round differently, so a near-tie can flip the argmax; in fp32 they agree.")
+    if not recompute:
+        return True, "Waiting for the first recomputed token…"
+    return True, f"Same tokens: all {len(recompute)} recomputed so far match the cached run."
+
+
+def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
+    cached_ms = sum(e.step_ms for e in cached)
+    done_ms = sum(e.step_ms for e in recompute)
+    pos_c, pos_r = sum(e.positions for e in cached), sum(e.positions for e in recompute)
+    text = (f"Both runs take turns on one device and each clock counts only its own steps. "
+            f"Recompute: {len(recompute)} tokens in {fmt_ms(done_ms)}, processing {pos_r:,} token "
+            f"positions; cached: {len(cached)} tokens in {fmt_ms(cached_ms)}, {pos_c:,} positions.")
+    estimate = race.extrapolate_total_ms(recompute, [e.seq_len - 1 for e in cached])
+    if final and estimate and len(recompute) < len(cached):
+        text += (f" Finishing all {len(cached)} tokens without a cache would take ≈ {fmt_ms(estimate)} "
+                 f"(extrapolated from {len(recompute)} measured steps): "
+                 f"{fmt_ratio(estimate / cached_ms)} the cached time.")
+    return text

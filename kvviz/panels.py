@@ -1,0 +1,192 @@
+"""The live page's panels: placeholders built once, then filled from a growing list of events.
+
+Text updates on every event; figures and charts at most every `CHART_INTERVAL_S`. Each chart
+spec is built once per run and only its data is swapped (kvviz.charts.with_data).
+"""
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from kvviz import captions, charts, engine, frames, race, ui
+from kvviz.trace import Trace, summary
+
+CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
+TOKEN_MARK = "│"
+PANELS = {  # chart name -> panel title
+    "layers": "Cache bytes per layer (K and V)",
+    "total": "Whole cache vs the formula",
+    "blocks": "Blocks: paged (modelled) vs contiguous",
+    "timings": "Time per step and per layer",
+}
+
+
+def text_of(events, show_tokens: bool) -> str:
+    """Sequence 0's generated text; token boundaries marked on demand."""
+    pieces = [e.texts[0] for e in events]
+    return TOKEN_MARK.join(pieces) if show_tokens else "".join(pieces)
+
+
+class LiveView:
+    """All panels of one run. Build it before the first event; call `update` after each."""
+
+    def __init__(self, meta: dict, max_new_tokens: int, race_on: bool, show_tokens: bool):
+        self.meta, self.race_on, self.show_tokens = meta, race_on, show_tokens
+        self.last_chart_t = 0.0
+        self.metric_row = st.empty()
+        left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
+        self.text_slot = titled_box(left, "With the KV cache", "cached-panel")
+        if right is not None:
+            self.race_slot = titled_box(right, "Without a cache: the whole text recomputed every step",
+                                        "recompute-panel")
+            with right:
+                self.parity_slot, self.race_chart_slot, self.race_caption = st.empty(), st.empty(), st.empty()
+        self.max_new_tokens = max_new_tokens
+        self.specs: dict | None = None  # built from the first data, then only re-fed
+        self.slots = chart_slots()
+
+    def update(self, trace: Trace, final: bool = False) -> None:
+        cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+        self.text_slot.code(text_of(cached, self.show_tokens) or " ", language=None, wrap_lines=True)
+        if self.race_on:
+            self.race_slot.code(text_of(recompute, self.show_tokens) or " ", language=None, wrap_lines=True)
+        now = time.monotonic()
+        if cached and (final or now - self.last_chart_t >= CHART_INTERVAL_S):
+            self.last_chart_t = now
+            self.draw_figures(trace, cached, recompute, final)
+
+    def draw_figures(self, trace: Trace, cached, recompute, final: bool) -> None:
+        self.draw_metrics(summary(trace), cached[-1])
+        data = chart_data(self.meta, cached, recompute)
+        if self.specs is None:
+            self.specs = build_specs(self.meta, self.max_new_tokens, data)
+        for name, df in data.items():
+            if name in self.slots:
+                self.slots[name].altair_chart(charts.with_data(self.specs[name], df))
+        for name, text in captions.chart_captions(self.meta, cached).items():
+            self.slots[f"{name}_caption"].caption(text)
+        if self.race_on:
+            self.draw_race(data["race"], cached, recompute, final)
+
+    def draw_metrics(self, sums: dict, last) -> None:
+        with self.metric_row.container():
+            for col, (label, value, help_text) in zip(st.columns(7), captions.headline(self.meta, sums, last)):
+                col.metric(label, value, help=help_text)
+
+    def draw_race(self, steps, cached, recompute, final: bool) -> None:
+        same, line = captions.parity(cached, recompute)
+        (self.parity_slot.success if same else self.parity_slot.warning)(line)
+        self.race_chart_slot.altair_chart(charts.with_data(self.specs["race"], steps))
+        self.race_caption.caption(captions.race_caption(cached, recompute, final))
+
+
+def titled_box(column, title: str, key: str):
+    """A bordered container with a fixed title; returns the placeholder for its text."""
+    with column:
+        box = st.container(border=True, key=key)
+        box.markdown(f"**{title}**")  # a constant title, never user text
+        return box.empty()
+
+
+def chart_data(meta: dict, cached, recompute) -> dict:
+    """Each chart's DataFrame, from the events so far."""
+    steps = frames.steps_frame(cached + recompute)
+    last = cached[-1]
+    used = (last.seq_len - 1) * meta["bytes_per_token"] * meta["batch"]  # tokens held x bytes
+    data = {"layers": frames.layer_bytes_frame(last), "total": steps[steps["mode"] == "cached"],
+            "steps": steps, "layer_times": frames.layer_times_frame(cached), "race": steps}
+    if last.blocks is not None:
+        data["grid"] = frames.block_grid_frame(last.blocks, meta["batch"])
+        data["reservation"] = frames.reservation_frame(last.blocks, used)
+    return data
+
+
+def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
+    """Every chart's spec, built once per run with axes fixed to the run's maxima."""
+    layer_max = meta["num_kv_heads"] * meta["head_dim"] * meta["max_len"] * meta["batch"] * meta["elem_bytes"]
+    contiguous = meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
+    specs = {
+        "layers": charts.layer_bytes_chart(data["layers"], layer_max, meta["num_layers"]),
+        "total": charts.total_cache_chart(data["total"], meta["weight_bytes"], contiguous,
+                                          max_seq_len=meta["max_len"]),
+        "steps": charts.step_time_chart(data["steps"], max_step=max_new_tokens),
+        "layer_times": charts.layer_time_chart(data["layer_times"], max_step=max_new_tokens),
+        "race": charts.race_chart(data["race"], max_tokens=max_new_tokens),
+    }
+    if "grid" in data:
+        specs["grid"] = charts.block_grid_chart(data["grid"])
+        specs["reservation"] = charts.reservation_chart(data["reservation"], max_bytes=contiguous)
+    return specs
+
+
+def chart_slots() -> dict:
+    """Two rows of two panels; each panel a title, its chart placeholders and a caption."""
+    slots = {}
+    layout = (("layers", ["layers"]), ("total", ["total"]),
+              ("blocks", ["grid", "reservation"]), ("timings", ["steps", "layer_times"]))
+    columns = [*st.columns(2, gap="large"), *st.columns(2, gap="large")]
+    for col, (panel, names) in zip(columns, layout):
+        with col.container(key=f"panel-{panel}"):
+            st.markdown(f"**{PANELS[panel]}**")
+            for name in names:
+                slots[name] = st.empty()
+            slots[f"{panel}_caption"] = st.empty()
+    return slots
+
+
+def run_live(lm, cfg, opts, status) -> None:
+    """Generate with the live panels updating; the trace lands in session state even if stopped."""
+    try:
+        meta = engine.run_meta(lm, cfg)
+    except ValueError as exc:
+        status.error(f"Cannot generate: {exc}")
+        return
+    show_prompt(engine.render_prompts(lm.tokenizer, cfg)[0], meta)
+    trace = Trace(meta, [])
+    st.session_state["trace"] = trace
+    view = LiveView(meta, cfg.max_new_tokens, opts.race, opts.show_tokens)
+    with ui.device_turn(status):
+        cached = engine.generate(lm, cfg, "cached")
+        recompute = engine.generate(lm, cfg, "recompute") if opts.race else None
+        try:
+            for event in race.interleave(cached, recompute):
+                trace.append(event)
+                view.update(trace)
+                if event.mode == "cached":
+                    ui.pace_delay(event.step_ms, opts.pace)
+        except Exception as exc:  # e.g. out of memory: say so, keep what was produced
+            status.error(f"Generation stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        finally:
+            cached.close()
+            if recompute is not None:
+                recompute.close()
+    if trace.events:
+        view.update(trace, final=True)
+        downloads(trace)
+
+
+def show_result(trace: Trace, show_tokens: bool) -> None:
+    """The panels of a finished (or stopped) run, from its trace."""
+    cfg = trace.meta.get("config", {})
+    show_prompt(None, trace.meta)
+    view = LiveView(trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
+                    "recompute" in trace.modes, show_tokens)
+    view.update(trace, final=True)
+    downloads(trace)
+
+
+def show_prompt(rendered: str | None, meta: dict) -> None:
+    cfg = meta.get("config", {})
+    text = rendered if rendered is not None else "\n\n".join(
+        p for p in (cfg.get("system", ""), *cfg.get("prompts", [])) if p)
+    with st.expander(f"Prompt: {meta['prompt_tokens']} tokens × batch {meta['batch']}"):
+        st.text(text)  # untrusted: shown as plain text
+
+
+def downloads(trace: Trace) -> None:
+    left, right, _ = st.columns([1, 1, 3])
+    left.download_button("Download trace (JSON)", trace.to_json(), "kvviz-trace.json",
+                         "application/json", key="dl-trace")
+    right.download_button("Download steps (CSV)", frames.steps_frame(trace.events).to_csv(index=False),
+                          "kvviz-steps.csv", "text/csv", key="dl-csv")

@@ -1,0 +1,150 @@
+"""Streamlit plumbing shared by the pages: cached model, sidebar settings, device lock.
+
+kvviz imports streamlit only here and in `panels.py`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from kvviz import models
+from kvviz.config import DEFAULT_MODEL, ModelSpec, RunConfig
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0}
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    race: bool = True  # run the no-cache race beside the cached run
+    pace: float = 1.0  # 1 = real time; 4 = every step shown 4× as long as it took
+    show_tokens: bool = False  # draw token boundaries in the text
+
+
+def presenter_mode() -> bool:
+    return os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
+
+
+def prompt_presets() -> dict:
+    return json.loads((ASSETS / "prompts.json").read_text())
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def cached_model(spec: ModelSpec) -> models.LoadedModel:
+    return models.load_model(spec)
+
+
+def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
+    """The loaded model, converting the default one first (with a progress bar); None on error."""
+    try:
+        if spec.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
+            bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
+            models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
+            bar.empty()
+        with st.spinner(f"Loading {spec.name if spec.name != DEFAULT_MODEL else models.DEFAULT_LABEL}…"):
+            return cached_model(spec)
+    except models.ModelLoadError as exc:
+        st.error(f"Could not load the model: {exc}")
+    return None
+
+
+@st.cache_resource(show_spinner=False)
+def device_lock() -> threading.Lock:
+    """One lock per server process: one generation on the device at a time, across sessions."""
+    return threading.Lock()
+
+
+@contextmanager
+def device_turn(status):
+    """Hold the device lock; while waiting, say so (any click, e.g. Stop, cancels the wait)."""
+    lock = device_lock()
+    waited = 0.0
+    while not lock.acquire(timeout=0.25):
+        waited += 0.25
+        status.info(f"Another session is generating on this device; waiting ({waited:.0f} s). "
+                    "Press Stop to cancel.")
+    status.empty()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def model_settings() -> ModelSpec:
+    st.sidebar.subheader("Model")
+    name = st.sidebar.text_input("Model", value=os.environ.get("KVVIZ_MODEL", DEFAULT_MODEL),
+                                 help="'default' is the embedded SmolLM2-135M-Instruct; or a Hub id "
+                                      "or a local folder", key="model")
+    device = st.sidebar.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device")
+    dtype = st.sidebar.selectbox("Dtype", ["auto", "float32", "bfloat16", "float16"], key="dtype",
+                                 help="auto: bf16 on CUDA, fp32 elsewhere")
+    return ModelSpec(name=name.strip() or DEFAULT_MODEL, device=device, dtype=dtype)
+
+
+def prompt_settings() -> tuple[str, str, bool]:
+    st.sidebar.subheader("Prompt")
+    presets = prompt_presets()
+    choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset")
+    preset = presets.get(choice, {"system": "", "prompt": ""})
+    system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}")
+    prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120)
+    chat = st.sidebar.toggle("Chat template", value=True, key="chat")
+    return system, prompt, chat
+
+
+def run_settings(system: str, prompt: str, chat: bool) -> RunConfig:
+    st.sidebar.subheader("Generation")
+    max_new = st.sidebar.slider("Max new tokens", 1, 512, 64, key="max_new")
+    batch = st.sidebar.slider("Batch size", 1, 16, 1, key="batch", help="copies of the prompt")
+    block = st.sidebar.select_slider("Block size", [1, 2, 4, 8, 16, 32, 64, 128], value=16, key="block")
+    backend = st.sidebar.radio("Cache", ["dynamic", "static"], horizontal=True, key="backend")
+    greedy = st.sidebar.toggle("Greedy", value=True, key="greedy")
+    temperature, top_p, top_k, seed = 0.0, 1.0, 0, 0
+    if not greedy:
+        temperature = st.sidebar.slider("Temperature", 0.05, 2.0, 0.8, key="temperature")
+        top_p = st.sidebar.slider("Top-p", 0.05, 1.0, 0.95, key="top_p")
+        top_k = st.sidebar.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k")
+        seed = st.sidebar.number_input("Seed", 0, 2**31 - 1, 0, key="seed")
+    return RunConfig(prompts=(prompt,), batch=batch, max_new_tokens=max_new, chat_template=chat,
+                     system=system, temperature=temperature, top_k=int(top_k), top_p=top_p,
+                     seed=int(seed), block_size=block, cache_backend=backend)
+
+
+def live_settings() -> LiveOptions:
+    st.sidebar.subheader("Show")
+    race = st.sidebar.toggle("Race a no-cache run", value=True, key="race")
+    pace = st.sidebar.radio("Playback pace", list(PACES), key="pace")
+    tokens = st.sidebar.toggle("Token boundaries", value=False, key="show_tokens")
+    return LiveOptions(race=race, pace=PACES[pace], show_tokens=tokens)
+
+
+def sidebar() -> tuple[ModelSpec, RunConfig, LiveOptions]:
+    spec = model_settings()
+    cfg = run_settings(*prompt_settings())
+    return spec, cfg, live_settings()
+
+
+def pace_delay(step_ms: float, pace: float) -> None:
+    """Stretch a step on screen to `pace` times its measured length (slow motion)."""
+    if pace > 1.0:
+        time.sleep(step_ms * (pace - 1.0) / 1000)
+
+
+PRESENTER_CSS = """<style>
+html, body, [data-testid="stMarkdownContainer"] p { font-size: 1.25rem; }
+[data-testid="stMetricValue"] { font-size: 2.4rem; }
+[data-testid="stCode"] code { font-size: 1.2rem; }
+</style>"""
+
+
+def presenter_style() -> None:
+    """Large type for a projector (a fixed stylesheet; no user text ever goes through it)."""
+    if presenter_mode():
+        st.html(PRESENTER_CSS)

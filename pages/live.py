@@ -1,0 +1,24 @@
+"""Live: generate and watch the KV cache grow, beside a run that recomputes without it."""
+import streamlit as st
+
+from kvviz import panels, ui
+
+spec, cfg, opts = ui.sidebar()
+st.title("kvviz · the KV cache, live")
+st.caption("Every number below is measured from the running model unless labelled modelled.")
+lm = ui.load_model_with_progress(spec)
+go, stop, info = st.columns([1, 1, 6], vertical_alignment="center")
+generate = go.button("Generate", type="primary", disabled=lm is None, key="generate")
+stopped = stop.button("Stop", key="stop")
+status = st.empty()
+if lm is not None:
+    info.caption(f"{lm.label} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
+                 f"weights {lm.weight_bytes / 2**20:,.0f} MiB")
+if generate and lm is not None:
+    panels.run_live(lm, cfg, opts, status)
+elif "trace" in st.session_state:
+    if stopped:
+        status.info("Stopped. What was produced is kept below.")
+    panels.show_result(st.session_state["trace"], opts.show_tokens)
+else:
+    status.info("Press **Generate** to start. Pick a prompt and settings in the sidebar.")

@@ -1,0 +1,235 @@
+"""charts: marks, encoded fields, fixed domains, and that swapping data keeps the spec."""
+import json
+
+import altair as alt
+import pandas as pd
+import pytest
+
+from kvviz import charts
+from kvviz.events import BlockStat, LayerStat, StepEvent
+from kvviz.frames import (
+    block_grid_frame, layer_bytes_frame, layer_times_frame, reservation_frame, steps_frame,
+)
+
+BLOCKS = BlockStat(block_size=16, num_blocks=12, num_used_blocks=4, num_free_blocks=8,
+                   num_slots_in_last_block=5, paged_bytes=4096, contiguous_bytes=12288,
+                   contiguous_is_real=False)
+
+
+def event(mode, step, step_ms):
+    layers = tuple(LayerStat(i, 64 * (step + 4), 64 * (step + 4), step + 4, 0.2 * (i + 1))
+                   for i in range(2))
+    return StepEvent(
+        mode=mode, phase="prefill" if step == 0 else "decode", step=step, token_ids=(1, 2),
+        texts=("a", "b"), finished=(False, False), step_ms=step_ms, seq_len=step + 4,
+        positions=8 if step == 0 or mode == "cached" else 2 * (step + 4),
+        kv_bytes=256 * (step + 4) if mode == "cached" else 0,
+        formula_bytes=256 * (step + 4) if mode == "cached" else 0, layers=layers,
+        blocks=BLOCKS if mode == "cached" else None)
+
+
+def events(n=4):
+    out = []
+    for step in range(n):
+        out += [event("cached", step, 50.0 if step == 0 else 5.0),
+                event("recompute", step, 60.0 + 10 * step)]
+    return out
+
+
+def steps(n=4):
+    return steps_frame(events(n))
+
+
+def layers_of(spec):
+    """The single-view specs of a chart: its layers, or itself."""
+    return spec.get("layer", [spec])
+
+
+def marks(spec):
+    return [m["type"] if isinstance(m, dict) else m for m in (v["mark"] for v in layers_of(spec))]
+
+
+def field(view, channel):
+    return view["encoding"][channel]["field"]
+
+
+def rows(spec, data=None):
+    """The rows of the chart's top-level dataset."""
+    name = (data or spec["data"])["name"]
+    return spec["datasets"][name]
+
+
+def builders():
+    """Each chart builder, with its input frame and one with more rows."""
+    evs = events(6)
+    return {
+        "layer_bytes": (lambda df: charts.layer_bytes_chart(df, 4096, 2),
+                        layer_bytes_frame(evs[0]), layer_bytes_frame(evs[-2])),
+        "total_cache": (lambda df: charts.total_cache_chart(df, 50_000, 12288, 64),
+                        steps_frame(evs[:2]), steps_frame(evs)),
+        "block_grid": (charts.block_grid_chart, block_grid_frame(BLOCKS, 2),
+                       block_grid_frame(BLOCKS, 1)),
+        "reservation": (lambda df: charts.reservation_chart(df, max_bytes=12288),
+                        reservation_frame(BLOCKS, 1000), reservation_frame(BLOCKS, 3000)),
+        "step_time": (lambda df: charts.step_time_chart(df, 32, 200.0),
+                      steps_frame(evs[:2]), steps_frame(evs)),
+        "layer_time": (lambda df: charts.layer_time_chart(df, "cached", max_step=32),
+                       layer_times_frame(evs[:2]), layer_times_frame(evs)),
+        "race": (lambda df: charts.race_chart(df, 32, 1000.0), steps_frame(evs[:2]),
+                 steps_frame(evs)),
+        "positions": (lambda df: charts.positions_chart(df, 32, 500), steps_frame(evs[:2]),
+                      steps_frame(evs)),
+    }
+
+
+def test_layer_bytes_chart_bars_by_layer_and_kind_with_fixed_domain():
+    spec = charts.layer_bytes_chart(layer_bytes_frame(events()[2]), 4096, 2).to_dict()
+    assert marks(spec) == ["bar"]
+    enc = spec["encoding"]
+    assert (field(spec, "x"), field(spec, "xOffset"), field(spec, "y")) == (
+        "layer", "kind", "kv_bytes")
+    assert enc["y"]["scale"]["domain"] == [0, 4096]
+    assert enc["x"]["scale"]["domain"] == [0, 1]
+    assert enc["color"]["scale"] == {"domain": ["K", "V"], "range": ["#4C78A8", "#F58518"]}
+    assert enc["y"]["axis"]["values"][-1] == 4096  # ticks on round KiB
+    assert "KiB" in enc["y"]["axis"]["labelExpr"]
+    assert len(rows(spec)) == 4
+
+
+def test_total_cache_chart_measured_solid_formula_dashed_and_labelled_rules():
+    spec = charts.total_cache_chart(steps(), 50_000, 12288, max_seq_len=64).to_dict()
+    assert marks(spec) == ["line", "rule", "text"]
+    line, rule, text = spec["layer"]
+    assert (field(line, "x"), field(line, "y"), field(line, "strokeDash")) == (
+        "seq_len", "bytes", "series")
+    fold = next(t for t in line["transform"] if "fold" in t)
+    assert fold["fold"] == ["kv_bytes", "formula_bytes"]
+    assert {"filter": "(datum.mode === 'cached')"} in line["transform"]
+    dash = line["encoding"]["strokeDash"]["scale"]
+    assert dash["domain"] == ["measured", "formula"] and dash["range"][0] == [1, 0]
+    assert dash["range"][1] != [1, 0]
+    assert line["encoding"]["x"]["scale"]["domain"] == [0, 64]
+    assert line["encoding"]["y"]["scale"]["domain"] == [0, int(1.08 * 50_000)]
+    refs = spec["datasets"][rule["data"]["name"]]
+    assert {r["label"]: r["bytes"] for r in refs} == {
+        "model weights": 50_000, "contiguous reservation": 12288}
+    assert rule["data"] == text["data"] and field(text, "text") == "label"
+    assert len(rows(spec)) == 8  # the main data is all of steps_df; the filter is in the spec
+
+
+def test_total_cache_chart_leaves_out_zero_rules():
+    spec = charts.total_cache_chart(steps(), 50_000, 0).to_dict()
+    line, rule, _ = spec["layer"]
+    assert [r["label"] for r in spec["datasets"][rule["data"]["name"]]] == ["model weights"]
+    assert marks(charts.total_cache_chart(steps(), 0, 0).to_dict()) == ["line"]
+
+
+def test_block_grid_chart_rect_grid_coloured_by_state():
+    spec = charts.block_grid_chart(block_grid_frame(BLOCKS, 2), columns=8).to_dict()
+    assert marks(spec) == ["rect"]
+    assert (field(spec, "x"), field(spec, "y"), field(spec, "color")) == ("col", "row", "state")
+    calc = {t["as"]: t["calculate"] for t in spec["transform"]}
+    assert calc == {"col": "datum.block % 8", "row": "floor(datum.block / 8)"}
+    assert spec["encoding"]["color"]["scale"]["domain"] == ["full", "partial", "free"]
+    tips = {t["field"] for t in spec["encoding"]["tooltip"]}
+    assert {"seq", "slot_fill"} <= tips
+    assert [r["state"] for r in rows(spec)].count("free") == BLOCKS.num_free_blocks
+
+
+def test_reservation_chart_stacked_horizontal_bars_with_labels():
+    spec = charts.reservation_chart(reservation_frame(BLOCKS, 3000)).to_dict()
+    assert marks(spec) == ["bar", "text"]
+    bars, labels = spec["layer"]
+    assert (field(bars, "x"), field(bars, "y"), field(bars, "color")) == ("bytes", "layout", "part")
+    assert bars["encoding"]["x"]["stack"] == "zero"
+    assert bars["encoding"]["y"]["sort"] == ["paged (modelled)", "contiguous max-length"]
+    assert bars["encoding"]["x"]["scale"]["domain"] == [0, pytest.approx(1.3 * 12288)]
+    assert field(labels, "text") == "label"
+
+
+def test_step_time_chart_prefill_points_and_decode_lines_by_mode():
+    spec = charts.step_time_chart(steps(), max_step=32, max_ms=200).to_dict()
+    assert marks(spec) == ["line", "point"]
+    decode, prefill = spec["layer"]
+    assert decode["transform"] == [{"filter": "(datum.phase === 'decode')"}]
+    assert prefill["transform"] == [{"filter": "(datum.phase === 'prefill')"}]
+    assert prefill["encoding"]["shape"]["scale"]["range"] == ["diamond"]
+    for view in (decode, prefill):
+        assert view["encoding"]["color"]["scale"]["domain"] == ["cached", "recompute"]
+        assert (field(view, "x"), field(view, "y"), field(view, "color")) == (
+            "step", "step_ms", "mode")
+        assert view["encoding"]["x"]["scale"]["domain"] == [0, 32]
+        assert view["encoding"]["y"]["scale"]["domain"] == [0, 200]
+    log = charts.step_time_chart(steps(), log_scale=True).to_dict()
+    assert log["layer"][0]["encoding"]["y"]["scale"]["type"] == "log"
+
+
+def test_layer_time_chart_heatmap_filters_mode_and_prefill():
+    spec = charts.layer_time_chart(layer_times_frame(events()), "cached", max_step=10).to_dict()
+    assert marks(spec) == ["rect"]
+    assert (field(spec, "x"), field(spec, "x2"), field(spec, "y"), field(spec, "color")) == (
+        "step", "step_end", "layer", "forward_ms")
+    filters = [t["filter"] for t in spec["transform"] if "filter" in t]
+    assert filters == ["(datum.mode === 'cached')", "(datum.phase === 'decode')"]
+    assert spec["encoding"]["x"]["scale"]["domain"] == [0, 11]
+    everything = charts.layer_time_chart(layer_times_frame(events()), None, True).to_dict()
+    assert not [t for t in everything["transform"] if "filter" in t]
+
+
+@pytest.mark.parametrize("build,y", [(charts.race_chart, "elapsed_ms"),
+                                     (charts.positions_chart, "positions_total")])
+def test_race_and_positions_one_line_per_mode(build, y):
+    spec = build(steps(), 32, 1000).to_dict()
+    assert marks(spec) == ["line"]
+    assert (field(spec, "x"), field(spec, "y"), field(spec, "color")) == ("new_tokens", y, "mode")
+    assert spec["encoding"]["x"]["scale"]["domain"] == [0, 32]
+    assert spec["encoding"]["y"]["scale"]["domain"] == [0, 1000]
+    assert spec["encoding"]["color"]["scale"]["range"] == list(charts.MODE_COLORS.values())
+
+
+@pytest.mark.parametrize("name", list(builders()))
+def test_with_data_equals_rebuilding(name):
+    build, small, large = builders()[name]
+    swapped = charts.with_data(build(small), large).to_dict()
+    assert swapped == build(large).to_dict()
+    assert build(small).to_dict() != swapped  # the data did change
+
+
+@pytest.mark.parametrize("name", list(builders()))
+def test_spec_with_data_swaps_only_the_table(name):
+    build, small, large = builders()[name]
+    spec = charts.to_spec(build(small))
+    assert spec["data"] == {"name": charts.TABLE}
+    assert charts.TABLE not in spec.get("datasets", {})
+    assert "continuousWidth" not in json.dumps(spec.get("config", {}))
+    before = json.dumps(spec)
+    live = charts.spec_with_data(spec, large)
+    assert live["datasets"][charts.TABLE] is large
+    assert json.dumps(spec) == before  # the built spec is left untouched
+    assert {k: v for k, v in live.items() if k != "datasets"} == {
+        k: v for k, v in spec.items() if k != "datasets"}
+
+
+def test_charts_accept_empty_frames():
+    for name, (build, small, _) in builders().items():
+        empty = small.iloc[0:0]
+        assert rows(build(empty).to_dict()) == [], name
+
+
+def test_bytes_expr_picks_units():
+    expr = charts.bytes_expr("datum.v")
+    assert expr.index("GiB") < expr.index("MiB") < expr.index("KiB") < expr.index("' B'")
+    assert "1073741824" in expr and "1048576" in expr and "1024" in expr
+
+
+def test_bytes_axis_ticks_on_round_units():
+    axis = charts._bytes_axis(360 * 2**20).to_dict()
+    assert axis["values"] == [i * 100 * 2**20 for i in range(4)]
+    assert "MiB" in axis["labelExpr"]
+    assert charts._bytes_axis(None).to_dict()["labelExpr"] == charts.bytes_expr("datum.value")
+
+
+def test_charts_are_altair_objects():
+    for name, (build, small, _) in builders().items():
+        assert isinstance(build(small), (alt.Chart, alt.LayerChart)), name
+    assert isinstance(charts.with_data(charts.race_chart(steps()), pd.DataFrame()), alt.Chart)

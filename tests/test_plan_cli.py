@@ -1,0 +1,150 @@
+"""`kvviz plan` through plan_cli.add_parser / plan_cli.run, as kvviz/cli.py wires it."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from kvviz import plan_cli
+
+GPT2_CONFIG = {"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024}
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kvviz")
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["plan", *argv])
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert plan_cli.run(parse(*argv, "--json")) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def run_error(capsys, *argv: str) -> str:
+    """Run expecting bad input: exit code 2 and exactly one line on stderr, no traceback."""
+    assert plan_cli.run(parse(*argv)) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("kvviz plan: error:") and "\n" not in err and "Traceback" not in err
+    assert captured.out == ""
+    return err
+
+
+def test_add_parser_sets_func():
+    assert parse("gpt2").func is plan_cli.run
+
+
+def test_catalog_name_text_table(capsys):
+    assert plan_cli.run(parse("SmolLM2-135M")) == 0
+    out = capsys.readouterr().out
+    assert "23,040 B per token" in out  # 2 × 30 × 3 × 64 × 2
+    assert "H100 SXM" in out and "requests that fit" in out
+    assert "8,000" in out and "2,000" in out and "500" in out
+
+
+def test_json_llama_8b_on_h100(capsys):
+    plan = run_json(capsys, "Llama-3.1-8B", "--gpu", "H100 SXM")
+    assert plan["kv_bytes_per_token"] == 131_072
+    assert plan["weight_bytes"] == 16_060_522_496
+    # (80e9 − 8e9 − 16,060,522,496) // (131,072 × T) for T = 500, 2,000, 8,000
+    assert [r["max_concurrent_requests"] for r in plan["rows"]] == [853, 213, 53]
+    assert plan["rows"][0]["decode_step_floor_s"] > 0
+    assert plan["gpu"]["memory_bytes"] == 80 * 10**9
+
+
+def test_config_json_path(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GPT2_CONFIG))
+    plan = run_json(capsys, str(path), "--context", "1024")
+    assert plan["kv_bytes_per_token"] == 36_864  # 2 × 12 × 12 × 64 × 2
+    assert plan["rows"][0]["kv_bytes_per_request"] == 36_864 * 1_024
+    assert plan["weight_params_known"] is False
+
+
+def test_model_folder(tmp_path, capsys):
+    folder = tmp_path / "my-gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(GPT2_CONFIG))
+    plan = run_json(capsys, str(folder))
+    assert plan["model"]["name"] == "my-gpt2" and plan["attention"] == "MHA"
+
+
+def test_explicit_numbers_mqa(capsys):
+    plan = run_json(capsys, "--layers", "32", "--kv-heads", "1", "--head-dim", "128", "--heads", "32",
+                    "--gpu-gb", "24", "--params", "1000000000")
+    assert plan["kv_bytes_per_token"] == 16_384  # 2 × 32 × 1 × 128 × 2
+    assert plan["attention"] == "MQA"
+    # 24e9 − 2.4e9 overhead − 2e9 weights = 19.6e9; at 8,000 tokens: 16,384 × 8,000 = 131,072,000
+    # 19.6e9 / 131,072,000 = 149.5 → 149
+    assert plan["rows"][-1]["max_concurrent_requests"] == 149
+    assert "decode_step_floor_s" not in plan["rows"][0]  # custom GPU: bandwidth unknown
+
+
+def test_contexts_repeatable_and_comma_separated(capsys):
+    plan = run_json(capsys, "gpt2", "--context", "100,200", "--context", "300")
+    assert [r["context_tokens"] for r in plan["rows"]] == [100, 200, 300]
+
+
+def test_kv_dtype_int4_and_batch(capsys):
+    plan = run_json(capsys, "SmolLM2-135M", "--kv-dtype", "int4", "--batch", "4", "--context", "2000")
+    assert plan["kv_bytes_per_token"] == 6_480  # 11,520 values × (0.5 + 4 / 64)
+    assert plan["rows"][0]["kv_bytes_for_batch"] == 4 * 6_480 * 2_000
+
+
+def test_window_and_attention_what_ifs(capsys):
+    plan = run_json(capsys, "Llama-3.1-8B", "--window", "1024", "--context", "8000")
+    assert plan["rows"][0]["kv_bytes_per_request"] == 131_072 * 1_024
+    plan = run_json(capsys, "Llama-3.1-8B", "--attention", "mha", "--context", "1")
+    assert plan["kv_bytes_per_token"] == 524_288  # 2 × 32 × 32 × 128 × 2
+
+
+def test_sliding_model_text_mentions_window(capsys):
+    assert plan_cli.run(parse("Gemma-2-2B", "--gpu", "L4")) == 0
+    assert "sliding window 4,096 on 13 of 26 layers" in capsys.readouterr().out
+
+
+def test_list(capsys):
+    assert plan_cli.run(parse("--list")) == 0
+    out = capsys.readouterr().out
+    assert "Llama-3.1-70B" in out and "H200" in out
+
+
+def test_unknown_hub_id_names_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    err = run_error(capsys, "no-such-org/no-such-model")
+    assert "'no-such-org/no-such-model'" in err and "local Hugging Face cache" in err
+
+
+def test_config_missing_field(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"n_layer": 2, "n_embd": 64}))
+    assert "num_attention_heads" in run_error(capsys, str(path))
+
+
+def test_invalid_json(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    assert "not valid JSON" in run_error(capsys, str(path))
+
+
+def test_folder_without_config(tmp_path, capsys):
+    assert "config.json" in run_error(capsys, str(tmp_path))
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (("gpt2", "--context", "abc"), "--context"),
+    (("gpt2", "--context", "0"), "--context"),
+    (("gpt2", "--gpu", "Voodoo5"), "unknown GPU"),
+    (("gpt2", "--overhead", "1.5"), "--overhead"),
+    (("gpt2", "--kv-dtype", "int3"), "int3"),
+    (("gpt2", "--batch", "0"), "--batch"),
+    (("gpt2", "--window", "0"), "--window"),
+    (("--layers", "4"), "--kv-heads"),
+    (("gpt2", "--layers", "4", "--kv-heads", "1", "--head-dim", "8"), "not both"),
+    ((), "give a model"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, fragment):
+    assert fragment in run_error(capsys, *argv)
