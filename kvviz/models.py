@@ -29,6 +29,9 @@ DEFAULT_LABEL = "SmolLM2-135M-Instruct (embedded)"
 MARKER = "kvviz-converted.json"  # written last: its presence means the folder is complete
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+# Encoders that transformers can fit with a causal-LM head, but that are not decoder-only LMs.
+ENCODERS = {"bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra", "ernie",
+            "roformer", "rembert", "megatron-bert", "data2vec-text", "xmod", "bert-generation"}
 Progress = Callable[[str, float], None]  # (message, fraction done 0..1)
 
 
@@ -101,12 +104,12 @@ def default_model_dir() -> Path:
 
 
 def is_complete(folder: Path) -> bool:
-    """A converted folder is complete when its marker names files that all exist."""
+    """A converted folder is complete when every file its marker lists has the recorded size."""
     try:
-        files = json.loads((folder / MARKER).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        sizes = json.loads((folder / MARKER).read_text())["sizes"]
+        return bool(sizes) and all((folder / f).stat().st_size == n for f, n in sizes.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    return all((folder / f).is_file() and (folder / f).stat().st_size > 0 for f in files)
 
 
 def convert_default_model(progress: Progress | None = None) -> Path:
@@ -133,8 +136,8 @@ def convert_default_model(progress: Progress | None = None) -> Path:
             del model.config.quantization_config
         model.save_pretrained(work)
         tok.save_pretrained(work)
-        files = sorted(p.name for p in work.iterdir() if p.is_file())
-        (work / MARKER).write_text(json.dumps({"source": gguf.name, "files": files,
+        sizes = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.is_file()}
+        (work / MARKER).write_text(json.dumps({"source": gguf.name, "sizes": sizes,
                                                "transformers": transformers.__version__}))
         shutil.rmtree(target, ignore_errors=True)
         work.rename(target)
@@ -167,7 +170,8 @@ def check_causal_lm(source: str, name: str) -> None:
     except OSError as exc:
         raise ModelLoadError(f"model {name!r} was not found locally or on the Hub: "
                              f"{str(exc).splitlines()[0]}") from exc
-    if getattr(config, "is_encoder_decoder", False) or type(config) not in AutoModelForCausalLM._model_mapping:
+    if (getattr(config, "is_encoder_decoder", False) or config.model_type in ENCODERS
+            or type(config) not in AutoModelForCausalLM._model_mapping):
         raise ModelLoadError(f"{name!r} ({config.model_type}) is not a decoder-only causal language model")
 
 

@@ -1,7 +1,7 @@
 """The live page's panels: placeholders built once, then filled from a growing list of events.
 
 Text updates on every event; figures and charts at most every `CHART_INTERVAL_S`. Each chart
-spec is built once per run and only its data is swapped (kvviz.charts.with_data).
+spec is built once per run and only its data is swapped (kvviz.charts.spec_with_data).
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class LiveView:
             self.specs = build_specs(self.meta, self.max_new_tokens, data)
         for name, df in data.items():
             if name in self.slots:
-                self.slots[name].altair_chart(charts.with_data(self.specs[name], df))
+                self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
         for name, text in captions.chart_captions(self.meta, cached).items():
             self.slots[f"{name}_caption"].caption(text)
         if self.race_on:
@@ -77,7 +77,7 @@ class LiveView:
     def draw_race(self, steps, cached, recompute, final: bool) -> None:
         same, line = captions.parity(cached, recompute)
         (self.parity_slot.success if same else self.parity_slot.warning)(line)
-        self.race_chart_slot.altair_chart(charts.with_data(self.specs["race"], steps))
+        self.race_chart_slot.vega_lite_chart(charts.spec_with_data(self.specs["race"], steps))
         self.race_caption.caption(captions.race_caption(cached, recompute, final))
 
 
@@ -103,7 +103,7 @@ def chart_data(meta: dict, cached, recompute) -> dict:
 
 
 def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
-    """Every chart's spec, built once per run with axes fixed to the run's maxima."""
+    """Every chart's Vega-Lite spec, built once per run with axes fixed to the run's maxima."""
     layer_max = meta["num_kv_heads"] * meta["head_dim"] * meta["max_len"] * meta["batch"] * meta["elem_bytes"]
     contiguous = meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
     specs = {
@@ -117,7 +117,7 @@ def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
     if "grid" in data:
         specs["grid"] = charts.block_grid_chart(data["grid"])
         specs["reservation"] = charts.reservation_chart(data["reservation"], max_bytes=contiguous)
-    return specs
+    return {name: charts.to_spec(chart) for name, chart in specs.items()}
 
 
 def chart_slots() -> dict:

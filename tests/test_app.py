@@ -1,0 +1,179 @@
+"""The live page's wiring, driven headless with Streamlit's AppTest on a tiny local model.
+
+AppTest sees only the final element tree of each script run, so these tests check what a
+finished (or refused) run leaves on the page, not the streaming itself (tests/test_browser.py
+watches that in a real browser).
+"""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PROMPT = "prompt-Short question"  # the prompt text_area's key under the default preset
+TOKEN_MARK = "│"
+
+
+@pytest.fixture
+def at(tiny_dir, monkeypatch) -> AppTest:
+    """The app on the tiny model, first run done, 8 new tokens per run."""
+    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
+    monkeypatch.delenv("KVVIZ_PRESENT", raising=False)
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.run()
+    assert not app.exception
+    app.slider(key="max_new").set_value(8)
+    return app
+
+
+def generate(at: AppTest) -> AppTest:
+    at.button(key="generate").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def charts(at: AppTest) -> list:
+    return at.get("vega_lite_chart")
+
+
+def texts_everywhere(at: AppTest) -> list[str]:
+    """Values of elements that render their text verbatim (never as Markdown or HTML)."""
+    return [e.value for e in at.text] + [e.value for e in at.code]
+
+
+def markdown_everywhere(at: AppTest) -> list[str]:
+    """Values of elements whose text Streamlit renders as Markdown."""
+    kinds = ("markdown", "caption", "title", "header", "subheader", "info", "success", "warning",
+             "error", "latex")
+    return [str(e.value) for kind in kinds for e in at.get(kind)]
+
+
+def test_first_load_invites_to_generate(at):
+    at.run()
+    assert not at.exception
+    assert any("Press **Generate**" in i.value for i in at.info)
+    assert not at.error
+    assert not at.code and not at.metric and not charts(at)
+    assert not at.button(key="generate").disabled
+    assert any("tiny" in c.value for c in at.caption)  # the loaded model's label line
+
+
+def test_generate_shows_text_figures_and_charts(at):
+    generate(at)
+    assert not at.error
+    assert not any("Press **Generate**" in i.value for i in at.info)
+    cached, recompute = [c.value for c in at.code]
+    assert cached.strip() and recompute.strip()
+    assert cached.startswith(recompute)  # the same tokens, the recompute run behind
+    figures = metrics(at)
+    assert list(figures) == ["Tokens", "KV cache (measured)", "Formula", "Time to first token",
+                             "Inter-token (median)", "Tokens/s", "vs recompute"]
+    assert figures["Tokens"] == "8 × 1"
+    assert figures["KV cache (measured)"] == figures["Formula"]
+    assert any(s.value.startswith("Same tokens") for s in at.success)
+    assert len(charts(at)) >= 6  # layers, total, grid, reservation, steps, layer times (+ race)
+    captions = " ".join(c.value for c in at.caption)
+    assert "Each new token adds" in captions and "blocks of 16 slots" in captions
+    assert "Both runs take turns" in captions
+    assert len(at.get("download_button")) == 2
+    # The prompt as the model read it, with the chat template, in an inert text element.
+    assert any("What is a KV cache, in two sentences?" in t.value for t in at.text)
+
+
+def test_results_stay_after_a_rerun_and_token_marks_toggle(at):
+    generate(at)
+    plain = at.code[0].value
+    before = metrics(at)
+    at.toggle(key="show_tokens").set_value(True).run()
+    assert not at.exception
+    marked = at.code[0].value
+    assert TOKEN_MARK in marked and TOKEN_MARK not in plain
+    assert marked.replace(TOKEN_MARK, "") == plain
+    assert metrics(at) == before  # the same run, redrawn from its trace
+    assert len(charts(at)) >= 6
+    at.toggle(key="show_tokens").set_value(False).run()
+    assert at.code[0].value == plain
+
+
+def test_stop_after_a_run_keeps_it(at):
+    generate(at)
+    text = at.code[0].value
+    at.button(key="stop").click().run()
+    assert not at.exception
+    assert any(i.value.startswith("Stopped") for i in at.info)
+    assert at.code[0].value == text
+
+
+def test_batch_size_flows_into_the_figures(at):
+    at.slider(key="batch").set_value(2)
+    at.select_slider(key="block").set_value(4)
+    generate(at)
+    figures = metrics(at)
+    assert figures["Tokens"].endswith("× 2")
+    assert figures["KV cache (measured)"] == figures["Formula"]
+    captions = " ".join(c.value for c in at.caption)
+    assert "× batch 2" in captions and "blocks of 4 slots" in captions
+    assert any("× batch 2" in e.label for e in at.expander)
+
+
+def test_static_cache_makes_the_reservation_real(at):
+    at.radio(key="backend").set_value("static")
+    generate(at)
+    blocks = [c.value for c in at.caption if "blocks of" in c.value]
+    assert blocks and "real: StaticCache allocated it" in blocks[0]
+
+
+def test_race_off_has_no_recompute_panel(at):
+    at.toggle(key="race").set_value(False)
+    generate(at)
+    assert len(at.code) == 1
+    assert not at.success
+    assert not any("Both runs take turns" in c.value for c in at.caption)
+    assert len(charts(at)) >= 6
+    assert metrics(at)["KV cache (measured)"] == metrics(at)["Formula"]
+
+
+@pytest.mark.parametrize("name", ["/nonexistent/kvviz-model", "kvviz-test/no-such-model"])
+def test_unknown_model_is_an_error_naming_it(at, name):
+    at.text_input(key="model").set_value(name).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and name in errors[0]
+    assert at.button(key="generate").disabled
+
+
+def test_empty_prompt_is_refused(at):
+    at.text_area(key=PROMPT).set_value("   \n ")
+    generate(at)
+    assert any("prompt is empty" in e.value for e in at.error)
+    assert not at.code and not at.metric
+
+
+def test_prompt_longer_than_the_context_is_refused(at):
+    at.text_area(key=PROMPT).set_value("cache " * 300)
+    generate(at)
+    errors = [e.value for e in at.error]
+    assert errors and "exceeds this model's context of 256 tokens" in errors[0]
+    assert not at.code and not at.metric
+
+
+PAYLOAD = ('<script>alert("kvviz")</script> <img src=x onerror=alert(1)> **bold** '
+           '[link](javascript:alert(1)) <b>tag</b>')
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_markup_in_the_prompt_is_shown_inert(at, chat):
+    at.selectbox(key="preset").set_value("Free text").run()
+    at.text_area(key="prompt-Free text").set_value(PAYLOAD)
+    at.toggle(key="chat").set_value(chat)
+    generate(at)
+    assert not at.error
+    assert any(PAYLOAD in t for t in texts_everywhere(at))
+    for text in markdown_everywhere(at):
+        for fragment in ("<script", "onerror", "**bold**", "javascript:", "<b>"):
+            assert fragment not in text
+    assert not at.get("html")  # st.html is only ever the fixed presenter stylesheet

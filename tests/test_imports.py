@@ -1,0 +1,30 @@
+"""Import direction: pure modules stay free of torch and streamlit; only ui/panels touch streamlit."""
+import ast
+from pathlib import Path
+
+import pytest
+
+KVVIZ = Path(__file__).resolve().parent.parent / "kvviz"
+PURE = ["events", "blocks", "capacity", "charts", "frames", "race", "captions", "units", "trace",
+        "config", "planner_frames", "planner_charts"]
+STREAMLIT_OK = {"ui", "panels"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("name", [n for n in PURE if (KVVIZ / f"{n}.py").exists()])
+def test_pure_modules_import_no_torch_transformers_or_streamlit(name):
+    assert not imported_roots(KVVIZ / f"{name}.py") & {"torch", "transformers", "streamlit"}
+
+
+def test_only_ui_and_panels_import_streamlit():
+    users = {p.stem for p in KVVIZ.glob("*.py") if "streamlit" in imported_roots(p)}
+    assert users <= STREAMLIT_OK, users - STREAMLIT_OK
