@@ -1,0 +1,81 @@
+"""Check kvviz's CUDA paths on a GPU machine; prints one line per check and exits non-zero on failure.
+
+Run: `make gpu-check` (or `python scripts/gpu_check.py [--out DIR]`). Records traces of the
+default model in bf16 and fp32 on CUDA into DIR (default: runs/) for the Replay page.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from kvviz import engine, models
+from kvviz.config import ModelSpec, RunConfig
+from kvviz.trace import Trace, format_summary, summary
+
+FAILURES: list[str] = []
+
+
+def check(name: str, ok: bool, detail: str = "") -> None:
+    print(f"{'PASS' if ok else 'FAIL'}  {name}{'  ' + detail if detail else ''}")
+    if not ok:
+        FAILURES.append(name)
+
+
+def record(lm, cfg: RunConfig, out: Path, tag: str) -> Trace:
+    trace = Trace(engine.run_meta(lm, cfg), [])
+    for mode in ("cached", "recompute"):
+        for event in engine.generate(lm, cfg, mode):
+            trace.append(event)
+    trace.save(out / f"{tag}.json")
+    print(format_summary(summary(trace)))
+    return trace
+
+
+def check_trace(trace: Trace, tag: str, expect_parity: bool) -> None:
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    check(f"{tag}: CUDA-event step timings positive", all(e.step_ms > 0 for e in cached + recompute))
+    check(f"{tag}: per-layer CUDA-event timings positive",
+          all(s.forward_ms > 0 for e in cached for s in e.layers))
+    check(f"{tag}: allocator bytes reported",
+          all(e.cuda_allocated_bytes and e.cuda_reserved_bytes for e in cached),
+          f"last allocated {cached[-1].cuda_allocated_bytes:,} B, reserved {cached[-1].cuda_reserved_bytes:,} B")
+    check(f"{tag}: cache bytes equal the formula", all(e.kv_bytes == e.formula_bytes for e in cached),
+          f"{cached[-1].kv_bytes:,} B")
+    same = [c.token_ids == r.token_ids for c, r in zip(cached, recompute)]
+    first = same.index(False) if False in same else None
+    detail = "identical" if first is None else f"first divergence at step {first}"
+    if expect_parity:
+        check(f"{tag}: greedy cached == recompute", first is None, detail)
+    else:
+        print(f"INFO  {tag}: greedy cached vs recompute: {detail} (half precision may flip near-ties)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="runs")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("FAIL  CUDA is not available on this machine")
+        return 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    cfg = RunConfig(prompts=("Explain what a KV cache is and why it matters.",),
+                    max_new_tokens=args.max_new_tokens, stop_on_eos=False)
+    for dtype, parity in (("float32", True), ("bfloat16", False)):
+        lm = models.load_model(ModelSpec(device="cuda", dtype=dtype))
+        check_trace(record(lm, cfg, out, f"smollm2-cuda-{dtype}"), dtype, parity)
+        static = list(engine.generate(lm, replace(cfg, cache_backend="static")))
+        check(f"{dtype}: static cache reservation is real",
+              all(e.blocks.contiguous_is_real and e.kv_bytes == e.blocks.contiguous_bytes for e in static))
+    print(f"{len(FAILURES)} failed" if FAILURES else "all CUDA checks passed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
