@@ -6,5 +6,9 @@ from kvviz import ui
 st.set_page_config(page_title="kvviz", page_icon="🧠", layout="wide",
                    initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
 ui.presenter_style()
-page = st.navigation([st.Page("pages/live.py", title="Live", icon="⚡", default=True)])
+page = st.navigation([
+    st.Page("pages/live.py", title="Live", icon="⚡", default=True),
+    st.Page("pages/replay.py", title="Replay", icon="⏯️"),
+    st.Page("pages/planner.py", title="Capacity planner", icon="📐"),
+])
 page.run()

@@ -190,3 +190,23 @@ def downloads(trace: Trace) -> None:
                          "application/json", key="dl-trace")
     right.download_button("Download steps (CSV)", frames.steps_frame(trace.events).to_csv(index=False),
                           "kvviz-steps.csv", "text/csv", key="dl-csv")
+
+
+def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None = None) -> None:
+    """Play a recorded run through the live panels; cached steps keep their measured pace / speed.
+
+    With `upto_step`, draw the state at that cached step at once (the scrubber).
+    """
+    order = race.race_order(trace.events_of("cached"), trace.events_of("recompute"))
+    if upto_step is not None:
+        order = race.through_step(order, upto_step)
+    show_prompt(None, trace.meta)
+    view = LiveView(trace.meta, len(trace.events_of("cached")), "recompute" in trace.modes, show_tokens)
+    shown = Trace(trace.meta, [])
+    for event in order:
+        shown.append(event)
+        if upto_step is None:
+            view.update(shown)
+            if event.mode == "cached" and speed > 0:
+                time.sleep(event.step_ms / 1000 / speed)
+    view.update(shown, final=True)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvviz.charts import KIND_COLORS, MODE_COLORS, RULE_COLOR, SERIES_COLORS, bytes_expr
+# _bytes_axis: round KiB / MiB / GiB ticks; shared with the live charts rather than copied.
+from kvviz.charts import (KIND_COLORS, MODE_COLORS, RULE_COLOR, SERIES_COLORS, _bytes_axis,
+                          bytes_expr)
 
 # The shared palette: blue, orange, green as in kvviz.charts.
 GROUP_COLORS = {"attention": KIND_COLORS["K"], "KV dtype": KIND_COLORS["V"],
@@ -25,11 +27,11 @@ def _tokens_label(value: str) -> str:
 
 
 def _log_ticks(low: int, high: int) -> list[int]:
-    """low, 4·low, 16·low … up to high: one tick per quadrupling of the context."""
+    """low, 4·low, 16·low … up to high, and high: one tick per quadrupling of the context."""
     ticks = [low]
     while ticks[-1] * 4 <= high:
         ticks.append(ticks[-1] * 4)
-    return ticks
+    return ticks if ticks[-1] == high else [*ticks, high]
 
 
 def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
@@ -58,22 +60,24 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
     if context_tokens:
         marker = alt.Chart(alt.InlineData(values=[
             {"context_tokens": context_tokens, "label": f"T = {context_tokens:,}"}]))
+        right_half = context_tokens * context_tokens > min_tokens * top  # past the log middle
         layers += [
             marker.mark_rule(color=RULE_COLOR, strokeDash=[6, 4], strokeWidth=1.5).encode(
                 x=alt.X("context_tokens:Q")),
-            marker.mark_text(align="left", baseline="top", dx=4, y=4, color=LABEL_COLOR).encode(
+            marker.mark_text(align="right" if right_half else "left", baseline="top",
+                             dx=-4 if right_half else 4, y=4, color=LABEL_COLOR).encode(
                 x=alt.X("context_tokens:Q"), text="label:N"),
         ]
     return alt.layer(*layers, data=df).properties(title=alt.Title(
         "Requests that fit vs context", subtitle="quadruple the context, quarter the users"))
 
 
-def _what_if_bars(field: str, title: str, label_expr: str, show_variants: bool) -> alt.LayerChart:
+def _what_if_bars(field: str, title: str, label_expr: str, axis: alt.Axis,
+                  show_variants: bool) -> alt.LayerChart:
     y = alt.Y("variant:N", title=None, sort=alt.EncodingSortField("order", op="min"),
               axis=alt.Axis(labelLimit=260) if show_variants else None)
     bars = alt.Chart().mark_bar().encode(
-        x=alt.X(f"{field}:Q", title=title, scale=alt.Scale(nice=True),
-                axis=alt.Axis(labelExpr=label_expr, tickCount=4)),
+        x=alt.X(f"{field}:Q", title=title, axis=axis),
         y=y,
         color=alt.Color("group:N", title="what-if", scale=alt.Scale(
             domain=list(GROUP_COLORS), range=list(GROUP_COLORS.values()))),
@@ -99,8 +103,11 @@ def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.HConcatChart:
     kv_bytes_per_token, kv_bytes_per_request, max_concurrent_requests, current, order.
     Colour = group; the plan as configured is drawn solid, the alternatives faded.
     """
-    per_request = _what_if_bars("kv_bytes_per_request", f"KV per request at {context_tokens:,} tokens",
-                                bytes_expr("datum.value"), show_variants=True)
-    fit = _what_if_bars("max_concurrent_requests", f"requests that fit at {context_tokens:,} tokens",
-                        "format(datum.value, ',')", show_variants=False)
+    top_bytes = int(df["kv_bytes_per_request"].max()) if len(df) else 0
+    per_request = _what_if_bars(
+        "kv_bytes_per_request", f"KV per request at {context_tokens:,} tokens",
+        bytes_expr("datum.value"), _bytes_axis(top_bytes, tickCount=4), show_variants=True)
+    fit = _what_if_bars(
+        "max_concurrent_requests", f"requests that fit at {context_tokens:,} tokens",
+        "format(datum.value, ',')", alt.Axis(format="~s", tickCount=4), show_variants=False)
     return alt.hconcat(per_request, fit, data=df, spacing=24).resolve_scale(y="shared")

@@ -32,6 +32,7 @@ DEFAULT_MAX_CONTEXT = 131_072  # right end when the model does not say its max p
 # a few µs of CUDA driver time plus PyTorch's eager dispatch per op.
 KERNELS_PER_LAYER = 30  # assumed GPU kernels per decoder layer per decode step (eager)
 LAUNCH_S = 5e-6  # assumed CPU-side cost to launch one kernel (eager PyTorch), seconds
+BOUND_MARGIN = 2.0  # one side must exceed the other this many times to be called the bound
 
 # Integer-valued config fields kvviz.capacity reads; checked here first so that an error
 # message never has to quote (untrusted) pasted text back.
@@ -234,14 +235,16 @@ def context_table_frame(plan: Plan, contexts: Sequence[int] = TABLE_CONTEXTS) ->
     """capacity.capacity_table at fixed contexts, one row each.
 
     Columns: context_tokens, kv_bytes_per_request, max_concurrent_requests, and with a
-    bandwidth also decode_step_floor_s (for the plan's batch), tokens_per_s_per_request_ceiling,
-    tokens_per_s_aggregate_ceiling_at_max.
+    bandwidth also decode_step_floor_ms (capacity's decode_step_floor_s in ms, for the plan's
+    batch), tokens_per_s_per_request_ceiling, tokens_per_s_aggregate_ceiling_at_max.
     """
     rows = [plan.row(t) for t in contexts]
     cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests"]
-    if rows and "decode_step_floor_s" in rows[0]:
-        cols += ["decode_step_floor_s", "tokens_per_s_per_request_ceiling",
+    timed = bool(rows) and "decode_step_floor_s" in rows[0]
+    if timed:
+        cols += ["decode_step_floor_ms", "tokens_per_s_per_request_ceiling",
                  "tokens_per_s_aggregate_ceiling_at_max"]
+        rows = [{**r, "decode_step_floor_ms": r["decode_step_floor_s"] * 1e3} for r in rows]
     return pd.DataFrame([{c: r[c] for c in cols} for r in rows], columns=cols)
 
 
@@ -326,8 +329,9 @@ def launch_bound(plan: Plan) -> dict | None:
 
     Keys: decode_step_floor_s (capacity's lower bound), num_kernels (layers ×
     KERNELS_PER_LAYER), launch_s (num_kernels × LAUNCH_S, an estimate from assumptions), and
-    bound: "kernel launches" when launching takes longer than reading the bytes, else
-    "memory bandwidth". None without a bandwidth.
+    bound: "kernel launches" when launching takes over BOUND_MARGIN × longer than reading the
+    bytes, "memory bandwidth" when reading does, else "both" (too close to call, given that
+    the launch figure is a rough estimate). None without a bandwidth.
     """
     row = plan.row()
     if "decode_step_floor_s" not in row:
@@ -335,5 +339,7 @@ def launch_bound(plan: Plan) -> dict | None:
     num_kernels = plan.shape.num_layers * KERNELS_PER_LAYER
     launch_s = num_kernels * LAUNCH_S
     floor_s = row["decode_step_floor_s"]
+    bound = ("kernel launches" if launch_s > BOUND_MARGIN * floor_s else
+             "memory bandwidth" if floor_s > BOUND_MARGIN * launch_s else "both")
     return {"decode_step_floor_s": floor_s, "num_kernels": num_kernels, "launch_s": launch_s,
-            "bound": "kernel launches" if launch_s > floor_s else "memory bandwidth"}
+            "bound": bound}

@@ -56,3 +56,18 @@ def extrapolate_total_ms(recompute: list[StepEvent], seq_lens: list[int]) -> flo
     for step, seq_len in enumerate(seq_lens):
         total += measured.get(step, max(a + b * batch * seq_len, 0.0))
     return total
+
+
+def race_order(cached: list[StepEvent], recompute: list[StepEvent]) -> list[StepEvent]:
+    """A recorded run's events in the order the live race shows them."""
+    return list(interleave(cached, recompute or None))
+
+
+def through_step(order: list[StepEvent], step: int) -> list[StepEvent]:
+    """The race up to cached step `step`, with the recompute steps that ran alongside it."""
+    out = []
+    for event in order:
+        if event.mode == "cached" and event.step > step:
+            break
+        out.append(event)
+    return out

@@ -314,6 +314,9 @@ def _write_atomically(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -440,3 +443,17 @@ def format_summary(summary: dict) -> str:
         lines.append(f"recompute is {summary['recompute_speedup']:.2f}x slower than cached "
                      f"over the first {summary['speedup_steps']} steps")
     return "\n".join(lines)
+
+
+RUN_META_INTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
+                 "weight_bytes", "prompt_tokens", "batch", "max_len")
+
+
+def check_run_meta(trace: Trace) -> None:
+    """The facts the dashboard needs to draw a trace; TraceError naming what is missing."""
+    missing = [k for k in RUN_META_INTS if not _is_int(trace.meta.get(k)) or trace.meta[k] < 0]
+    if missing:
+        raise TraceError(f"this trace's meta lacks whole numbers for {', '.join(missing)}; "
+                         "record it with `kvviz record` or the Live page")
+    if not trace.events_of("cached"):
+        raise TraceError("this trace has no cached-mode events to show")

@@ -16,6 +16,7 @@ import streamlit as st
 
 from kvviz import models
 from kvviz.config import DEFAULT_MODEL, ModelSpec, RunConfig
+from kvviz.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0}
@@ -148,3 +149,39 @@ def presenter_style() -> None:
     """Large type for a projector (a fixed stylesheet; no user text ever goes through it)."""
     if presenter_mode():
         st.html(PRESENTER_CSS)
+
+
+SPEEDS = {"¼×": 0.25, "½×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0, "instant": 0.0}
+
+
+def example_traces() -> dict[str, Path]:
+    """The example traces shipped in assets/traces, by display name."""
+    return {p.stem: p for p in sorted((ASSETS / "traces").glob("*.json"))}
+
+
+def read_trace(path: Path | None, upload) -> Trace | None:
+    """An example trace or an uploaded file, validated (TraceError says what is wrong)."""
+    if upload is not None:
+        if upload.size > MAX_TRACE_BYTES:
+            raise TraceError(f"the file is {upload.size / 2**20:.1f} MiB; traces are limited to "
+                             f"{MAX_TRACE_BYTES // 2**20} MiB")
+        trace = Trace.from_json(upload.getvalue())
+    elif path is not None:
+        trace = cached_example(str(path))
+    else:
+        return None
+    check_run_meta(trace)
+    return trace
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def cached_example(path: str) -> Trace:
+    return Trace.load(path)
+
+
+def trace_origin(trace: Trace) -> str:
+    m = trace.meta
+    return (f"Recorded with {m.get('model_label', m.get('model', '?'))} on {m.get('device', '?')} "
+            f"in {m.get('dtype', '?')}; prompt {m['prompt_tokens']} tokens × batch {m['batch']}; "
+            f"{len(trace.events_of('cached'))} steps"
+            f"{', with a no-cache run' if 'recompute' in trace.modes else ''}.")

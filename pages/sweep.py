@@ -1,0 +1,119 @@
+"""Sweep: cache bytes and latency measured over prompt length × batch size on the loaded model.
+
+Widgets and layout only: the runner and its arithmetic are kvviz.sweep's, the charts
+kvviz.sweep_charts'. Results live in st.session_state["sweeps"], keyed on (model, settings): a
+stopped sweep keeps its points, and running the same settings again measures only what is missing.
+"""
+import streamlit as st
+
+from kvviz import capacity, sweep, sweep_charts, ui, units
+
+WHERE_TIME_GOES = (
+    "A decode step must read every weight and the whole cache at least once, so (weights + cache) "
+    "÷ step time is the memory bandwidth the step achieved; no step can beat the device's peak. "
+    "A small model on a big GPU stays far below that line: its weights stream in microseconds, but "
+    "each layer still launches a dozen or so kernels of a few microseconds each, plus Python "
+    "between them, so the step is bound by kernel launches, not bandwidth. Large models, batches "
+    "and contexts move the points up towards the peak.")
+
+spec = ui.model_settings()
+st.title("Sweep: prompt length × batch size")
+st.caption("Each point runs the cached engine once on a prompt of exactly that many tokens "
+           "(chat template off, EOS ignored) and measures it. Formula lines are the textbook "
+           "2 × layers × kv_heads × head_dim × tokens × batch × bytes.")
+lm = ui.load_model_with_progress(spec)
+if lm is None:
+    st.stop()
+device = sweep.device_facts(lm)
+max_pos = sweep.max_positions(lm)
+
+st.sidebar.subheader("Sweep")
+prompts = st.sidebar.multiselect("Prompt lengths (tokens)", sweep.prompt_length_options(max_pos),
+                                 default=sweep.default_prompt_lengths(max_pos, lm.device.type),
+                                 key="sweep_prompts")
+batches = st.sidebar.multiselect("Batch sizes", sweep.BATCH_OPTIONS,
+                                 default=sweep.default_batches(lm.device.type), key="sweep_batches")
+new_tokens = st.sidebar.slider("New tokens per point", 2, 128, 16, key="sweep_new")
+metric = st.sidebar.selectbox("Heatmap shows", list(sweep_charts.METRICS), key="sweep_metric",
+                              format_func=lambda m: sweep_charts.METRICS[m][0])
+peak_gbs = st.sidebar.number_input(
+    "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,
+    (device.peak_bandwidth_bytes_per_s or 0) / 1e9, 10.0, key="sweep_peak_gbs",
+    help=f"From the GPU presets ({device.preset})" if device.preset else "Not known for this device")
+
+settings = sweep.SweepSettings(tuple(sorted(prompts)), tuple(sorted(batches)), new_tokens)
+sweeps = st.session_state.setdefault("sweeps", {})  # (model spec, settings) -> rows
+rows = sweeps.get((spec, settings), [])
+total = len(settings.points())
+run_col, stop_col, info_col = st.columns([1, 1, 6], vertical_alignment="center")
+run = run_col.button("Run sweep", type="primary", disabled=not total, key="sweep_run")
+stopped = stop_col.button("Stop", key="sweep_stop")
+info_col.caption(f"{lm.label} · {device.name} · {str(lm.dtype).removeprefix('torch.')} · "
+                 f"{units.fmt_bytes(device.bytes_per_token)} of cache per token")
+status, progress = st.empty(), st.empty()
+results = st.container(key="sweep-results").empty()
+
+
+def draw(rows: list) -> None:
+    """Every chart and the table, into the results slot (no widgets: redrawn per point)."""
+    df = sweep.rows_frame(rows, device.kv_budget_bytes)
+    with results.container():
+        left, right = st.columns(2, gap="large")
+        left.markdown("**KV cache vs prompt length**")
+        left.altair_chart(sweep_charts.cache_bytes_chart(df, device.kv_budget_bytes))
+        right.markdown("**Time to first token (prefill)**")
+        right.altair_chart(sweep_charts.ttft_chart(df))
+        left, right = st.columns(2, gap="large")
+        left.markdown("**Inter-token latency vs context**")
+        left.altair_chart(sweep_charts.itl_chart(df))
+        right.markdown("**Prompt × batch**")
+        right.altair_chart(sweep_charts.heatmap_chart(df, metric))
+        st.markdown("**Where the time goes**")
+        st.altair_chart(sweep_charts.bandwidth_chart(df, peak_gbs * 1e9, device.preset or "peak"))
+        st.caption(WHERE_TIME_GOES)
+        st.dataframe(df, hide_index=True)
+
+
+def progress_text(rows: list) -> str:
+    left = sweep.pending_points(settings, rows)
+    eta = sweep.eta_s(rows, left, new_tokens)
+    when = f" · about {eta:,.0f} s left" if eta is not None else ""
+    return f"Point {len(rows) + 1} of {total}: {left[0][0]:,} tokens × batch {left[0][1]}{when}"
+
+
+def run_sweep() -> None:
+    """Measure the missing points, redrawing after each; rows land in session state at once."""
+    sweeps[(spec, settings)] = rows
+    bar = progress.progress(len(rows) / total, text=progress_text(rows))
+    with ui.device_turn(status):
+        try:
+            for row in sweep.run_sweep(lm, settings, done=rows):
+                rows.append(row)
+                draw(rows)
+                if len(rows) < total:
+                    bar.progress(len(rows) / total, text=progress_text(rows))
+        except Exception as exc:  # keep what was measured; say what stopped it
+            status.error(f"The sweep stopped: {sweep.first_line(exc)}")
+    progress.empty()
+
+
+if run and len(rows) < total:
+    run_sweep()
+elif run:
+    status.info(f"All {total} points were already measured with these settings: shown below. "
+                "Change a setting to measure other points.")
+elif stopped and rows and len(rows) < total:
+    status.info(f"Stopped after {len(rows)} of {total} points. **Run sweep** measures the rest.")
+elif not rows:
+    status.info("Pick prompt lengths and batch sizes in the sidebar, then press **Run sweep**.")
+if rows:
+    draw(rows)
+    if device.kv_budget_bytes is not None:
+        st.markdown("**Predicted out-of-memory boundary vs where it failed**")
+        st.caption(f"Predicted by kvviz.capacity: the cache must fit in "
+                   f"{units.fmt_bytes(device.kv_budget_bytes)} (device memory less the weights and "
+                   f"{capacity.DEFAULT_OVERHEAD_FRACTION:.0%} overhead).")
+        st.dataframe(sweep.boundary_rows(rows, device.kv_budget_bytes, device.bytes_per_token,
+                                         new_tokens), hide_index=True)
+    st.download_button("Download results (CSV)", sweep.rows_frame(rows).to_csv(index=False),
+                       "kvviz-sweep.csv", "text/csv", key="sweep_csv")

@@ -1,0 +1,259 @@
+"""End to end in a real browser: `streamlit run app.py` driven by Chromium through playwright.
+
+On the embedded default model (SmolLM2-135M): Generate streams text in visible increments, every
+live chart draws data marks, the no-cache panel reports the same tokens, and Stop ends a run and
+keeps what it produced. Screenshots land in test-artifacts/; the mid-generation one is also copied
+to docs/screenshot.png for the README.
+
+Uses Debian's /usr/bin/chromium (`playwright install` cannot download browsers here). Without it
+the tests skip, except under CI (env CI set), where they fail. Timings on a shared 2-core machine
+are noisy: waits are generous and no speed is asserted.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+DOCS_SHOT = ROOT / "docs" / "screenshot.png"
+CHROMIUM = Path("/usr/bin/chromium")
+STREAMLIT = Path(sys.executable).parent / "streamlit"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1600, "height": 1200}
+TALL_VIEWPORT = {"width": 1600, "height": 1800}  # the README shot: text panels and first charts
+IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+RUNNING = "[data-testid='stApp'][data-test-script-state='running']"
+CACHED_TEXT = ".st-key-cached-panel [data-testid='stCode']"
+LOAD_MS = 300_000  # first use converts the default model (~40 s alone; far more on a busy box)
+RUN_MS = 600_000  # a whole run with the race, on a shared CPU, with the browser on it too
+DATA_MARKS = ("mark-rect", "mark-line", "mark-symbol", "mark-area")
+COUNT_DATA_MARKS = """(el, kinds) => {
+  let n = 0;
+  el.querySelectorAll('g.role-mark').forEach(g => {
+    if (kinds.some(k => g.classList.contains(k))) n += g.childElementCount;
+  });
+  return n;
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}; see test-artifacts/streamlit.log")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def chromium_path() -> Path:
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing; CI must install Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run browser tests)")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def server(chromium_path):
+    """`streamlit run app.py` on a free port, on the default model; killed on teardown."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT"):
+        env.pop(name, None)
+    cmd = [str(STREAMLIT), "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    with open(ARTIFACTS / "streamlit.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(proc, url)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def browser_context(chromium_path, tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        # Playwright refuses --user-data-dir in args: a persistent context takes a fresh one instead.
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(chromium_path),
+            args=CHROMIUM_ARGS, viewport=VIEWPORT)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(server, browser_context):
+    """A fresh browser session on the live page, the model loaded and the script idle."""
+    from playwright.sync_api import expect
+
+    page = browser_context.new_page()
+    try:
+        page.goto(server)
+        expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        yield page
+    finally:
+        page.close()
+
+
+def cached_text(page) -> str | None:
+    """The cached panel's text now, or None while it is absent or being replaced."""
+    try:
+        code = page.locator(CACHED_TEXT)
+        return code.inner_text(timeout=500).strip() if code.count() else None
+    except Exception:  # the placeholder swapped its element between count and read
+        return None
+
+
+def is_running(page) -> bool:
+    return page.locator(RUNNING).count() > 0
+
+
+def watch_growth(page, until, timeout_s: float = RUN_MS / 1000, on_increment=None) -> list[str]:
+    """Poll the cached text every ~100 ms; return each longer text seen, in order.
+
+    Stops when `until(increments)` is true or the script is idle again after having run.
+    """
+    increments: list[str] = []
+    started = time.monotonic()
+    seen_running = False
+    while time.monotonic() - started < timeout_s:
+        running = is_running(page)
+        seen_running = seen_running or running
+        text = cached_text(page)
+        if text and (not increments or len(text) > len(increments[-1])):
+            increments.append(text)
+            if on_increment is not None and running:
+                on_increment(increments)
+        if until(increments) or (seen_running and not running and time.monotonic() - started > 2):
+            return increments
+        time.sleep(0.1)
+    return increments
+
+
+def shoot(page, name: str) -> Path:
+    """A viewport screenshot, plus a taller one for the README, both of this very moment."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    page.set_viewport_size(TALL_VIEWPORT)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(ARTIFACTS / f"{name}-tall.png"))
+    page.set_viewport_size(VIEWPORT)
+    return path
+
+
+def shoot_whole_page(page, name: str) -> None:
+    """The whole page: Streamlit scrolls an inner element, so grow the viewport to fit it."""
+    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight"
+                           " || document.body.scrollHeight")
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": min(max(int(height), 1200), 4000)})
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    page.set_viewport_size(VIEWPORT)
+
+
+def test_generate_streams_text_charts_and_the_same_tokens(page):
+    from playwright.sync_api import expect
+
+    mid_shots: list[int] = []
+
+    def capture(increments):  # mid-generation: after 3 increments, and again later if still going
+        if len(increments) in (3, 12):
+            shoot(page, "live")
+            if is_running(page):
+                mid_shots.append(len(increments))
+
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_selector(RUNNING, timeout=60_000)
+    increments = watch_growth(page, until=lambda inc: False, on_increment=capture)
+    page.wait_for_selector(IDLE, timeout=RUN_MS)
+    final = cached_text(page)
+    shoot_whole_page(page, "live-final")
+
+    assert len(increments) >= 3, f"the cached text grew in only {len(increments)} visible steps"
+    assert final and all(final.startswith(text) for text in increments), "the text was not a growing prefix"
+    assert mid_shots, "no screenshot was taken while generating"
+    DOCS_SHOT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(ARTIFACTS / "live-tall.png", DOCS_SHOT)
+
+    charts = page.get_by_test_id("stVegaLiteChart")
+    assert charts.count() >= 6
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        expect(chart.locator("svg, canvas").first).to_be_visible()
+        box = chart.bounding_box()
+        assert box and box["width"] > 50 and box["height"] > 20
+        if chart.locator("svg").count():
+            assert chart.evaluate(COUNT_DATA_MARKS, list(DATA_MARKS)) > 0, f"chart {i} draws no data"
+    expect(page.get_by_text("Same tokens").first).to_be_visible()
+    assert page.get_by_test_id("stException").count() == 0
+    assert page.get_by_test_id("stAlertContentError").count() == 0
+
+
+def test_stop_ends_the_run_and_keeps_the_text(page):
+    from playwright.sync_api import expect
+
+    slider = page.get_by_role("slider", name="Max new tokens")
+    slider.focus()
+    page.keyboard.press("End")  # 512: far more than will be produced before Stop
+    expect(page.get_by_test_id("stSlider").filter(has_text="Max new tokens")
+           .get_by_test_id("stSliderThumbValue")).to_have_text("512")
+    page.wait_for_timeout(500)
+    page.wait_for_selector(IDLE, timeout=60_000)
+
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_selector(RUNNING, timeout=60_000)
+    increments = watch_growth(page, until=lambda inc: len(inc) >= 3)
+    assert len(increments) >= 3 and is_running(page), "the run ended before Stop could be pressed"
+    before = increments[-1]
+    page.locator(".st-key-stop button").click()
+
+    expect(page.get_by_text("Stopped.")).to_be_visible(timeout=120_000)
+    page.wait_for_selector(IDLE, timeout=120_000)
+    first = cached_text(page)
+    page.wait_for_timeout(1500)
+    second = cached_text(page)
+    page.screenshot(path=str(ARTIFACTS / "stopped.png"))
+    assert first == second, "the text kept growing after Stop"
+    assert first and first.startswith(before), "the text produced before Stop was not kept"
+    tokens = page.get_by_test_id("stMetricValue").first.inner_text()  # "N × 1"
+    assert int(tokens.split("×")[0]) < 512

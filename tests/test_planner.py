@@ -1,0 +1,347 @@
+"""Capacity planner: frames against hand-computed numbers, chart specs, and the page via AppTest.
+
+Hand arithmetic used below (GB = 1e9 B):
+  Llama-3.1-8B: 32 layers × 8 KV heads × head_dim 128 → 2·32·8·128 = 65,536 values per token,
+  131,072 B in bf16. Weights 8,030,261,248 params × 2 B = 16,060,522,496 B.
+  On an H100 (80e9 B, 3.35e12 B/s) with 10 % overhead (8e9 B) the KV budget is
+  80e9 − 16,060,522,496 − 8e9 = 55,939,477,504 B. At T tokens a request needs 131,072·T B:
+  T = 500 → 65,536,000 B → 853 requests; 2,000 → 262,144,000 B → 213; 8,000 → 1,048,576,000 B
+  → 53; 1,024 → 416; 4,096 → 104 (= 416 / 4: quadruple the context, quarter the users).
+  Decode step floor at T = 2,000, batch 1: (16,060,522,496 + 262,144,000) / 3.35e12 = 4.8724 ms.
+"""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz import capacity, planner_charts, planner_frames as pf
+from kvviz.units import fmt_bytes
+
+PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "planner.py")
+H100 = capacity.find_gpu("H100 SXM")
+BUDGET = 80 * 10**9 - 16_060_522_496 - 8 * 10**9
+SMOLLM2_CONFIG = json.dumps({  # HuggingFaceTB/SmolLM2-135M-Instruct config.json, abridged
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
+    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+    "max_position_embeddings": 8192, "_name_or_path": "**bold** <b>x</b>"}, indent=1)
+
+
+def llama8b_plan(**kw) -> pf.Plan:
+    args = dict(shape=capacity.catalog_shape("Llama-3.1-8B"), gpu_bytes=H100["memory_bytes"],
+                bandwidth_bytes_per_s=H100["bandwidth_bytes_per_s"], context_tokens=2000)
+    return pf.Plan(**{**args, **kw})
+
+
+# ---------------------------------------------------------------- frames
+
+
+def test_plan_budget_matches_hand_arithmetic():
+    plan = llama8b_plan()
+    assert plan.weight_bytes == 16_060_522_496
+    assert plan.overhead_bytes == 8 * 10**9
+    assert plan.kv_budget_bytes == BUDGET == 55_939_477_504
+
+
+def test_context_table_and_sentence():
+    table = pf.context_table_frame(llama8b_plan())
+    assert list(table["context_tokens"]) == [500, 2000, 8000]
+    assert list(table["kv_bytes_per_request"]) == [65_536_000, 262_144_000, 1_048_576_000]
+    assert list(table["max_concurrent_requests"]) == [853, 213, 53]
+    assert table["decode_step_floor_ms"][1] == pytest.approx(4.8724, abs=1e-4)
+    assert table["tokens_per_s_per_request_ceiling"][1] == pytest.approx(1 / 4.8724e-3, rel=1e-4)
+    assert pf.context_sentence(table) == "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."
+
+
+def test_context_table_without_bandwidth_has_no_time_columns():
+    table = pf.context_table_frame(llama8b_plan(bandwidth_bytes_per_s=None))
+    assert list(table.columns) == ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests"]
+
+
+def test_curve_contexts_are_log_spaced_and_cover_the_range():
+    points = pf.curve_contexts(131_072)
+    assert points[0] == 256 and points[-1] == 131_072
+    assert points == sorted(set(points))
+    assert {256, 512, 1024, 4096, 16_384, 65_536} <= set(points)  # every doubling is sampled
+    assert len(points) == 9 * pf.CURVE_POINTS_PER_OCTAVE + 1
+    assert pf.curve_contexts(1000)[-1] == 1000  # the end is kept when it is not a sample
+
+
+def test_fit_curve_quadruple_the_context_quarter_the_users():
+    df = pf.fit_curve_frame(llama8b_plan()).set_index("context_tokens")
+    assert df.index.max() == 131_072  # the model's max_position_embeddings
+    assert df.loc[1024, "max_concurrent_requests"] == 416
+    assert df.loc[4096, "max_concurrent_requests"] == 104
+    assert df.loc[1024, "kv_bytes_per_request"] == 131_072 * 1024
+    assert df["max_concurrent_requests"].is_monotonic_decreasing
+
+
+def test_fit_curve_flattens_past_a_sliding_window():
+    shape = capacity.catalog_shape("Mistral-7B-v0.1")  # window 4,096 on all 32 layers
+    df = pf.fit_curve_frame(pf.Plan(shape, H100["memory_bytes"], None)).set_index("context_tokens")
+    assert df.loc[4096, "kv_bytes_per_request"] == df.loc[32_768, "kv_bytes_per_request"]
+    assert df.loc[4096, "max_concurrent_requests"] == df.loc[32_768, "max_concurrent_requests"]
+
+
+def test_curve_max_context_defaults_and_extends_to_t():
+    plan = llama8b_plan(shape=capacity.KVShape(2, 1, 64, 1), context_tokens=500)
+    assert pf.curve_max_context(plan) == pf.DEFAULT_MAX_CONTEXT
+    assert pf.curve_max_context(llama8b_plan(context_tokens=500_000)) == 500_000
+
+
+def test_what_if_frame_hand_computed():
+    df = pf.what_if_frame(llama8b_plan(), window=1024).set_index("variant")
+    assert list(df.columns) == [c for c in pf.WHAT_IF_COLUMNS if c != "variant"]
+    per_token = df["kv_bytes_per_token"]
+    assert per_token["MHA: 32 KV heads"] == 2 * 32 * 32 * 128 * 2 == 524_288
+    assert per_token["as configured (GQA): 8 KV heads"] == 131_072
+    assert per_token["MQA: 1 KV head"] == 16_384
+    assert per_token["KV fp32"] == 262_144 and per_token["KV fp8"] == 65_536
+    assert per_token["KV int8"] == 65_536 * 1.0625 == 69_632  # + 4 B per 64 values
+    assert per_token["KV int4"] == 65_536 * 0.5625 == 36_864
+    assert df.loc["window 1,024 on all layers", "kv_bytes_per_request"] == 131_072 * 1024
+    assert df.loc["window 1,024 on all layers", "max_concurrent_requests"] == BUDGET // (131_072 * 1024)
+    assert df.loc["MQA: 1 KV head", "max_concurrent_requests"] == BUDGET // (16_384 * 2000)
+    assert df.reset_index().groupby("group")["current"].sum().to_dict() == {
+        "attention": 1, "KV dtype": 1, "sliding window": 1}
+    assert df.index.is_unique and list(df["order"]) == list(range(len(df)))
+
+
+def test_what_if_window_rows_for_a_model_that_has_one():
+    shape = capacity.catalog_shape("Gemma-2-9B")
+    df = pf.what_if_frame(pf.Plan(shape, H100["memory_bytes"], None, context_tokens=8000), 4096)
+    windows = df[df["group"] == "sliding window"]
+    assert list(windows["variant"]) == ["no window",
+                                        "window 4,096 on 21 of 42 layers (as configured)",
+                                        "window 4,096 on all layers"]
+    assert list(windows["current"]) == [False, True, False]
+    assert windows["kv_bytes_per_request"].is_monotonic_decreasing
+
+
+def test_headline_metrics():
+    labels = [m.label for m in pf.headline_metrics(llama8b_plan(), fmt_bytes)]
+    assert labels[:3] == ["KV per token", "KV per request at 2,000 tokens",
+                          "Requests that fit at 2,000 tokens"]
+    values = {m.label: m.value for m in pf.headline_metrics(llama8b_plan(batch=4), fmt_bytes)}
+    assert values["KV per token"] == "128 KiB" and values["Requests that fit at 2,000 tokens"] == "213"
+    assert values["Decode step ≥ (batch 4)"] == pf.fmt_seconds(
+        (16_060_522_496 + 4 * 262_144_000) / 3.35e12)
+    assert len(pf.headline_metrics(llama8b_plan(bandwidth_bytes_per_s=None), fmt_bytes)) == 3
+
+
+def test_fmt_seconds():
+    assert pf.fmt_seconds(56e-6) == "56 µs"
+    assert pf.fmt_seconds(4.8724e-3) == "4.87 ms"
+    assert pf.fmt_seconds(2.0) == "2.00 s"
+    assert pf.fmt_seconds(None) == "–"
+
+
+def test_launch_bound_small_model_vs_big_model():
+    h200 = capacity.find_gpu("H200")
+    small = pf.launch_bound(pf.Plan(capacity.catalog_shape("SmolLM2-135M"), h200["memory_bytes"],
+                                    h200["bandwidth_bytes_per_s"], context_tokens=500))
+    assert small["bound"] == "kernel launches"
+    assert small["decode_step_floor_s"] < 1e-4 < small["launch_s"]  # ~57 µs vs ~4.5 ms
+    assert small["num_kernels"] == 30 * pf.KERNELS_PER_LAYER
+    big = pf.launch_bound(pf.Plan(capacity.catalog_shape("Llama-3.1-70B"), h200["memory_bytes"],
+                                  h200["bandwidth_bytes_per_s"]))
+    assert big["bound"] == "memory bandwidth"
+    close = pf.launch_bound(pf.Plan(capacity.catalog_shape("Gemma-2-9B"), H100["memory_bytes"],
+                                    H100["bandwidth_bytes_per_s"], context_tokens=8000))
+    assert close["bound"] == "both"  # ~6.1 ms floor vs ~6.3 ms launching: too close to call
+    assert pf.launch_bound(llama8b_plan(bandwidth_bytes_per_s=None)) is None
+
+
+def test_pasted_config_parses_like_the_catalog():
+    shape = pf.shape_from_pasted_config(SMOLLM2_CONFIG, params=134_515_008)
+    assert capacity.kv_bytes_per_token(shape) == 23_040  # DESIGN.md: SmolLM2 in bf16
+    assert shape.weight_params == 134_515_008 and shape.name == pf.PASTED_NAME
+    assert pf.shape_from_pasted_config(SMOLLM2_CONFIG).weight_params is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty"),
+    ("{not json", "not valid JSON"),
+    ('{"a": 1,}', "line 1"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"num_hidden_layers": 30, "hidden_size": 576}', "num_attention_heads"),
+    ('{"num_attention_heads": 9, "hidden_size": 576}', "num_hidden_layers"),
+    ('{"num_hidden_layers": 30, "num_attention_heads": 9}', "head_dim"),
+    ('{"num_hidden_layers": 0, "num_attention_heads": 9, "head_dim": 64}', "it is 0"),
+    ('{"num_hidden_layers": 30.5, "num_attention_heads": 9, "head_dim": 64}', "fractional"),
+    ('{"num_hidden_layers": true, "num_attention_heads": 9, "head_dim": 64}', "true/false"),
+])
+def test_pasted_config_errors_name_the_problem(text, message):
+    with pytest.raises(pf.ConfigError, match=message):
+        pf.shape_from_pasted_config(text)
+
+
+def test_pasted_config_errors_never_echo_the_pasted_text():
+    evil = "![pic](https://example.com/x.png) <script>alert(1)</script> **bold**"
+    for cfg in ({"num_hidden_layers": evil, "num_attention_heads": 9, "head_dim": 64},
+                {"num_hidden_layers": 30, "num_attention_heads": 9, "head_dim": 64,
+                 "num_sliding_layers": 40, "sliding_window": 8, "name": evil}):
+        with pytest.raises(pf.ConfigError) as err:
+            pf.shape_from_pasted_config(json.dumps(cfg))
+        assert "example.com" not in str(err.value) and "<" not in str(err.value)
+        assert "*" not in str(err.value) and "[" not in str(err.value)
+
+
+def test_planner_frames_imports():
+    import ast
+    for module in (pf, planner_charts):
+        tree = ast.parse(Path(module.__file__).read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                 for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert names <= {"__future__", "json", "math", "collections.abc", "dataclasses", "pandas",
+                         "altair", "kvviz", "kvviz.charts"}, names
+
+
+# ---------------------------------------------------------------- charts
+
+
+def test_fit_curve_chart_spec():
+    plan = llama8b_plan()
+    df = pf.fit_curve_frame(plan)
+    spec = planner_charts.fit_curve_chart(df, 2000, 256, 131_072).to_dict()
+    json.dumps(spec)
+    line, rule, label = spec["layer"]
+    assert line["mark"]["type"] == "line" and rule["mark"]["type"] == "rule"
+    x = line["encoding"]["x"]
+    assert x["field"] == "context_tokens" and x["scale"]["type"] == "log"
+    assert x["scale"]["domain"] == [256, 131_072]
+    assert x["axis"]["values"] == [256, 1024, 4096, 16_384, 65_536, 131_072]  # ×4, and the end
+    assert line["encoding"]["y"]["field"] == "max_concurrent_requests"
+    assert spec["datasets"][rule["data"]["name"]] == [{"context_tokens": 2000, "label": "T = 2,000"}]
+    assert spec["title"]["subtitle"] == "quadruple the context, quarter the users"
+    assert label["mark"]["align"] == "left"  # T in the left half: label to the right of the rule
+    right = planner_charts.fit_curve_chart(df, 100_000, 256, 131_072).to_dict()
+    assert right["layer"][2]["mark"]["align"] == "right"
+    rows = spec["datasets"][spec["data"]["name"]]
+    assert len(rows) == len(df) and rows[0]["context_tokens"] == 256
+
+
+def test_fit_curve_chart_without_marker():
+    spec = planner_charts.fit_curve_chart(pf.fit_curve_frame(llama8b_plan())).to_dict()
+    assert len(spec["layer"]) == 1
+
+
+def test_what_if_chart_spec():
+    df = pf.what_if_frame(llama8b_plan(), 1024)
+    spec = planner_charts.what_if_chart(df, 2000).to_dict()
+    json.dumps(spec)
+    left, right = spec["hconcat"]
+    assert left["layer"][0]["encoding"]["x"]["field"] == "kv_bytes_per_request"
+    assert right["layer"][0]["encoding"]["x"]["field"] == "max_concurrent_requests"
+    bars = left["layer"][0]["encoding"]
+    assert bars["y"]["field"] == "variant" and bars["y"]["sort"]["field"] == "order"
+    assert bars["color"]["scale"]["domain"] == ["attention", "KV dtype", "sliding window"]
+    assert right["layer"][0]["encoding"]["y"]["axis"] is None  # labels once, on the left
+    assert len(spec["datasets"][spec["data"]["name"]]) == len(df)
+
+
+# ---------------------------------------------------------------- the page
+
+
+def page(**query) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=30)
+    at.query_params.update(query)
+    return at.run()
+
+
+def metrics(at) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_page_default_catalog_model():
+    at = page()
+    assert not at.exception and not at.error
+    values = metrics(at)
+    assert values["Requests that fit at 2,000 tokens"] == "213"
+    assert values["KV per token"] == "128 KiB"
+    assert values["Decode step ≥ (batch 1)"] == "4.87 ms"
+    assert at.subheader[0].value == "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."
+    assert len(at.get("vega_lite_chart")) == 2
+    table = at.dataframe[0].value
+    assert list(table["max_concurrent_requests"]) == [853, 213, 53]
+    assert list(table["kv_bytes_per_request"]) == ["62.5 MiB", "250 MiB", "1,000 MiB"]
+    assert "lower bound" in at.markdown[-1].value
+
+
+def test_page_widgets_change_the_plan():
+    at = page()
+    at.selectbox(key="plan_model").select("SmolLM2-135M")
+    at.selectbox(key="plan_gpu").select("H200")
+    at.number_input(key="plan_context").set_value(8000)
+    at.run()
+    assert not at.exception
+    values = metrics(at)
+    assert values["KV per token"] == "22.5 KiB"  # 23,040 B, as measured in DESIGN.md
+    assert "Requests that fit at 8,000 tokens" in values
+    assert "kernel launches" in at.markdown[-1].value
+
+
+def test_page_reads_its_settings_from_the_url():
+    at = page(plan_model="Qwen2.5-7B", plan_gpu="A100 40GB", plan_kv_dtype="int4",
+              plan_context="8000", plan_batch="8")
+    assert not at.exception
+    assert at.selectbox(key="plan_model").value == "Qwen2.5-7B"
+    assert at.number_input(key="plan_batch").value == 8
+    plan = pf.Plan(capacity.catalog_shape("Qwen2.5-7B"), 40 * 10**9, 1555e9, kv_dtype="int4",
+                   context_tokens=8000, batch=8)
+    expected = {m.label: m.value for m in pf.headline_metrics(plan, fmt_bytes)}
+    assert metrics(at) == expected
+
+
+def test_page_ignores_unknown_url_values():
+    at = page(plan_model="no-such-model", plan_kv_dtype="fp3")
+    assert not at.exception
+    assert at.selectbox(key="plan_model").value == "Llama-3.1-8B"
+    assert at.selectbox(key="plan_kv_dtype").value == "bf16"
+
+
+def test_page_custom_gpu_without_bandwidth():
+    at = page(plan_gpu="Custom", plan_gpu_gb="24", plan_bandwidth_gbs="0")
+    assert not at.exception
+    assert len(at.metric) == 3
+    assert any("No bandwidth" in i.value for i in at.info)
+    assert "Give the GPU's bandwidth" in at.markdown[-1].value
+
+
+def test_page_pasted_config():
+    at = page(plan_source="Paste config.json")
+    assert not at.exception and any("Paste the contents" in i.value for i in at.info)
+    at.text_area(key="plan_config").input(SMOLLM2_CONFIG)
+    at.number_input(key="plan_params_b").set_value(0.135)
+    at.run()
+    assert not at.exception and not at.error
+    assert metrics(at)["KV per token"] == "22.5 KiB"
+    assert not any("Parameter count unknown" in w.value for w in at.warning)
+    rendered = " ".join(e.value for e in [*at.markdown, *at.caption])
+    assert "bold" not in rendered  # the pasted _name_or_path is never shown
+
+
+def test_page_pasted_config_errors_are_plain_messages():
+    at = page(plan_source="Paste config.json")
+    at.text_area(key="plan_config").input('{"num_hidden_layers": 30,')
+    at.run()
+    assert not at.exception
+    assert "not valid JSON" in at.error[0].value and not at.metric
+    at.text_area(key="plan_config").input('{"num_hidden_layers": "[x](https://e.com)", '
+                                          '"num_attention_heads": 9, "head_dim": 64}')
+    at.run()
+    assert not at.exception
+    assert "num_hidden_layers" in at.error[0].value and "e.com" not in at.error[0].value
+    at.text_area(key="plan_config").input('{"num_hidden_layers": 30, "hidden_size": 576}')
+    at.run()
+    assert "num_attention_heads" in at.error[0].value
+
+
+def test_page_warns_when_nothing_fits_and_past_max_position():
+    at = page(plan_model="Llama-3.1-70B", plan_gpu="L4", plan_context="200000")
+    assert not at.exception
+    warnings = " ".join(w.value for w in at.warning)
+    assert "no request fits" in warnings and "longer than the model was trained for" in warnings
+    assert metrics(at)["Requests that fit at 200,000 tokens"] == "0"
