@@ -12,6 +12,7 @@ class ModelSpec:
     device: str = "auto"  # "auto" (CUDA, then MPS, then CPU), "cuda", "mps" or "cpu"
     dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 elsewhere), "float32", "bfloat16", "float16"
     attn_implementation: str = "sdpa"  # "sdpa" or "eager"
+    revision: str | None = None  # a pinned Hub revision (hosted mode); implies a Hub id
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ saves. With greedy decoding both modes produce the same tokens.
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
@@ -279,6 +280,13 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
                             kv_bytes, formula, stats, blocks, *cuda_memory(lm.device))
             if all(batch.finished):
                 return
+
+
+def free_device_memory(device: torch.device) -> None:
+    """Return cached allocator blocks after a run (matters after an out-of-memory error)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def run_meta(lm: LoadedModel, cfg: RunConfig) -> dict:

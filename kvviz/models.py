@@ -147,22 +147,22 @@ def convert_default_model(progress: Progress | None = None) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def resolve_source(name: str, progress: Progress | None = None) -> tuple[str, str]:
+def resolve_source(name: str, progress: Progress | None = None, hub_only: bool = False) -> tuple[str, str]:
     """(what to pass to from_pretrained, label) for "default", a local folder or a Hub id."""
     if name in ("", DEFAULT_MODEL):
         return str(convert_default_model(progress)), DEFAULT_LABEL
     path = Path(name).expanduser()
-    if path.exists():
+    if path.exists() and not hub_only:
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{name!r} is a local path but has no config.json")
         return str(path), path.name
     return name, name
 
 
-def check_causal_lm(source: str, name: str) -> None:
+def check_causal_lm(source: str, name: str, revision: str | None = None) -> None:
     """Fail with a message naming the model unless it is a decoder-only causal LM."""
     try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        config = AutoConfig.from_pretrained(source, revision=revision, trust_remote_code=False)
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise ModelLoadError(f"{name!r} needs remote code, which kvviz never runs") from exc
@@ -179,15 +179,16 @@ def load_model(spec: ModelSpec, progress: Progress | None = None) -> LoadedModel
     """Load model and tokenizer onto the chosen device and dtype, in eval mode."""
     device = pick_device(spec.device)
     dtype = pick_dtype(spec.dtype, device)
-    source, label = resolve_source(spec.name, progress)
-    check_causal_lm(source, spec.name)
+    source, label = resolve_source(spec.name, progress, hub_only=spec.revision is not None)
+    check_causal_lm(source, spec.name, spec.revision)
     if progress:
         progress(f"Loading {label}", 0.9)
     start = time.perf_counter()
     try:
-        tok = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        pinned = {"revision": spec.revision, "trust_remote_code": False}
+        tok = AutoTokenizer.from_pretrained(source, **pinned)
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, trust_remote_code=False, attn_implementation=spec.attn_implementation)
+            source, dtype=dtype, attn_implementation=spec.attn_implementation, **pinned)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load {spec.name!r}: {str(exc).splitlines()[0]}") from exc
     model.to(device).eval()

@@ -5,13 +5,16 @@ spec is built once per run and only its data is swapped (kvviz.charts.spec_with_
 """
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import replace
 
 import streamlit as st
 
 from kvviz import captions, charts, engine, frames, race, ui
 from kvviz.trace import Trace, summary
 
+LOG = logging.getLogger("kvviz")
 CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
 TOKEN_MARK = "│"
 PANELS = {  # chart name -> panel title
@@ -137,8 +140,10 @@ def chart_slots() -> dict:
 
 def run_live(lm, cfg, opts, status) -> None:
     """Generate with the live panels updating; the trace lands in session state even if stopped."""
+    rules = ui.policy()
     try:
         meta = engine.run_meta(lm, cfg)
+        rules.check_prompt_tokens(meta["prompt_tokens"])
     except ValueError as exc:
         status.error(f"Cannot generate: {exc}")
         return
@@ -147,23 +152,44 @@ def run_live(lm, cfg, opts, status) -> None:
     st.session_state["trace"] = trace
     view = LiveView(meta, cfg.max_new_tokens, opts.race, opts.show_tokens)
     with ui.device_turn(status):
-        cached = engine.generate(lm, cfg, "cached")
-        recompute = engine.generate(lm, cfg, "recompute") if opts.race else None
+        deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
+        out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
+        cached = engine.generate(lm, cfg, "cached", should_stop=out_of_time)
+        short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
+        recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
         try:
-            for event in race.interleave(cached, recompute):
-                trace.append(event)
-                view.update(trace)
-                if event.mode == "cached":
-                    ui.pace_delay(event.step_ms, opts.pace)
+            drive(race.interleave(cached, recompute), trace, view, opts.pace)
         except Exception as exc:  # e.g. out of memory: say so, keep what was produced
-            status.error(f"Generation stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            status.error(failure_message(exc, rules.enabled))
         finally:
             cached.close()
             if recompute is not None:
                 recompute.close()
+            engine.free_device_memory(lm.device)
+        if out_of_time():
+            status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
     if trace.events:
         view.update(trace, final=True)
         downloads(trace)
+
+
+def drive(events, trace: Trace, view: LiveView, pace: float) -> None:
+    for event in events:
+        trace.append(event)
+        view.update(trace)
+        if event.mode == "cached":
+            ui.pace_delay(event.step_ms, pace)
+
+
+def failure_message(exc: Exception, hide_details: bool) -> str:
+    """What the user reads when a run fails midway; hosted visitors get no internals."""
+    if "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError":
+        return ("The device ran out of memory during this run; what was produced is kept and the "
+                "memory was released. Try fewer tokens, a smaller batch, or a smaller model.")
+    if hide_details:
+        LOG.exception("generation failed")
+        return "Generation stopped because of an internal error. What was produced is kept."
+    return f"Generation stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
 
 
 def show_result(trace: Trace, show_tokens: bool) -> None:

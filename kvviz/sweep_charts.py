@@ -16,6 +16,7 @@ from kvviz.charts import MODE_COLORS, RULE_COLOR, STATE_COLORS, _rules, bytes_ex
 OOM_COLOR = MODE_COLORS["recompute"]  # the palette's red
 NOT_RUN_COLOR = STATE_COLORS["free"]  # grey cells: the point has no measurement
 BATCH_SCHEME = "tableau10"
+FAILED_SHAPES = {"oom": "cross", "skipped": "triangle-down"}  # points with no measurement
 GBS_EXPR = "format({v} / 1e9, ',.3~r') + ' GB/s'"
 # Heatmap metrics: column -> (title, Vega expression formatting `{v}` for a cell's label).
 METRICS = {
@@ -33,8 +34,11 @@ def available_metrics(df: pd.DataFrame) -> list[str]:
     return [m for m in METRICS if m in df and df[m].notna().any()]
 
 
-def _prompt_x(title: str = "prompt tokens") -> alt.X:
-    return alt.X("prompt_tokens:Q", title=title, scale=alt.Scale(type="log", base=2))
+def _prompt_x(df: pd.DataFrame) -> alt.X:
+    """Log2 axis with a tick at every swept prompt length."""
+    ticks = sorted({int(v) for v in df["prompt_tokens"].dropna()}) if len(df) else alt.Undefined
+    return alt.X("prompt_tokens:Q", title="prompt tokens", scale=alt.Scale(type="log", base=2),
+                 axis=alt.Axis(values=ticks, labelExpr="format(datum.value, ',')"))
 
 
 def _batch_color() -> alt.Color:
@@ -45,10 +49,10 @@ def _ok() -> alt.Chart:
     return alt.Chart().transform_filter(alt.datum.status == "ok")
 
 
-def _measured_lines(y: alt.Y, tooltip: list) -> alt.Chart:
+def _measured_lines(df: pd.DataFrame, y: alt.Y, tooltip: list) -> alt.Chart:
     """Points joined per batch, from the "ok" rows."""
     return _ok().mark_line(point=True).encode(
-        x=_prompt_x(), y=y, color=_batch_color(),
+        x=_prompt_x(df), y=y, color=_batch_color(),
         tooltip=["prompt_tokens:Q", "batch:O", *tooltip])
 
 
@@ -61,35 +65,36 @@ def cache_bytes_chart(df: pd.DataFrame, budget_bytes: int | None = None) -> alt.
     y = alt.Y("bytes:Q", title="KV cache after prefill", scale=alt.Scale(type="log"),
               axis=alt.Axis(labelExpr=bytes_expr("datum.value")))
     formula = alt.Chart().transform_calculate(bytes="datum.prefill_formula_bytes").mark_line(
-        strokeDash=[6, 4], strokeWidth=1.5).encode(x=_prompt_x(), y=y, color=_batch_color())
+        strokeDash=[6, 4], strokeWidth=1.5).encode(x=_prompt_x(df), y=y, color=_batch_color())
     measured = _ok().transform_calculate(
         bytes="datum.prefill_kv_bytes", size=bytes_expr("datum.prefill_kv_bytes"),
         formula=bytes_expr("datum.prefill_formula_bytes"),
     ).mark_point(filled=True, size=70).encode(
-        x=_prompt_x(), y=y, color=_batch_color(),
+        x=_prompt_x(df), y=y, color=_batch_color(),
         tooltip=["prompt_tokens:Q", "batch:O", alt.Tooltip("size:N", title="measured"),
                  alt.Tooltip("formula:N", title="formula")])
-    failed = _failed_marks(y)
+    failed = [s for s in FAILED_SHAPES if s in set(df["status"])] if len(df) else []
     budget = [{"label": "predicted out of memory: cache budget", "bytes": budget_bytes}]
-    rules = _rules(budget) if budget_bytes else []
-    return alt.layer(formula, measured, failed, *rules, data=df)
+    layers = [formula, measured, *([_failed_marks(df, y, failed)] if failed else []),
+              *(_rules(budget) if budget_bytes else [])]
+    return alt.layer(*layers, data=df)
 
 
-def _failed_marks(y: alt.Y) -> alt.Chart:
-    """Crosses at the formula bytes of points with no measurement."""
+def _failed_marks(df: pd.DataFrame, y: alt.Y, statuses: list[str]) -> alt.Chart:
+    """Crosses (out of memory) and triangles (skipped) at the formula bytes of those points."""
     return alt.Chart().transform_filter(
-        alt.FieldOneOfPredicate(field="status", oneOf=["oom", "skipped"]),
+        alt.FieldOneOfPredicate(field="status", oneOf=statuses),
     ).transform_calculate(bytes="datum.prefill_formula_bytes").mark_point(
         size=140, strokeWidth=2.5, color=OOM_COLOR,
-    ).encode(x=_prompt_x(), y=y,
+    ).encode(x=_prompt_x(df), y=y,
              shape=alt.Shape("status:N", title="no measurement", scale=alt.Scale(
-                 domain=["oom", "skipped"], range=["cross", "triangle-down"])),
+                 domain=statuses, range=[FAILED_SHAPES[s] for s in statuses])),
              tooltip=["prompt_tokens:Q", "batch:O", "status:N", "message:N"])
 
 
 def ttft_chart(df: pd.DataFrame) -> alt.Chart:
     """Time to first token (the prefill) vs prompt length, one line per batch: prefill grows."""
-    return _measured_lines(alt.Y("ttft_ms:Q", title="time to first token (ms)"),
+    return _measured_lines(df, alt.Y("ttft_ms:Q", title="time to first token (ms)"),
                            [alt.Tooltip("ttft_ms:Q", format=",.1f")]).properties(data=df)
 
 
@@ -97,7 +102,7 @@ def itl_chart(df: pd.DataFrame) -> alt.Chart:
     """Median inter-token latency vs context (the prompt the decode steps attend to), per batch:
     flat while weights dominate each step, rising once the cache read does."""
     return _measured_lines(
-        alt.Y("itl_median_ms:Q", title="median inter-token latency (ms)", scale=alt.Scale(zero=True)),
+        df, alt.Y("itl_median_ms:Q", title="median inter-token latency (ms)", scale=alt.Scale(zero=True)),
         [alt.Tooltip("itl_median_ms:Q", format=",.1f")],
     ).properties(data=df)
 
@@ -114,7 +119,8 @@ def heatmap_chart(df: pd.DataFrame, metric: str) -> alt.LayerChart:
     base = alt.Chart().encode(x=x, y=y)
     cells = base.transform_filter(f"datum.status == 'ok' && isValid(datum.{metric})").mark_rect().encode(
         color=alt.Color(f"{metric}:Q", title=title,
-                        scale=alt.Scale(scheme={"name": "blues", "extent": [0.05, 0.65]})),
+                        scale=alt.Scale(scheme={"name": "blues", "extent": [0.05, 0.65]}),
+                        legend=alt.Legend(labelExpr=fmt.format(v="datum.value"))),
         tooltip=["prompt_tokens:O", "batch:O", alt.Tooltip("label:N", title=title)])
     empty = base.transform_filter(f"datum.status != 'ok' || !isValid(datum.{metric})").mark_rect(
         color=NOT_RUN_COLOR).encode(tooltip=["prompt_tokens:O", "batch:O", "status:N", "message:N"])
@@ -132,7 +138,7 @@ def bandwidth_chart(df: pd.DataFrame, peak_bytes_per_s: float | None = None,
     time (median per point), vs prompt length per batch, under the device's peak (a rule)."""
     y = alt.Y("decode_bandwidth_bytes_per_s:Q", title="achieved bandwidth (decode)",
               scale=alt.Scale(type="log"), axis=alt.Axis(labelExpr=GBS_EXPR.format(v="datum.value")))
-    lines = _measured_lines(y, [alt.Tooltip("bandwidth:N", title="achieved")]).transform_calculate(
+    lines = _measured_lines(df, y, [alt.Tooltip("bandwidth:N", title="achieved")]).transform_calculate(
         bandwidth=GBS_EXPR.format(v="datum.decode_bandwidth_bytes_per_s"))
     if not peak_bytes_per_s:
         return alt.layer(lines, data=df)

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import streamlit as st
 
-from kvviz import models
+from kvviz import hosted, models
+from kvviz.device_queue import DeviceQueue
 from kvviz.config import DEFAULT_MODEL, ModelSpec, RunConfig
 from kvviz.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
 
@@ -56,57 +57,70 @@ def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
     return None
 
 
+def policy() -> hosted.Policy:
+    return hosted.policy_from_env()
+
+
 @st.cache_resource(show_spinner=False)
-def device_lock() -> threading.Lock:
-    """One lock per server process: one generation on the device at a time, across sessions."""
-    return threading.Lock()
+def device_queue() -> DeviceQueue:
+    """One queue per server process: one generation on the device at a time, across sessions."""
+    return DeviceQueue()
 
 
 @contextmanager
 def device_turn(status):
-    """Hold the device lock; while waiting, say so (any click, e.g. Stop, cancels the wait)."""
-    lock = device_lock()
-    waited = 0.0
-    while not lock.acquire(timeout=0.25):
-        waited += 0.25
-        status.info(f"Another session is generating on this device; waiting ({waited:.0f} s). "
-                    "Press Stop to cancel.")
-    status.empty()
+    """Wait for the device in line, showing the position (Stop cancels the wait), then hold it."""
+    queue, ticket = device_queue(), object()
+    queue.join(ticket)
     try:
+        while not queue.try_take(ticket):
+            status.info(f"Another session is generating on this device. You are number "
+                        f"{queue.position(ticket)} in line; press Stop to leave the line.")
+            time.sleep(0.25)
+        status.empty()
         yield
     finally:
-        lock.release()
+        queue.release(ticket)
 
 
 def model_settings() -> ModelSpec:
     st.sidebar.subheader("Model")
+    rules = policy()
+    if rules.enabled:  # an allowlist at pinned revisions; device and dtype chosen by the host
+        name = st.sidebar.selectbox("Model", list(rules.models), key="model", bind="query-params")
+        return ModelSpec(name=name, revision=rules.models[name])
     name = st.sidebar.text_input("Model", value=os.environ.get("KVVIZ_MODEL", DEFAULT_MODEL),
                                  help="'default' is the embedded SmolLM2-135M-Instruct; or a Hub id "
-                                      "or a local folder", key="model")
-    device = st.sidebar.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device")
+                                      "or a local folder", key="model", bind="query-params")
+    device = st.sidebar.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device",
+                                  bind="query-params")
     dtype = st.sidebar.selectbox("Dtype", ["auto", "float32", "bfloat16", "float16"], key="dtype",
-                                 help="auto: bf16 on CUDA, fp32 elsewhere")
+                                 help="auto: bf16 on CUDA, fp32 elsewhere", bind="query-params")
     return ModelSpec(name=name.strip() or DEFAULT_MODEL, device=device, dtype=dtype)
 
 
 def prompt_settings() -> tuple[str, str, bool]:
     st.sidebar.subheader("Prompt")
     presets = prompt_presets()
-    choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset")
+    choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset",
+                                  bind="query-params")
     preset = presets.get(choice, {"system": "", "prompt": ""})
     system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}")
     prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120)
-    chat = st.sidebar.toggle("Chat template", value=True, key="chat")
+    chat = st.sidebar.toggle("Chat template", value=True, key="chat", bind="query-params")
     return system, prompt, chat
 
 
 def run_settings(system: str, prompt: str, chat: bool) -> RunConfig:
     st.sidebar.subheader("Generation")
-    max_new = st.sidebar.slider("Max new tokens", 1, 512, 64, key="max_new")
-    batch = st.sidebar.slider("Batch size", 1, 16, 1, key="batch", help="copies of the prompt")
-    block = st.sidebar.select_slider("Block size", [1, 2, 4, 8, 16, 32, 64, 128], value=16, key="block")
-    backend = st.sidebar.radio("Cache", ["dynamic", "static"], horizontal=True, key="backend")
-    greedy = st.sidebar.toggle("Greedy", value=True, key="greedy")
+    rules, bound = policy(), {"bind": "query-params"}
+    max_new = st.sidebar.slider("Max new tokens", 1, rules.cap("new_tokens", 512), 64, key="max_new", **bound)
+    batch = st.sidebar.slider("Batch size", 1, rules.cap("batch", 16), 1, key="batch",
+                              help="copies of the prompt", **bound)
+    block = st.sidebar.select_slider("Block size", [1, 2, 4, 8, 16, 32, 64, 128], value=16, key="block",
+                                     **bound)
+    backend = st.sidebar.radio("Cache", ["dynamic", "static"], horizontal=True, key="backend", **bound)
+    greedy = st.sidebar.toggle("Greedy", value=True, key="greedy", **bound)
     temperature, top_p, top_k, seed = 0.0, 1.0, 0, 0
     if not greedy:
         temperature = st.sidebar.slider("Temperature", 0.05, 2.0, 0.8, key="temperature")
@@ -120,8 +134,8 @@ def run_settings(system: str, prompt: str, chat: bool) -> RunConfig:
 
 def live_settings() -> LiveOptions:
     st.sidebar.subheader("Show")
-    race = st.sidebar.toggle("Race a no-cache run", value=True, key="race")
-    pace = st.sidebar.radio("Playback pace", list(PACES), key="pace")
+    race = st.sidebar.toggle("Race a no-cache run", value=True, key="race", bind="query-params")
+    pace = st.sidebar.radio("Playback pace", list(PACES), key="pace", bind="query-params")
     tokens = st.sidebar.toggle("Token boundaries", value=False, key="show_tokens")
     return LiveOptions(race=race, pace=PACES[pace], show_tokens=tokens)
 
@@ -129,7 +143,9 @@ def live_settings() -> LiveOptions:
 def sidebar() -> tuple[ModelSpec, RunConfig, LiveOptions]:
     spec = model_settings()
     cfg = run_settings(*prompt_settings())
-    return spec, cfg, live_settings()
+    opts = live_settings()
+    share_link()
+    return spec, cfg, opts
 
 
 def pace_delay(step_ms: float, pace: float) -> None:
@@ -162,9 +178,10 @@ def example_traces() -> dict[str, Path]:
 def read_trace(path: Path | None, upload) -> Trace | None:
     """An example trace or an uploaded file, validated (TraceError says what is wrong)."""
     if upload is not None:
-        if upload.size > MAX_TRACE_BYTES:
+        limit = policy().max_upload_bytes if policy().enabled else MAX_TRACE_BYTES
+        if upload.size > limit:
             raise TraceError(f"the file is {upload.size / 2**20:.1f} MiB; traces are limited to "
-                             f"{MAX_TRACE_BYTES // 2**20} MiB")
+                             f"{limit / 2**20:.0f} MiB here")
         trace = Trace.from_json(upload.getvalue())
     elif path is not None:
         trace = cached_example(str(path))
@@ -185,3 +202,18 @@ def trace_origin(trace: Trace) -> str:
             f"in {m.get('dtype', '?')}; prompt {m['prompt_tokens']} tokens × batch {m['batch']}; "
             f"{len(trace.events_of('cached'))} steps"
             f"{', with a no-cache run' if 'recompute' in trace.modes else ''}.")
+
+
+def explainer() -> None:
+    """The plain-language panel and glossary (kvviz's own text from assets/, never user text)."""
+    with st.expander("What am I looking at?", expanded=policy().enabled):
+        st.markdown((ASSETS / "explainer.md").read_text())
+        st.markdown((ASSETS / "glossary.md").read_text())
+
+
+def share_link() -> None:
+    """The page's URL with its bound settings, in a code box (which has a copy button)."""
+    base = st.context.url or ""
+    query = "&".join(f"{k}={quote(str(v))}" for k, v in st.query_params.items())
+    st.sidebar.caption("Link to these settings (opening it never starts a run)")
+    st.sidebar.code(f"{base}?{query}" if query else base, language=None)

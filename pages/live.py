@@ -6,6 +6,7 @@ from kvviz import panels, ui
 spec, cfg, opts = ui.sidebar()
 st.title("kvviz · the KV cache, live")
 st.caption("Every number below is measured from the running model unless labelled modelled.")
+ui.explainer()
 lm = ui.load_model_with_progress(spec)
 go, stop, info = st.columns([1, 1, 6], vertical_alignment="center")
 generate = go.button("Generate", type="primary", disabled=lm is None, key="generate")

@@ -45,7 +45,7 @@ settings = sweep.SweepSettings(tuple(sorted(prompts)), tuple(sorted(batches)), n
 sweeps = st.session_state.setdefault("sweeps", {})  # (model spec, settings) -> rows
 rows = sweeps.get((spec, settings), [])
 total = len(settings.points())
-run_col, stop_col, info_col = st.columns([1, 1, 6], vertical_alignment="center")
+run_col, stop_col, info_col = st.columns([1.5, 1, 5], vertical_alignment="center")
 run = run_col.button("Run sweep", type="primary", disabled=not total, key="sweep_run")
 stopped = stop_col.button("Stop", key="sweep_stop")
 info_col.caption(f"{lm.label} · {device.name} · {str(lm.dtype).removeprefix('torch.')} · "

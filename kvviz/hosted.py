@@ -1,0 +1,64 @@
+"""Hosted mode: what strangers on the internet may do with a shared kvviz. Pure; stdlib only.
+
+Turned on by `KVVIZ_HOSTED=1`. Then only allowlisted models load, each at a pinned revision
+(`KVVIZ_HOSTED_MODELS="default,org/name@revision,..."`; the embedded default needs no
+revision), never with remote code and never from a local path; prompts, new tokens, batch,
+sweeps and the no-cache race are capped; every run has a wall-clock limit; uploads are small;
+and visitors see what went wrong in plain words, never internal error details.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from kvviz.config import DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class Policy:
+    enabled: bool = False
+    models: dict[str, str | None] = field(default_factory=lambda: {DEFAULT_MODEL: None})  # name -> revision
+    max_prompt_tokens: int = 1024  # after the chat template
+    max_new_tokens: int = 128
+    max_batch: int = 4
+    max_sweep_points: int = 8
+    max_recompute_tokens: int = 48  # the no-cache race stops here; the rest is extrapolated
+    max_run_s: float = 60.0  # wall clock per generation, waiting in the queue excluded
+    max_upload_bytes: int = 8 * 2**20
+
+    def check_model(self, name: str) -> str | None:
+        """The pinned revision of an allowed model; ValueError for anything else."""
+        if not self.enabled:
+            return None
+        if name not in self.models:
+            raise ValueError(f"this hosted kvviz only runs {', '.join(sorted(self.models))}")
+        return self.models[name]
+
+    def check_prompt_tokens(self, tokens: int) -> None:
+        if self.enabled and tokens > self.max_prompt_tokens:
+            raise ValueError(f"the prompt is {tokens} tokens; this hosted kvviz allows "
+                             f"{self.max_prompt_tokens}")
+
+    def cap(self, name: str, value: int) -> int:
+        """`value` limited by the hosted cap `max_<name>` (unchanged when not hosted)."""
+        return min(value, getattr(self, f"max_{name}")) if self.enabled else value
+
+
+def parse_models(spec: str) -> dict[str, str | None]:
+    """"default,org/name@rev" -> {"default": None, "org/name": "rev"}; every Hub id needs a revision."""
+    models: dict[str, str | None] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, revision = item.partition("@")
+        if name != DEFAULT_MODEL and not revision:
+            raise ValueError(f"KVVIZ_HOSTED_MODELS: {name!r} needs a pinned revision (name@revision)")
+        if name.startswith((".", "/", "~")):
+            raise ValueError(f"KVVIZ_HOSTED_MODELS: {name!r} is a local path; hosted mode allows Hub ids")
+        models[name] = revision or None
+    return models or {DEFAULT_MODEL: None}
+
+
+def policy_from_env(env: dict | None = None) -> Policy:
+    env = os.environ if env is None else env
+    if env.get("KVVIZ_HOSTED", "") not in ("1", "true", "yes"):
+        return Policy()
+    return Policy(enabled=True, models=parse_models(env.get("KVVIZ_HOSTED_MODELS", DEFAULT_MODEL)))
