@@ -3,12 +3,12 @@ import streamlit as st
 
 from kvviz import ui
 
-st.set_page_config(page_title="kvviz", page_icon="🧠", layout="wide",
+st.set_page_config(page_title="kvviz", page_icon=":material/memory:", layout="wide",
                    initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
 ui.presenter_style()
 page = st.navigation([
-    st.Page("pages/live.py", title="Live", icon="⚡", default=True),
-    st.Page("pages/replay.py", title="Replay", icon="⏯️"),
-    st.Page("pages/planner.py", title="Capacity planner", icon="📐"),
+    st.Page("pages/live.py", title="Live", icon=":material/bolt:", default=True),
+    st.Page("pages/replay.py", title="Replay", icon=":material/replay:"),
+    st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
 ])
 page.run()

@@ -291,8 +291,8 @@ class ChartCounter:
 def open_live_page(new_tokens: int):
     """The real app in Streamlit's AppTest, default model, race off, real-time pace."""
     from streamlit.testing.v1 import AppTest
-    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT"):
-        os.environ.pop(name, None)  # the default model, the normal layout
+    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED"):
+        os.environ.pop(name, None)  # the default model, the normal layout, no hosted limits
     at = AppTest.from_file(str(APP), default_timeout=600)
     at.run()
     check_page(at)
@@ -473,7 +473,9 @@ def run_all(s: Settings) -> tuple[dict, list[Result], list[tuple[str, str]]]:
                ("Default model load", lambda: model_load(s)))
     for title, bench in benches:
         say(f"{title}…")
+        start = time.perf_counter()
         rows, method = bench()
+        say(f"{title}: {time.perf_counter() - start:.0f} s")
         results += rows
         methods.append((title, method))
     machine["Load average at end"] = ", ".join(f"{x:.1f}" for x in os.getloadavg())

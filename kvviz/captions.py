@@ -36,9 +36,10 @@ def total_caption(meta: dict, last: StepEvent) -> str:
     tokens = last.seq_len - 1
     return (f"Measured {fmt_bytes(last.kv_bytes)}; the formula 2 × {meta['num_layers']} × "
             f"{meta['num_kv_heads']} × {meta['head_dim']} × {tokens} tokens × {meta['batch']} × "
-            f"{meta['elem_bytes']} B gives {fmt_bytes(last.formula_bytes)}. The weights take "
-            f"{fmt_bytes(meta['weight_bytes'])}; a contiguous reservation for {meta['max_len']} tokens "
-            f"holds {fmt_bytes(meta['bytes_per_token'] * meta['max_len'] * meta['batch'])}.")
+            f"{meta['elem_bytes']} B gives {fmt_bytes(last.formula_bytes)}. A contiguous reservation "
+            f"for {meta['max_len']} tokens holds {fmt_bytes(meta['bytes_per_token'] * meta['max_len'] * meta['batch'])}; "
+            f"the weights take {fmt_bytes(meta['weight_bytes'])}, so the cache is "
+            f"{last.kv_bytes / max(meta['weight_bytes'], 1):.1%} of them.")
 
 
 def wasted_fractions(last: StepEvent, max_len: int) -> tuple[float, float]:
@@ -85,7 +86,11 @@ def parity(cached: list[StepEvent], recompute: list[StepEvent]) -> tuple[bool, s
                            "round differently, so a near-tie can flip the argmax; in fp32 they agree.")
     if not recompute:
         return True, "Waiting for the first recomputed token…"
-    return True, f"Same tokens: all {len(recompute)} recomputed so far match the cached run."
+    return True, f"Same tokens: all {tokens(len(recompute))} recomputed so far match the cached run."
+
+
+def tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
 
 
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
@@ -93,8 +98,8 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
     done_ms = sum(e.step_ms for e in recompute)
     pos_c, pos_r = sum(e.positions for e in cached), sum(e.positions for e in recompute)
     text = (f"Both runs take turns on one device and each clock counts only its own steps. "
-            f"Recompute: {len(recompute)} tokens in {fmt_ms(done_ms)}, processing {pos_r:,} token "
-            f"positions; cached: {len(cached)} tokens in {fmt_ms(cached_ms)}, {pos_c:,} positions.")
+            f"Recompute: {tokens(len(recompute))} in {fmt_ms(done_ms)}, processing {pos_r:,} token "
+            f"positions; cached: {tokens(len(cached))} in {fmt_ms(cached_ms)}, {pos_c:,} positions.")
     estimate = race.extrapolate_total_ms(recompute, [e.seq_len - 1 for e in cached])
     if final and estimate and len(recompute) < len(cached):
         text += (f" Finishing all {len(cached)} tokens without a cache would take ≈ {fmt_ms(estimate)} "

@@ -17,6 +17,8 @@ from kvviz.trace import Trace, summary
 LOG = logging.getLogger("kvviz")
 CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
 TOKEN_MARK = "│"
+HEIGHTS = {"layers": 260, "total": 260, "reservation": 120, "steps": 200, "layer_times": 200,
+           "race": 220}  # pixels; the block grid sizes itself
 PANELS = {  # chart name -> panel title
     "layers": "Cache bytes per layer (K and V)",
     "total": "Whole cache vs the formula",
@@ -111,8 +113,8 @@ def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
     contiguous = meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
     specs = {
         "layers": charts.layer_bytes_chart(data["layers"], layer_max, meta["num_layers"]),
-        "total": charts.total_cache_chart(data["total"], meta["weight_bytes"], contiguous,
-                                          max_seq_len=meta["max_len"]),
+        "total": charts.total_cache_chart(data["total"], weights_on_scale(meta["weight_bytes"], contiguous),
+                                          contiguous, max_seq_len=meta["max_len"]),
         "steps": charts.step_time_chart(data["steps"], max_step=max_new_tokens),
         "layer_times": charts.layer_time_chart(data["layer_times"], max_step=max_new_tokens),
         "race": charts.race_chart(data["race"], max_tokens=max_new_tokens),
@@ -120,7 +122,19 @@ def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
     if "grid" in data:
         specs["grid"] = charts.block_grid_chart(data["grid"])
         specs["reservation"] = charts.reservation_chart(data["reservation"], max_bytes=contiguous)
-    return {name: charts.to_spec(chart) for name, chart in specs.items()}
+    return {name: sized(charts.to_spec(chart), HEIGHTS.get(name)) for name, chart in specs.items()}
+
+
+def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:
+    """The weights' rule, or 0 (left out) when it would flatten the cache to the floor.
+
+    The caption always states the weights' size.
+    """
+    return weight_bytes if weight_bytes <= 4 * contiguous_bytes else 0
+
+
+def sized(spec: dict, height: int | None) -> dict:
+    return {**spec, "height": height} if height else spec
 
 
 def chart_slots() -> dict:

@@ -122,7 +122,8 @@ def point_config(tokenizer, prompt_tokens: int, batch: int, new_tokens: int) -> 
 
 
 def run_sweep(lm: LoadedModel, settings: SweepSettings, done: Iterable[SweepRow] = (),
-              should_stop: Callable[[], bool] | None = None, warmup: bool = True) -> Iterator[SweepRow]:
+              should_stop: Callable[[], bool] | None = None,
+              warmup: bool = True) -> Iterator[SweepRow]:
     """Yield one SweepRow per point of `settings` not in `done` (rows measured before with the
     same settings, e.g. by a cancelled sweep), in `SweepSettings.points` order.
 
@@ -253,7 +254,6 @@ def device_facts(lm: LoadedModel) -> DeviceFacts:
                        kv_budget_bytes(memory, lm.weight_bytes), bytes_per_token(lm))
 
 
-
 def reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -339,7 +339,8 @@ def eta_s(rows: Iterable[SweepRow], remaining: Iterable[Point], new_tokens: int)
     return per_position_s * sum(point_work(p, b, new_tokens) for p, b in remaining)
 
 
-def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int, step_ms: float) -> float | None:
+def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int,
+                                   step_ms: float) -> float | None:
     """(weights + cache read) / step time: the memory traffic a decode step must at least cause."""
     if step_ms <= 0:
         return None

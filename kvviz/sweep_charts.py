@@ -29,9 +29,9 @@ METRICS = {
 }
 
 
-def available_metrics(df: pd.DataFrame) -> list[str]:
-    """The METRICS with at least one measured value in `df` (no CUDA peak on CPU)."""
-    return [m for m in METRICS if m in df and df[m].notna().any()]
+def metric_names(cuda: bool) -> list[str]:
+    """The METRICS a device can fill: peak CUDA memory only on CUDA."""
+    return [m for m in METRICS if cuda or m != "peak_cuda_bytes"]
 
 
 def _prompt_x(df: pd.DataFrame) -> alt.X:
@@ -63,7 +63,7 @@ def cache_bytes_chart(df: pd.DataFrame, budget_bytes: int | None = None) -> alt.
     Log-log axes: a cache linear in tokens is a straight line.
     """
     y = alt.Y("bytes:Q", title="KV cache after prefill", scale=alt.Scale(type="log"),
-              axis=alt.Axis(labelExpr=bytes_expr("datum.value")))
+              axis=alt.Axis(labelExpr=bytes_expr("datum.value"), tickCount=6))
     formula = alt.Chart().transform_calculate(bytes="datum.prefill_formula_bytes").mark_line(
         strokeDash=[6, 4], strokeWidth=1.5).encode(x=_prompt_x(df), y=y, color=_batch_color())
     measured = _ok().transform_calculate(
@@ -101,10 +101,8 @@ def ttft_chart(df: pd.DataFrame) -> alt.Chart:
 def itl_chart(df: pd.DataFrame) -> alt.Chart:
     """Median inter-token latency vs context (the prompt the decode steps attend to), per batch:
     flat while weights dominate each step, rising once the cache read does."""
-    return _measured_lines(
-        df, alt.Y("itl_median_ms:Q", title="median inter-token latency (ms)", scale=alt.Scale(zero=True)),
-        [alt.Tooltip("itl_median_ms:Q", format=",.1f")],
-    ).properties(data=df)
+    y = alt.Y("itl_median_ms:Q", title="median inter-token latency (ms)", scale=alt.Scale(zero=True))
+    return _measured_lines(df, y, [alt.Tooltip("itl_median_ms:Q", format=",.1f")]).properties(data=df)
 
 
 def heatmap_chart(df: pd.DataFrame, metric: str) -> alt.LayerChart:
@@ -113,33 +111,44 @@ def heatmap_chart(df: pd.DataFrame, metric: str) -> alt.LayerChart:
     predicts will not fit (predicted_oom) outlined in red, dashed."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
-    title, fmt = METRICS[metric]
-    x = alt.X("prompt_tokens:O", title="prompt tokens", axis=alt.Axis(labelAngle=0))
-    y = alt.Y("batch:O", title="batch", sort="descending")
-    base = alt.Chart().encode(x=x, y=y)
-    cells = base.transform_filter(f"datum.status == 'ok' && isValid(datum.{metric})").mark_rect().encode(
-        color=alt.Color(f"{metric}:Q", title=title,
-                        scale=alt.Scale(scheme={"name": "blues", "extent": [0.05, 0.65]}),
-                        legend=alt.Legend(labelExpr=fmt.format(v="datum.value"))),
-        tooltip=["prompt_tokens:O", "batch:O", alt.Tooltip("label:N", title=title)])
-    empty = base.transform_filter(f"datum.status != 'ok' || !isValid(datum.{metric})").mark_rect(
-        color=NOT_RUN_COLOR).encode(tooltip=["prompt_tokens:O", "batch:O", "status:N", "message:N"])
+    base = alt.Chart().encode(
+        x=alt.X("prompt_tokens:O", title="prompt tokens", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("batch:O", title="batch", sort="descending"))
+    measured = f"datum.status == 'ok' && isValid(datum.{metric})"
+    empty = base.transform_filter(f"!({measured})").mark_rect(color=NOT_RUN_COLOR).encode(
+        tooltip=["prompt_tokens:O", "batch:O", "status:N", "message:N"])
     predicted = base.transform_filter("datum.predicted_oom == true").mark_rect(
         fill=None, stroke=OOM_COLOR, strokeDash=[4, 3], strokeWidth=2)
     text = base.mark_text(color="#222222").encode(text="label:N")
-    label = (f"datum.status != 'ok' ? upper(datum.status) : isValid(datum.{metric}) ? "
-             f"({fmt.format(v='datum.' + metric)}) : 'n/a'")
-    return alt.layer(cells, empty, predicted, text, data=df).transform_calculate(label=label)
+    return alt.layer(_heat_cells(base.transform_filter(measured), metric), empty, predicted, text,
+                     data=df).transform_calculate(label=_cell_label(metric))
+
+
+def _heat_cells(base: alt.Chart, metric: str) -> alt.Chart:
+    title, fmt = METRICS[metric]
+    scale = alt.Scale(scheme={"name": "blues", "extent": [0.05, 0.65]})  # light: labels stay legible
+    return base.mark_rect().encode(
+        color=alt.Color(f"{metric}:Q", title=title, scale=scale,
+                        legend=alt.Legend(labelExpr=fmt.format(v="datum.value"))),
+        tooltip=["prompt_tokens:O", "batch:O", alt.Tooltip("label:N", title=title)])
+
+
+def _cell_label(metric: str) -> str:
+    """Vega expression: the formatted value, the status in capitals, or 'n/a' (no value)."""
+    value = METRICS[metric][1].format(v=f"datum.{metric}")
+    return (f"datum.status != 'ok' ? upper(datum.status) : "
+            f"isValid(datum.{metric}) ? ({value}) : 'n/a'")
 
 
 def bandwidth_chart(df: pd.DataFrame, peak_bytes_per_s: float | None = None,
                     peak_label: str = "peak") -> alt.LayerChart:
     """Where the time goes: achieved bandwidth of the decode steps, (weights + cache read) / step
     time (median per point), vs prompt length per batch, under the device's peak (a rule)."""
+    axis = alt.Axis(labelExpr=GBS_EXPR.format(v="datum.value"), tickCount=6)
     y = alt.Y("decode_bandwidth_bytes_per_s:Q", title="achieved bandwidth (decode)",
-              scale=alt.Scale(type="log"), axis=alt.Axis(labelExpr=GBS_EXPR.format(v="datum.value")))
-    lines = _measured_lines(df, y, [alt.Tooltip("bandwidth:N", title="achieved")]).transform_calculate(
-        bandwidth=GBS_EXPR.format(v="datum.decode_bandwidth_bytes_per_s"))
+              scale=alt.Scale(type="log"), axis=axis)
+    lines = _measured_lines(df, y, [alt.Tooltip("bandwidth:N", title="achieved")])
+    lines = lines.transform_calculate(bandwidth=GBS_EXPR.format(v="datum.decode_bandwidth_bytes_per_s"))
     if not peak_bytes_per_s:
         return alt.layer(lines, data=df)
     label = f"{peak_label}: {peak_bytes_per_s / 1e9:,.0f} GB/s"

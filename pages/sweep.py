@@ -3,6 +3,8 @@
 Widgets and layout only: the runner and its arithmetic are kvviz.sweep's, the charts
 kvviz.sweep_charts'. Results live in st.session_state["sweeps"], keyed on (model, settings): a
 stopped sweep keeps its points, and running the same settings again measures only what is missing.
+Stop acts between points (Streamlit interrupts the script at its next call, after a point's row
+is stored), so a long point finishes first.
 """
 import streamlit as st
 
@@ -34,7 +36,8 @@ prompts = st.sidebar.multiselect("Prompt lengths (tokens)", sweep.prompt_length_
 batches = st.sidebar.multiselect("Batch sizes", sweep.BATCH_OPTIONS,
                                  default=sweep.default_batches(lm.device.type), key="sweep_batches")
 new_tokens = st.sidebar.slider("New tokens per point", 2, 128, 16, key="sweep_new")
-metric = st.sidebar.selectbox("Heatmap shows", list(sweep_charts.METRICS), key="sweep_metric",
+metric = st.sidebar.selectbox("Heatmap shows", sweep_charts.metric_names(lm.device.type == "cuda"),
+                              key="sweep_metric",
                               format_func=lambda m: sweep_charts.METRICS[m][0])
 peak_gbs = st.sidebar.number_input(
     "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,

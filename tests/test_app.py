@@ -18,7 +18,8 @@ TOKEN_MARK = "│"
 def at(tiny_dir, monkeypatch) -> AppTest:
     """The app on the tiny model, first run done, 8 new tokens per run."""
     monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
-    monkeypatch.delenv("KVVIZ_PRESENT", raising=False)
+    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
+        monkeypatch.delenv(name, raising=False)  # the full sidebar, not presenter or hosted mode
     app = AppTest.from_file(APP, default_timeout=60)
     app.run()
     assert not app.exception

@@ -84,7 +84,7 @@ def server(chromium_path):
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT"):
+    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
         env.pop(name, None)
     cmd = [str(STREAMLIT), "run", "app.py", "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",

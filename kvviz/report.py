@@ -1,0 +1,467 @@
+"""A finished or replayed run as one self-contained HTML file, plus CSV tables. Pure; no streamlit.
+
+`html_report(trace)` returns a single HTML document that opens offline in any browser: the run's
+settings and facts, the headline figures, the generated text of each mode, the live page's charts
+as inline SVG and the table of steps. It loads nothing: no scripts at all, no stylesheets, fonts or
+images from elsewhere, and a Content-Security-Policy that would block them if any slipped in.
+
+Everything that comes from the trace (model names, prompts, generated text, any meta value) is
+untrusted — an uploaded trace can say anything — and goes through `html.escape`, always.
+
+Charts are the very builders of kvviz/charts.py, rendered to SVG by vl-convert-python (Vega-Lite
+compiled and drawn in-process, bundled fonts, no browser, no network: external data URLs are
+refused). Without that package the report still has every figure and table, and says so.
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable
+
+import altair as alt
+import pandas as pd
+
+from kvviz import captions, charts, frames
+from kvviz.events import StepEvent
+from kvviz.trace import VERSION, Trace, TraceError, check_run_meta, mode_summary, summary
+from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
+
+CHART_WIDTH = 520  # px; the SVGs scale down with the page (CSS max-width)
+MAX_HEATMAP_CELLS = 30_000  # a layer-time heatmap beyond this would weigh megabytes of SVG
+WEIGHTS_RULE_MAX = 4  # the weights' rule is left out when it exceeds this x the reservation
+MAX_VALUE_CHARS = 400  # a meta value longer than this is cut, with an ellipsis
+TITLES = {  # chart name -> section title (the live page's panels, one chart each)
+    "layers": "Cache bytes per layer (K and V), at the last step",
+    "total": "Whole cache vs the formula",
+    "grid": "Blocks: the paged pool (modelled), at the last step",
+    "reservation": "Paged (modelled) vs a contiguous max-length reservation",
+    "steps": "Time per step",
+    "layer_times": "Time per layer and decode step (cached run)",
+    "race": "With vs without a cache: time to generate",
+}
+FACTS = (  # (meta key, label, formatter) for the run's facts table
+    ("model_label", "model", str),
+    ("model", "model id or folder", str),
+    ("device", "device", str),
+    ("dtype", "dtype", str),
+    ("num_layers", "decoder layers", str),
+    ("num_kv_heads", "KV heads", str),
+    ("head_dim", "head dimension", str),
+    ("elem_bytes", "bytes per element", str),
+    ("bytes_per_token", "KV bytes per token (one sequence)", lambda v: f"{fmt_bytes(v)} ({v:,} B)"),
+    ("weight_bytes", "weights", lambda v: f"{fmt_bytes(v)} ({v:,} B)"),
+    ("prompt_tokens", "prompt tokens (chat template included)", str),
+    ("batch", "batch", str),
+    ("max_len", "max length (prompt + new tokens)", str),
+)
+_NOT_SETTINGS = ("prompts", "system")  # config keys shown in the prompt section instead
+
+Svg = Callable[[dict], str]  # a Vega-Lite spec -> an SVG document
+
+
+def _utf8(text: str) -> str:
+    """`text` with lone surrogates (valid in a JSON string, not in UTF-8) replaced by "?"."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def e(value) -> str:
+    """Any value as escaped HTML text (quotes too: safe in attributes as well)."""
+    return html.escape(str(value), quote=True)
+
+
+# --- CSV -----------------------------------------------------------------------------------------
+
+def layers_frame(events: list[StepEvent]) -> pd.DataFrame:
+    """One row per (event, layer): mode, step, phase, layer, k_bytes, v_bytes, tokens, forward_ms."""
+    df = frames.layer_times_frame(events)
+    stats = [s for ev in events for s in ev.layers]  # the same (event, layer) order
+    df.insert(4, "k_bytes", pd.Series([s.k_bytes for s in stats], dtype="int64"))
+    df.insert(5, "v_bytes", pd.Series([s.v_bytes for s in stats], dtype="int64"))
+    df.insert(6, "tokens", pd.Series([s.tokens for s in stats], dtype="int64"))
+    return df
+
+
+def csv_tables(trace: Trace) -> dict[str, str]:
+    """{"steps": CSV, "layers": CSV}: frames.steps_frame and one row per (event, layer).
+
+    Numbers only (mode and phase are fixed words), so no generated text reaches a spreadsheet.
+    """
+    return {"steps": frames.steps_frame(trace.events).to_csv(index=False),
+            "layers": layers_frame(trace.events).to_csv(index=False)}
+
+
+# --- charts --------------------------------------------------------------------------------------
+
+def _meta_int(meta: dict, key: str) -> int | None:
+    value = meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _product(*values: int | None) -> int | None:
+    if any(v is None for v in values):
+        return None
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
+    """The live page's charts over the whole run, axes fitted to it (cf. kvviz.panels.build_specs).
+
+    Meta facts a trace lacks leave the axis they would fix to the data.
+    """
+    meta = trace.meta
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    if not cached:
+        return {}
+    last = cached[-1]
+    batch = _meta_int(meta, "batch") or len(last.token_ids)
+    max_len = _meta_int(meta, "max_len")
+    steps = frames.steps_frame(cached + recompute)
+    layer_max = _product(_meta_int(meta, "num_kv_heads"), _meta_int(meta, "head_dim"), max_len,
+                         batch, _meta_int(meta, "elem_bytes"))
+    contiguous = _product(_meta_int(meta, "bytes_per_token"), max_len, batch)
+    weights = _meta_int(meta, "weight_bytes") or 0
+    if contiguous and weights > WEIGHTS_RULE_MAX * contiguous:
+        weights = 0  # its rule would squash the cache to the floor; the caption gives the size
+    out = {
+        "layers": charts.layer_bytes_chart(frames.layer_bytes_frame(last), layer_max,
+                                           _meta_int(meta, "num_layers")),
+        "total": charts.total_cache_chart(steps[steps["mode"] == "cached"], weights,
+                                          contiguous or 0, max_seq_len=max_len),
+    }
+    if last.blocks is not None:
+        held = (last.seq_len - 1) * meta["bytes_per_token"] * batch if contiguous else last.kv_bytes
+        out["grid"] = charts.block_grid_chart(frames.block_grid_frame(last.blocks, batch))
+        out["reservation"] = charts.reservation_chart(frames.reservation_frame(last.blocks, held),
+                                                      max_bytes=contiguous)
+    out["steps"] = charts.step_time_chart(steps)
+    layer_times = frames.layer_times_frame(cached)
+    if 0 < (layer_times["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
+        out["layer_times"] = charts.layer_time_chart(layer_times).properties(height=300)
+    if recompute:
+        out["race"] = charts.race_chart(steps)
+    return out
+
+
+def _sized(name: str, chart: alt.TopLevelMixin) -> dict:
+    """The chart as a Vega-Lite dict with a fixed width (the grid keeps square cells)."""
+    width = alt.Step(14) if name == "grid" else CHART_WIDTH
+    return chart.properties(width=width).to_dict()
+
+
+def _vl_version() -> str | None:
+    """Altair's Vega-Lite version ("6.4") when vl-convert bundles it; else its latest."""
+    import vl_convert
+
+    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    return wanted if wanted in vl_convert.get_vegalite_versions() else None
+
+
+def vl_convert_svg(spec: dict) -> str:
+    """SVG of a Vega-Lite spec via vl-convert-python, which may fetch nothing (no base URLs)."""
+    import vl_convert
+
+    return vl_convert.vegalite_to_svg(spec, vl_version=_vl_version(), allowed_base_urls=[])
+
+
+def inline_svg(svg: str, prefix: str) -> str:
+    """An SVG document made fit to sit inline in HTML among others.
+
+    Drops the XML declaration and namespace declarations (an HTML parser supplies both
+    namespaces), and prefixes every id and its references (`url(#…)`, `href="#…"`) so the
+    clip paths and gradients of one chart never resolve to another chart's.
+    """
+    svg = re.sub(r"^\s*<\?xml[^>]*\?>\s*", "", svg)
+    svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", svg)
+    return re.sub(r'(href=")#([^"]+)"', rf'\1#{prefix}-\2"', svg)
+
+
+def _chart_captions(trace: Trace) -> dict[str, str]:
+    """Each chart's plain-language caption, when the meta holds the facts they quote."""
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    out = {}
+    try:
+        check_run_meta(trace)
+        by_panel = captions.chart_captions(trace.meta, cached)
+        out = {"layers": by_panel["layers"], "total": by_panel["total"],
+               "reservation": by_panel["blocks"], "layer_times": by_panel["timings"]}
+    except (TraceError, ArithmeticError, KeyError, TypeError):
+        pass
+    if cached and recompute:
+        out["race"] = captions.race_caption(cached, recompute, final=True)
+    return out
+
+
+def _charts_html(trace: Trace, svg: Svg | None) -> str:
+    if svg is None:
+        try:
+            import vl_convert  # noqa: F401
+            svg = vl_convert_svg
+        except ImportError:
+            return ('<p class="note">The charts need the package <code>vl-convert-python</code>, '
+                    "which is not installed here; the figures and tables below hold every number."
+                    "</p>")
+    notes = _chart_captions(trace)
+    parts = []
+    for i, (name, chart) in enumerate(report_charts(trace).items()):
+        try:
+            drawing = inline_svg(svg(_sized(name, chart)), f"c{i}")
+        except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
+            drawing = f'<p class="note">This chart could not be drawn ({e(type(exc).__name__)}).</p>'
+        note = f'<p class="caption">{e(notes[name])}</p>' if notes.get(name) else ""
+        parts.append(f'<figure class="chart" id="chart-{name}"><figcaption>{e(TITLES[name])}'
+                     f"</figcaption>{drawing}{note}</figure>")
+    if not parts:
+        return '<p class="note">No cached-mode steps to chart.</p>'
+    return '<div class="charts">' + "".join(parts) + "</div>"
+
+
+# --- text sections -------------------------------------------------------------------------------
+
+def _value(value) -> str:
+    """A meta value as short plain text (escaped by the caller)."""
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
+
+
+def _table(rows: list[tuple[str, str]], cls: str = "facts") -> str:
+    body = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+    return f'<table class="{cls}">{body}</table>'
+
+
+def _facts(meta: dict) -> list[tuple[str, str]]:
+    rows = []
+    for key, label, fmt in FACTS:
+        if key not in meta:
+            continue
+        value = meta[key]
+        try:
+            rows.append((label, fmt(value) if isinstance(value, int) else _value(value)))
+        except (TypeError, ValueError):
+            rows.append((label, _value(value)))
+    windows = meta.get("windows")
+    if isinstance(windows, list) and windows:
+        sliding = sorted({w for w in windows if isinstance(w, int)})
+        rows.append(("attention window", "full attention in every layer" if not sliding else
+                     f"sliding window of {', '.join(map(str, sliding))} tokens in "
+                     f"{sum(isinstance(w, int) for w in windows)} of {len(windows)} layers"))
+    versions = meta.get("versions")
+    if isinstance(versions, dict):
+        rows.append(("software", ", ".join(f"{k} {_value(v)}" for k, v in versions.items())))
+    known = {k for k, _, _ in FACTS} | {"windows", "versions", "config"}
+    rows += [(k, _value(v)) for k, v in meta.items() if k not in known]
+    return rows
+
+
+def _settings(meta: dict) -> list[tuple[str, str]]:
+    config = meta.get("config")
+    if not isinstance(config, dict):
+        return []
+    return [(k, _value(v)) for k, v in config.items() if k not in _NOT_SETTINGS]
+
+
+def _prompt_html(meta: dict) -> str:
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    parts = []
+    if isinstance(config.get("system"), str) and config["system"]:
+        parts.append(f'<h3>System</h3><pre class="text">{e(config["system"])}</pre>')
+    prompts = config.get("prompts") if isinstance(config.get("prompts"), list) else []
+    for i, prompt in enumerate(prompts):
+        title = "Prompt" if len(prompts) == 1 else f"Prompt {i + 1}"
+        label = f"<h3>{title}</h3>" if len(prompts) > 1 or parts else ""  # else the h2 says it
+        text = prompt if isinstance(prompt, str) else _value(prompt)  # prompts are never cut
+        parts.append(f'{label}<pre class="text">{e(text)}</pre>')
+    return "".join(parts) or '<p class="note">The trace does not record its prompt.</p>'
+
+
+def texts_of(events: list[StepEvent]) -> list[str]:
+    """The generated text of every sequence of the batch, in order."""
+    if not events:
+        return []
+    return ["".join(ev.texts[i] for ev in events if i < len(ev.texts))
+            for i in range(len(events[0].texts))]
+
+
+MODE_TITLES = {"cached": "With the KV cache",
+               "recompute": "Without a cache (the whole text recomputed every step)"}
+
+
+def _texts_html(trace: Trace) -> str:
+    parts = []
+    for mode in trace.modes:
+        events = trace.events_of(mode)
+        texts = texts_of(events)
+        parts.append(f"<h3>{e(MODE_TITLES.get(mode, mode))}: {len(events)} steps</h3>")
+        for i, text in enumerate(texts):
+            label = f'<p class="seq">sequence {i}</p>' if len(texts) > 1 else ""
+            parts.append(f'{label}<pre class="text">{e(text)}</pre>')
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    if cached and recompute:
+        same, line = captions.parity(cached, recompute)
+        parts.append(f'<p class="{"ok" if same else "warn"}">{e(line)}</p>')
+    return "".join(parts) or '<p class="note">The trace holds no steps.</p>'
+
+
+def _headline_html(trace: Trace, sums: dict) -> str:
+    cached = trace.events_of("cached")
+    if not cached:
+        return ""
+    meta = {**trace.meta, "batch": _meta_int(trace.meta, "batch") or len(cached[-1].token_ids)}
+    cards = "".join(f'<div class="figure"><div class="label">{e(label)}</div>'
+                    f'<div class="value">{e(value)}</div><div class="help">{e(help_text)}</div></div>'
+                    for label, value, help_text in captions.headline(meta, sums, cached[-1]))
+    return f'<div class="figures">{cards}</div>'
+
+
+SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.trace.mode_summary)
+    ("time to first token", lambda n: fmt_ms(n["ttft_ms"])),
+    ("inter-token median", lambda n: fmt_ms(n["itl_median_ms"])),
+    ("inter-token p95", lambda n: fmt_ms(n["itl_p95_ms"])),
+    ("tokens/s", lambda n: "–" if n["tokens_per_s"] is None else f"{n['tokens_per_s']:.1f}"),
+    ("new tokens × batch", lambda n: f"{n['new_tokens']} × {n['batch']}"),
+    ("peak KV cache", lambda n: fmt_bytes(n["peak_kv_bytes"])),
+    ("peak formula", lambda n: fmt_bytes(n["peak_formula_bytes"])),
+    ("total time", lambda n: fmt_ms(n["total_ms"])),
+)
+
+
+def _summary_html(sums: dict) -> str:
+    modes = sums["modes"]
+    if not modes:
+        return ""
+    head = "<tr><th></th>" + "".join(f"<th>{e(m)}</th>" for m in modes) + "</tr>"
+    body = "".join(f"<tr><th>{e(label)}</th>" + "".join(f"<td>{e(fmt(modes[m]))}</td>" for m in modes)
+                   + "</tr>" for label, fmt in SUMMARY_ROWS)
+    speedup = ""
+    if sums["recompute_speedup"] is not None:
+        speedup = (f'<p>Recompute took {e(fmt_ratio(sums["recompute_speedup"]))} the cached time '
+                   f'over the first {sums["speedup_steps"]} steps of both.</p>')
+    return f'<table class="summary">{head}{body}</table>{speedup}'
+
+
+def _steps_html(trace: Trace) -> str:
+    if not trace.events:
+        return ""
+    df = frames.steps_frame(trace.events)
+    # the text each step added to sequence 0, quoted so whitespace shows (escaped by to_html)
+    df["text"] = [_utf8(json.dumps(ev.texts[0] if ev.texts else "", ensure_ascii=False))
+                  for ev in trace.events]
+    table = df.to_html(index=False, escape=True, na_rep="–", border=0, classes="steps",
+                       float_format=lambda x: f"{x:,.1f}")
+    return f'<div class="scroll">{table}</div>'
+
+
+# --- the document --------------------------------------------------------------------------------
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'"
+CSS = """
+:root { --ink:#1f2933; --muted:#5f6b7a; --line:#e3e7ed; --soft:#f4f6f9; --accent:#4C78A8;
+        --ok:#54A24B; --warn:#E45756; }
+* { box-sizing: border-box; }
+body { margin: 0; color: var(--ink); background: #fff; line-height: 1.45;
+       font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; }
+h1 { font-size: 26px; margin: 0 0 4px; }
+h2 { font-size: 19px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 2px solid var(--accent); }
+h3 { font-size: 15px; margin: 16px 0 6px; }
+.sub, .note, .caption, .help, .seq { color: var(--muted); }
+.caption { font-size: 13px; margin: 6px 0 0; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; }
+.figure { background: var(--soft); border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
+.figure .label { font-size: 12px; color: var(--muted); }
+.figure .value { font-size: 22px; font-weight: 600; margin: 2px 0; font-variant-numeric: tabular-nums; }
+.figure .help { font-size: 11px; }
+pre.text { white-space: pre-wrap; overflow-wrap: anywhere; background: var(--soft);
+           border: 1px solid var(--line); border-left: 4px solid var(--accent); border-radius: 6px;
+           padding: 10px 12px; margin: 0 0 10px; font: 13px/1.5 ui-monospace, Menlo, Consolas, monospace; }
+.ok { color: #2f6b2a; } .warn { color: #a23a36; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 18px; }
+figure.chart { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 12px; }
+figure.chart figcaption { font-weight: 600; margin-bottom: 8px; }
+figure.chart svg { display: block; max-width: 100%; height: auto; }
+table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
+table.summary td, table.steps td { text-align: right; }
+table.steps th { position: sticky; top: 0; background: #fff; }
+table.facts td { overflow-wrap: anywhere; }
+.cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(360px, 1fr)); gap: 24px; }
+.scroll { overflow: auto; max-height: 70vh; border: 1px solid var(--line); border-radius: 6px; }
+footer { margin-top: 40px; font-size: 12px; color: var(--muted); }
+@media print { .scroll { max-height: none; overflow: visible; } figure.chart { break-inside: avoid; } }
+"""
+
+
+def _model_name(meta: dict) -> str:
+    for key in ("model_label", "model"):
+        if isinstance(meta.get(key), str) and meta[key]:
+            return meta[key]
+    return "a recorded run"
+
+
+def _subtitle(trace: Trace) -> str:
+    meta = trace.meta
+    bits = [f"on {_value(meta['device'])}" if "device" in meta else "",
+            f"in {_value(meta['dtype'])}" if "dtype" in meta else ""]
+    cached = trace.events_of("cached")
+    if cached:
+        bits.append(f"· {len(cached)} new tokens × batch {len(cached[-1].token_ids)}")
+    bits.append("· with the no-cache race" if trace.events_of("recompute") else "")
+    return "Recorded " + " ".join(b for b in bits if b) if any(bits) else ""
+
+
+def html_report(trace: Trace, svg: Svg | None = None) -> str:
+    """The run as one self-contained HTML document (str); nothing in it loads anything.
+
+    `svg` turns a Vega-Lite spec into an SVG document: vl-convert-python by default (when it
+    is not installed, the report says so in place of the charts).
+    """
+    sums = summary(trace)
+    name = _model_name(trace.meta)
+    settings = _settings(trace.meta)
+    doc = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="kvviz">
+<title>kvviz report: {e(name)}</title>
+<style>{CSS}</style>
+</head>
+<body>
+<main>
+<h1>KV cache report: {e(name)}</h1>
+<p class="sub">{e(_subtitle(trace))}</p>
+{_headline_html(trace, sums)}
+<h2>Prompt</h2>
+{_prompt_html(trace.meta)}
+<h2>Generated text</h2>
+{_texts_html(trace)}
+<h2>Charts</h2>
+{_charts_html(trace, svg)}
+<h2>Figures per mode</h2>
+{_summary_html(sums)}
+<h2>The run</h2>
+<div class="cols">
+<div><h3>Model and device</h3>{_table(_facts(trace.meta))}</div>
+<div><h3>Settings</h3>{_table(settings) if settings else '<p class="note">Not recorded.</p>'}</div>
+</div>
+<h2>Every step</h2>
+<p class="note">One row per forward pass (step 0 is the prefill); bytes in bytes, times in
+milliseconds; <code>text</code> is what the step added to sequence 0.</p>
+{_steps_html(trace)}
+<footer>Made with kvviz from a kvviz trace (format version {VERSION}). Charts drawn with Vega-Lite;
+this file loads nothing from anywhere.</footer>
+</main>
+</body>
+</html>
+"""
+    return _utf8(doc)  # a lone surrogate anywhere would break the caller's encode
