@@ -58,6 +58,7 @@ class ServingConfig:
     arrival_every: int = 0  # request i is submitted after i * arrival_every steps (0: all at once)
     max_batch_tokens: int = 256  # tokens one forward pass may take; longer prefills are chunked
     prefix_sharing: bool = True  # let a request reuse the full blocks of a prefix already cached
+    time_limit_s: float | None = None  # give up (TimeoutError) past this wall-clock time
 
 
 @dataclass(frozen=True)
@@ -384,6 +385,7 @@ def serve(lm: LoadedModel, token_ids: list[list[int]], cfg: ServingConfig,
         recorder.t_last = time.perf_counter()  # step 1 is timed from here
         manager.start()
         while len(outputs) < len(token_ids):
+            check_time(cfg, start)
             collect_output(manager, outputs)
             for snap in take_snapshots(out, snapshots):
                 yield snap
@@ -394,6 +396,11 @@ def serve(lm: LoadedModel, token_ids: list[list[int]], cfg: ServingConfig,
     for snap in take_snapshots(out, snapshots):
         yield snap
     return build_result(lm, cfg, recorder, snapshots, outputs, time.perf_counter() - start)
+
+
+def check_time(cfg: ServingConfig, start: float) -> None:
+    if cfg.time_limit_s is not None and time.perf_counter() - start > cfg.time_limit_s:
+        raise TimeoutError(f"stopped at the limit of {cfg.time_limit_s:.0f} s per run")
 
 
 def collect_output(manager, outputs: dict) -> None:

@@ -13,7 +13,6 @@ out-of-memory boundary from `kvviz.capacity`.
 """
 from __future__ import annotations
 
-import gc
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -196,7 +195,7 @@ def measure(lm: LoadedModel, point: Point, new_tokens: int,
             steps.close()
     if status != "ok":
         events.clear()
-        free_memory(lm.device)
+        engine.free_device_memory(lm.device)  # collects first: the traceback held tensors
     return events, status, message
 
 
@@ -263,13 +262,6 @@ def peak_cuda_bytes(device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
 
-def free_memory(device: torch.device) -> None:
-    """Drop what a failed point left behind (collect first: tracebacks hold tensors)."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def device_memory_bytes(device: torch.device) -> int | None:
     """Total memory of a CUDA device; None elsewhere (no meaningful limit to predict)."""
     if device.type != "cuda":
@@ -295,21 +287,26 @@ def bytes_per_token(lm: LoadedModel) -> int:
 # ---------------------------------------------------------------- pure helpers
 
 
-def prompt_length_options(max_positions: int | None) -> list[int]:
-    """Powers of two from OPTION_MIN_TOKENS below the model's context limit."""
-    limit = max_positions or UNKNOWN_CONTEXT_TOKENS
+def prompt_length_options(max_positions: int | None,
+                          max_prompt_tokens: int | None = None) -> list[int]:
+    """Powers of two from OPTION_MIN_TOKENS below the model's context limit (and at most
+    `max_prompt_tokens`, a host's cap, when given)."""
+    top = (max_positions or UNKNOWN_CONTEXT_TOKENS) - 1
+    top = top if max_prompt_tokens is None else min(top, max_prompt_tokens)
     options, n = [], OPTION_MIN_TOKENS
-    while n < limit:
+    while n <= top:
         options.append(n)
         n *= 2
     return options
 
 
-def default_prompt_lengths(max_positions: int | None, device_type: str,
-                           new_tokens: int = 16) -> list[int]:
-    """Log-spaced (doubling) from 64 up to min(context limit - new_tokens, the device's cap)."""
-    limit = (max_positions or UNKNOWN_CONTEXT_TOKENS) - new_tokens
-    top = min(limit, DEVICE_CAP_TOKENS.get(device_type, DEVICE_CAP_TOKENS["cpu"]))
+def default_prompt_lengths(max_positions: int | None, device_type: str, new_tokens: int = 16,
+                           max_prompt_tokens: int | None = None) -> list[int]:
+    """Log-spaced (doubling) from 64 up to min(context limit - new_tokens, the device's cap,
+    `max_prompt_tokens`)."""
+    top = min((max_positions or UNKNOWN_CONTEXT_TOKENS) - new_tokens,
+              DEVICE_CAP_TOKENS.get(device_type, DEVICE_CAP_TOKENS["cpu"]),
+              max_prompt_tokens or UNKNOWN_CONTEXT_TOKENS)
     lengths = [n for n in prompt_length_options(max_positions) if MIN_PROMPT_TOKENS <= n <= top]
     return lengths or [max(1, min(top, MIN_PROMPT_TOKENS))]
 

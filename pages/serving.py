@@ -19,6 +19,7 @@ DEFAULT_REQUESTS = "\n".join([
     "Hi!",
 ])
 SYSTEM = ui.prompt_presets()["Chat with a long system prompt"]["system"]
+rules = ui.policy()  # hosted caps (no-ops when not hosted)
 
 spec = ui.model_settings()
 st.title("Serving · many requests, one paged KV cache")
@@ -35,7 +36,7 @@ system = right.text_area("System prompt", SYSTEM, height=100, key="srv_system", 
 c1, c2, c3, c4, c5 = st.columns(5)
 num_blocks = c1.number_input("Pool size (blocks)", 4, 1024, 32, key="srv_blocks")
 block_size = c2.select_slider("Block size (tokens)", [4, 8, 16, 32, 64], value=16, key="srv_block_size")
-max_new = c3.slider("New tokens per request", 1, 128, 24, key="srv_max_new")
+max_new = c3.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 24, key="srv_max_new")
 every = c4.slider("A new request every … steps", 0, 16, 2, key="srv_every",
                   help="0: all arrive at once (deduplicated after prefill, no prefill saved); later "
                        "arrivals find the prefix already cached and skip computing it")
@@ -47,19 +48,24 @@ status = st.empty()
 def execute() -> serving.ServingResult | None:
     """Run the requests on the device (one session at a time); None if refused."""
     cfg = serving.ServingConfig(block_size=block_size, num_blocks=int(num_blocks), max_new_tokens=max_new,
-                                arrival_every=every)
+                                arrival_every=every, time_limit_s=rules.max_run_s if rules.enabled else None)
     try:
-        ids = serving.encode_requests(lm.tokenizer, serving.parse_requests(prompts_text),
-                                      system if share else "")
+        prompts = serving.parse_requests(prompts_text, rules.cap("batch", serving.MAX_REQUESTS))
+        ids = serving.encode_requests(lm.tokenizer, prompts, system if share else "")
+        for row in ids:
+            rules.check_prompt_tokens(len(row))
         serving.check_fits(ids, cfg)
         with ui.device_turn(status), st.spinner("Running the requests through continuous batching…"):
             return serving.run_serving(lm, ids, cfg, on_step=lambda s: status.caption(
                 f"step {s.step}: {s.num_used_blocks} of {s.num_blocks} blocks in use"))
     except ValueError as exc:
         status.error(str(exc))  # built by kvviz from numbers; never model or user text
+    except TimeoutError as exc:
+        status.warning(f"Nothing to show: the run {exc}.")
     except RuntimeError as exc:
-        status.error("Continuous batching failed; transformers said:")
-        st.code(str(exc), language=None)
+        status.error("Continuous batching failed" + ("." if rules.enabled else "; transformers said:"))
+        if not rules.enabled:  # hosted visitors get no internals
+            st.code(str(exc), language=None)
     return None
 
 

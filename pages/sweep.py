@@ -4,12 +4,16 @@ Widgets and layout only: the runner and its arithmetic are kvviz.sweep's, the ch
 kvviz.sweep_charts'. Results live in st.session_state["sweeps"], keyed on (model, settings): a
 stopped sweep keeps its points, and running the same settings again measures only what is missing.
 Stop acts between points (Streamlit interrupts the script at its next call, after a point's row
-is stored), so a long point finishes first.
+is stored), so a long point finishes first. In hosted mode the host's caps (prompt tokens, batch,
+new tokens, sweep points, seconds per run) apply. Settings are bound to the URL.
 """
+import time
+
 import streamlit as st
 
-from kvviz import capacity, sweep, sweep_charts, ui, units
+from kvviz import capacity, panels, sweep, sweep_charts, ui, units
 
+URL = "query-params"
 WHERE_TIME_GOES = (
     "A decode step must read every weight and the whole cache at least once, so (weights + cache) "
     "÷ step time is the memory bandwidth the step achieved; no step can beat the device's peak. "
@@ -18,6 +22,7 @@ WHERE_TIME_GOES = (
     "between them, so the step is bound by kernel launches, not bandwidth. Large models, batches "
     "and contexts move the points up towards the peak.")
 
+rules = ui.policy()
 spec = ui.model_settings()
 st.title("Sweep: prompt length × batch size")
 st.caption("Each point runs the cached engine once on a prompt of exactly that many tokens "
@@ -28,28 +33,36 @@ if lm is None:
     st.stop()
 device = sweep.device_facts(lm)
 max_pos = sweep.max_positions(lm)
+max_prompt = rules.max_prompt_tokens if rules.enabled else None
+max_batch = rules.cap("batch", sweep.BATCH_OPTIONS[-1])
 
 st.sidebar.subheader("Sweep")
-prompts = st.sidebar.multiselect("Prompt lengths (tokens)", sweep.prompt_length_options(max_pos),
-                                 default=sweep.default_prompt_lengths(max_pos, lm.device.type),
-                                 key="sweep_prompts")
-batches = st.sidebar.multiselect("Batch sizes", sweep.BATCH_OPTIONS,
-                                 default=sweep.default_batches(lm.device.type), key="sweep_batches")
-new_tokens = st.sidebar.slider("New tokens per point", 2, 128, 16, key="sweep_new")
+prompts = st.sidebar.multiselect(
+    "Prompt lengths (tokens)", sweep.prompt_length_options(max_pos, max_prompt),
+    default=sweep.default_prompt_lengths(max_pos, lm.device.type, max_prompt_tokens=max_prompt),
+    key="sweep_prompts", bind=URL)
+batches = st.sidebar.multiselect(
+    "Batch sizes", [b for b in sweep.BATCH_OPTIONS if b <= max_batch],
+    default=sweep.default_batches(lm.device.type)[:1 if rules.enabled else None],
+    key="sweep_batches", bind=URL)
+new_tokens = st.sidebar.slider("New tokens per point", 2, rules.cap("new_tokens", 128), 16,
+                               key="sweep_new", bind=URL)
 metric = st.sidebar.selectbox("Heatmap shows", sweep_charts.metric_names(lm.device.type == "cuda"),
-                              key="sweep_metric",
-                              format_func=lambda m: sweep_charts.METRICS[m][0])
+                              format_func=lambda m: sweep_charts.METRICS[m][0],
+                              key="sweep_metric", bind=URL)
 peak_gbs = st.sidebar.number_input(
     "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,
     (device.peak_bandwidth_bytes_per_s or 0) / 1e9, 10.0, key="sweep_peak_gbs",
     help=f"From the GPU presets ({device.preset})" if device.preset else "Not known for this device")
+ui.share_link()
 
 settings = sweep.SweepSettings(tuple(sorted(prompts)), tuple(sorted(batches)), new_tokens)
 sweeps = st.session_state.setdefault("sweeps", {})  # (model spec, settings) -> rows
 rows = sweeps.get((spec, settings), [])
 total = len(settings.points())
+too_many = total > rules.cap("sweep_points", total)
 run_col, stop_col, info_col = st.columns([1.5, 1, 5], vertical_alignment="center")
-run = run_col.button("Run sweep", type="primary", disabled=not total, key="sweep_run")
+run = run_col.button("Run sweep", type="primary", disabled=not total or too_many, key="sweep_run")
 stopped = stop_col.button("Stop", key="sweep_stop")
 info_col.caption(f"{lm.label} · {device.name} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"{units.fmt_bytes(device.bytes_per_token)} of cache per token")
@@ -89,18 +102,25 @@ def run_sweep() -> None:
     sweeps[(spec, settings)] = rows
     bar = progress.progress(len(rows) / total, text=progress_text(rows))
     with ui.device_turn(status):
+        deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
         try:
-            for row in sweep.run_sweep(lm, settings, done=rows):
+            for row in sweep.run_sweep(lm, settings, rows, lambda: time.monotonic() > deadline):
                 rows.append(row)
                 draw(rows)
                 if len(rows) < total:
                     bar.progress(len(rows) / total, text=progress_text(rows))
         except Exception as exc:  # keep what was measured; say what stopped it
-            status.error(f"The sweep stopped: {sweep.first_line(exc)}")
+            status.error(panels.failure_message(exc, rules.enabled))
+        if time.monotonic() > deadline and len(rows) < total:
+            status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run; "
+                           "**Run sweep** again measures the rest.")
     progress.empty()
 
 
-if run and len(rows) < total:
+if too_many:
+    status.warning(f"This host measures at most {rules.max_sweep_points} points per sweep; "
+                   f"these settings make {total}.")
+elif run and len(rows) < total:
     run_sweep()
 elif run:
     status.info(f"All {total} points were already measured with these settings: shown below. "

@@ -72,7 +72,7 @@ def fail_at(monkeypatch, bad_point, exc):
 def test_out_of_memory_point_is_recorded_and_the_sweep_continues(lm, monkeypatch):
     ran = fail_at(monkeypatch, (16, 2), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate"))
     freed = []
-    monkeypatch.setattr(sweep, "free_memory", freed.append)
+    monkeypatch.setattr(sweep.engine, "free_device_memory", freed.append)
     rows = list(sweep.run_sweep(lm, SweepSettings((8, 16), (1, 2, 4), 2), warmup=False))
     status = {(r.prompt_tokens, r.batch): r.status for r in rows}
     assert status == {(8, 1): "ok", (16, 1): "ok", (8, 2): "ok", (16, 2): "oom", (8, 4): "ok",
@@ -86,7 +86,7 @@ def test_out_of_memory_point_is_recorded_and_the_sweep_continues(lm, monkeypatch
 
 def test_runtime_error_saying_out_of_memory_counts_as_oom(lm, monkeypatch):
     fail_at(monkeypatch, (8, 1), RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)"))
-    monkeypatch.setattr(sweep, "free_memory", lambda device: None)
+    monkeypatch.setattr(sweep.engine, "free_device_memory", lambda device: None)
     (row,) = sweep.run_sweep(lm, SweepSettings((8,), (1,), 2), warmup=False)
     assert row.status == "oom"
 
@@ -136,6 +136,9 @@ def test_default_prompt_lengths_are_log_spaced_up_to_model_and_device_limits():
     assert sweep.default_prompt_lengths(None, "cuda")[-1] == 32768
     assert sweep.default_prompt_lengths(50, "cpu", new_tokens=16) == [34]
     assert sweep.prompt_length_options(256) == [16, 32, 64, 128]
+    # a host's cap on prompt tokens (hosted mode) limits both
+    assert sweep.prompt_length_options(8192, max_prompt_tokens=1024)[-1] == 1024
+    assert sweep.default_prompt_lengths(8192, "cuda", max_prompt_tokens=1000)[-1] == 512
 
 
 def test_achieved_bandwidth_is_weights_plus_cache_over_step_time():

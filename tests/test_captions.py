@@ -1,0 +1,44 @@
+"""Captions and headline figures carry the right live numbers."""
+from kvviz import captions
+from kvviz.events import BlockStat, LayerStat, StepEvent
+
+META = {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 2, "bytes_per_token": 23_040,
+        "weight_bytes": 269_030_016, "prompt_tokens": 31, "batch": 1, "max_len": 95}
+
+
+def event(step, seq_len, ms, mode="cached", kv=None, blocks=True):
+    tokens = seq_len - 1
+    kv = 23_040 * tokens if kv is None else kv
+    b = BlockStat(16, 6, -(-tokens // 16), 6 - -(-tokens // 16), tokens - 16 * (-(-tokens // 16) - 1),
+                  -(-tokens // 16) * 16 * 23_040, 95 * 23_040, False) if blocks else None
+    return StepEvent(mode, "prefill" if step == 0 else "decode", step, (5,), ("a",), (False,), ms,
+                     seq_len, 31 if step == 0 else 1, kv, kv, (LayerStat(0, 1, 1, tokens, 1.0),), b)
+
+
+def test_layers_caption_states_bytes_per_token():
+    assert "adds 22.5 KiB across 30 layers" in captions.layers_caption(META)
+
+
+def test_wasted_fractions():
+    paged, contiguous = captions.wasted_fractions(event(2, 34, 10.0), META["max_len"])
+    assert round(paged, 4) == round(1 - 33 / 48, 4) and round(contiguous, 4) == round(1 - 33 / 95, 4)
+
+
+def test_parity_reports_first_divergence():
+    cached = [event(i, 32 + i, 10.0) for i in range(3)]
+    same = [event(i, 32 + i, 30.0, "recompute", blocks=False) for i in range(2)]
+    assert captions.parity(cached, same) == (True, "Same tokens: all 2 tokens recomputed so far match the cached run.")
+    flipped = same[:1] + [StepEvent(**{**same[1].__dict__, "token_ids": (9,)})]
+    ok, text = captions.parity(cached, flipped)
+    assert not ok and "from step 1" in text
+
+
+def test_achieved_bandwidth_is_bytes_over_time():
+    assert captions.achieved_bandwidth(1_000_000_000, 0, 100.0) == 1e10  # 1 GB in 0.1 s
+
+
+def test_race_caption_extrapolates_only_when_final_and_behind():
+    cached = [event(i, 32 + i, 10.0) for i in range(6)]
+    recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
+    assert "extrapolated" not in captions.race_caption(cached, recompute, final=False)
+    assert "extrapolated from 3 measured steps" in captions.race_caption(cached, recompute, final=True)

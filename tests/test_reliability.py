@@ -1,0 +1,51 @@
+"""Failures midway: an injected out-of-memory error ends the run cleanly and the next run works."""
+from pathlib import Path
+
+import torch
+from streamlit.testing.v1 import AppTest
+
+from kvviz import engine
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def test_out_of_memory_midway_keeps_output_and_next_run_works(monkeypatch, tiny_dir):
+    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
+    real_forward, calls, freed = engine.forward, [], []
+
+    def failing_forward(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_forward(*args, **kwargs)
+
+    real_free = engine.free_device_memory
+    monkeypatch.setattr(engine, "forward", failing_forward)
+    monkeypatch.setattr(engine, "free_device_memory", lambda d: (freed.append(d), real_free(d)))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.slider(key="max_new").set_value(8).run()
+    at.button(key="generate").click().run()
+    assert not at.exception
+    assert any("ran out of memory" in e.value and "released" in e.value for e in at.error)
+    assert freed, "memory was not released"
+    assert at.code[0].value.strip()  # the tokens produced before the failure are kept
+    monkeypatch.setattr(engine, "forward", real_forward)
+    at.button(key="generate").click().run()
+    assert not at.exception and not at.error
+    assert {m.label: m.value for m in at.metric}["Tokens"] == "8 × 1"
+
+
+def test_hooks_are_removed_after_a_failed_run(monkeypatch):
+    from tiny import tiny_lm
+    from kvviz.config import RunConfig
+    lm = tiny_lm()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(engine, "forward", boom)
+    try:
+        list(engine.generate(lm, RunConfig(max_new_tokens=3)))
+    except RuntimeError:
+        pass
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lm.model.model.layers)
