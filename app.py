@@ -9,6 +9,7 @@ ui.presenter_style()
 page = st.navigation([
     st.Page("pages/live.py", title="Live", icon=":material/bolt:", default=True),
     st.Page("pages/replay.py", title="Replay", icon=":material/replay:"),
+    st.Page("pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
     st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
 ])
 page.run()

@@ -50,7 +50,7 @@ def pool_grid_chart(df: pd.DataFrame, request_ids: list[str], num_blocks: int, c
     """
     colors = owner_colors(request_ids)
     rows = list(range(-(-num_blocks // columns)))
-    base = alt.Chart(df).encode(
+    base = alt.Chart().encode(
         x=alt.X("col:O", axis=None, scale=alt.Scale(domain=list(range(columns)))),
         y=alt.Y("row:O", axis=None, scale=alt.Scale(domain=rows)),
     )
@@ -60,7 +60,7 @@ def pool_grid_chart(df: pd.DataFrame, request_ids: list[str], num_blocks: int, c
         tooltip=["block:Q", alt.Tooltip("owner:N", title="held by")],
     )
     text = base.mark_text(fontSize=11, color="white").encode(text="label:N")
-    return alt.layer(cells, text).properties(height=alt.Step(26), width=alt.Step(26))
+    return alt.layer(cells, text, data=df).properties(height=alt.Step(26), width=alt.Step(26))
 
 
 def usage_frame(snapshots) -> pd.DataFrame:
@@ -80,7 +80,7 @@ def usage_chart(df: pd.DataFrame, num_blocks: int, max_step: int, max_blocks: in
     [0, max_blocks], by default 1.1 x the pool.
     """
     top = max_blocks or max(1, int(num_blocks * 1.1))
-    lines = alt.Chart(df).mark_line(point=True, clip=True, interpolate="step-after").encode(
+    lines = alt.Chart().mark_line(point=True, clip=True, interpolate="step-after").encode(
         x=alt.X("step:Q", title="step (forward pass)", scale=alt.Scale(domain=[1, max(max_step, 2)], nice=False)),
         y=alt.Y("blocks:Q", title="blocks", scale=alt.Scale(domain=[0, top], nice=False)),
         color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(USAGE_COLORS),
@@ -94,7 +94,7 @@ def usage_chart(df: pd.DataFrame, num_blocks: int, max_step: int, max_blocks: in
     rule = pool.mark_rule(color=RULE_COLOR, strokeWidth=1.5).encode(y="blocks:Q")
     label = pool.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#555555").encode(
         y="blocks:Q", x=alt.value(0), text="label:N")
-    return alt.layer(lines, rule, label)
+    return alt.layer(lines, rule, label, data=df)  # the rows at the top level: swappable
 
 
 def timeline_frame(snapshots) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvviz.charts import MODE_COLORS, RULE_COLOR, STATE_COLORS, _rules, bytes_expr
+from kvviz.charts import MODE_COLORS, STATE_COLORS, _rules, bytes_expr
 
 OOM_COLOR = MODE_COLORS["recompute"]  # the palette's red
 NOT_RUN_COLOR = STATE_COLORS["free"]  # grey cells: the point has no measurement

@@ -34,7 +34,7 @@ share = right.toggle("Shared system prompt", value=True, key="srv_share",
                      help="The same long system prompt before every request: a common prefix to reuse")
 system = right.text_area("System prompt", SYSTEM, height=100, key="srv_system", disabled=not share)
 c1, c2, c3, c4, c5 = st.columns(5)
-num_blocks = c1.number_input("Pool size (blocks)", 4, 1024, 32, key="srv_blocks")
+num_blocks = c1.number_input("Pool size (blocks)", 4, 1024, 24, key="srv_blocks")
 block_size = c2.select_slider("Block size (tokens)", [4, 8, 16, 32, 64], value=16, key="srv_block_size")
 max_new = c3.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 24, key="srv_max_new")
 every = c4.slider("A new request every … steps", 0, 16, 2, key="srv_every",
@@ -56,8 +56,10 @@ def execute() -> serving.ServingResult | None:
             rules.check_prompt_tokens(len(row))
         serving.check_fits(ids, cfg)
         with ui.device_turn(status), st.spinner("Running the requests through continuous batching…"):
-            return serving.run_serving(lm, ids, cfg, on_step=lambda s: status.caption(
+            result = serving.run_serving(lm, ids, cfg, on_step=lambda s: status.caption(
                 f"step {s.step}: {s.num_used_blocks} of {s.num_blocks} blocks in use"))
+        status.empty()
+        return result
     except ValueError as exc:
         status.error(str(exc))  # built by kvviz from numbers; never model or user text
     except TimeoutError as exc:

@@ -1,4 +1,4 @@
-"""Import direction: pure modules stay free of torch and streamlit; only ui/panels touch streamlit."""
+"""Import direction: pure modules stay free of torch and streamlit; only ui/panels (and the page benchmark) touch streamlit."""
 import ast
 from pathlib import Path
 
@@ -6,8 +6,9 @@ import pytest
 
 KVVIZ = Path(__file__).resolve().parent.parent / "kvviz"
 PURE = ["events", "blocks", "capacity", "charts", "frames", "race", "captions", "units", "trace",
-        "config", "planner_frames", "planner_charts"]
-STREAMLIT_OK = {"ui", "panels"}
+        "config", "planner_frames", "planner_charts", "sweep_charts", "hosted", "device_queue",
+        "report", "serving_charts"]
+STREAMLIT_OK = {"ui", "panels", "bench"}  # bench drives the page through AppTest
 
 
 def imported_roots(path: Path) -> set[str]:

@@ -106,6 +106,14 @@ def test_unreadable_allocator_falls_back_to_a_modelled_pool(lm, monkeypatch):
     assert all(len(r.output_ids) > 0 for r in result.requests)
 
 
+def test_a_run_past_its_time_limit_stops_and_leaves_the_model_usable(lm):
+    ids = serving.encode_requests(lm.tokenizer, PROMPTS, chat=False)
+    with pytest.raises(TimeoutError):
+        serving.run_serving(lm, ids, serving.ServingConfig(block_size=4, num_blocks=16, time_limit_s=0.0))
+    assert lm.model.config._attn_implementation == "sdpa"
+    assert len(greedy(lm, ids[0])) == MAX_NEW
+
+
 def test_requests_that_can_never_fit_are_refused(lm):
     ids = serving.encode_requests(lm.tokenizer, PROMPTS, chat=False)
     with pytest.raises(ValueError, match="enlarge the pool"):

@@ -258,3 +258,17 @@ def test_page_runs_a_two_point_sweep_and_reuses_it(tiny_dir, monkeypatch):
     assert not at.exception
     assert any("already measured" in i.value for i in at.info)
     assert len(at.get("vega_lite_chart")) == 5
+
+
+def test_hosted_page_applies_the_hosts_caps(monkeypatch, default_lm):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.delenv("KVVIZ_MODEL", raising=False)
+    at = AppTest.from_file(PAGE, default_timeout=180).run()
+    assert not at.exception
+    assert max(at.multiselect(key="sweep_prompts").options, key=int) == "1024"
+    assert at.multiselect(key="sweep_batches").options == ["1", "2", "4"]
+    assert at.slider(key="sweep_new").max == 128
+    at.multiselect(key="sweep_prompts").set_value([16, 32, 64, 128, 256])
+    at.multiselect(key="sweep_batches").set_value([1, 2]).run()  # 10 points, the host allows 8
+    assert at.button(key="sweep_run").disabled
+    assert any("at most 8 points" in w.value for w in at.warning)
