@@ -10,6 +10,7 @@ page = st.navigation([
     st.Page("pages/live.py", title="Live", icon=":material/bolt:", default=True),
     st.Page("pages/replay.py", title="Replay", icon=":material/replay:"),
     st.Page("pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
+    st.Page("pages/serving.py", title="Serving", icon=":material/view_module:"),
     st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
 ])
 page.run()

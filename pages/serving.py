@@ -86,13 +86,7 @@ def show_metrics(result: serving.ServingResult) -> None:
 
 def show_steps(result: serving.ServingResult, animate: bool) -> None:
     """The grid, usage and request lanes at one step; replayed step by step right after a run."""
-    ids = [r.request_id for r in result.requests]
-    steps = result.snapshots
-    top = max([result.num_blocks] + [s.unshared_blocks for s in steps]) + 2
-    specs = {"grid": charts.to_spec(sc.pool_grid_chart(sc.grid_frame(steps[0], COLUMNS), ids,
-                                                       result.num_blocks, COLUMNS)),
-             "usage": charts.to_spec(sc.usage_chart(sc.usage_frame([]), result.num_blocks, len(steps), top)),
-             "lanes": charts.to_spec(sc.timeline_chart(sc.timeline_frame([]), ids, len(steps)))}
+    steps, specs = result.snapshots, step_specs(result)
     scrub, header = st.empty(), st.empty()
     grid_col, usage_col = st.columns([3, 2])
     with grid_col:
@@ -116,6 +110,16 @@ def show_steps(result: serving.ServingResult, animate: bool) -> None:
             time.sleep(delay_ms / 1000)
     pick = scrub.slider("Step", 1, len(steps), len(steps), key=f"srv_step_{st.session_state['serving_run']}")
     draw(specs, steps[pick - 1], steps, header, grid_slot, usage_slot, lanes_slot)
+
+
+def step_specs(result: serving.ServingResult) -> dict:
+    """The three replayed charts' specs, built once per run with axes fixed to the run."""
+    ids, steps = [r.request_id for r in result.requests], result.snapshots
+    top = max([result.num_blocks] + [s.unshared_blocks for s in steps]) + 2
+    grid = sc.pool_grid_chart(sc.grid_frame(steps[0], COLUMNS), ids, result.num_blocks, COLUMNS)
+    usage = sc.usage_chart(sc.usage_frame([]), result.num_blocks, len(steps), top)
+    lanes = sc.timeline_chart(sc.timeline_frame([]), ids, len(steps))
+    return {"grid": charts.to_spec(grid), "usage": charts.to_spec(usage), "lanes": charts.to_spec(lanes)}
 
 
 def draw(specs, snap, steps, header, grid_slot, usage_slot, lanes_slot) -> None:

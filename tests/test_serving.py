@@ -6,7 +6,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
-from kvviz import serving
+from kvviz import charts, serving
 from kvviz import serving_charts as sc
 from kvviz.blocks import cdiv
 
@@ -141,6 +141,10 @@ def test_charts_have_stable_specs(shared):
     assert sc.reuse_chart(reuse).to_dict()["mark"]["type"] == "bar"
     assert list(sc.requests_frame(result)["request_id"]) == ids
     assert sc.grid_frame(steps[0], columns=16)["row"].max() == (result.num_blocks - 1) // 16
+    for chart in (sc.pool_grid_chart(sc.grid_frame(steps[0]), ids, result.num_blocks),
+                  sc.usage_chart(sc.usage_frame([]), result.num_blocks, len(steps))):
+        spec = charts.to_spec(chart)  # built once per run; each step only swaps the "table" rows
+        assert spec["data"] == {"name": charts.TABLE} and "data" not in spec["layer"][0]
 
 
 @pytest.fixture
