@@ -16,8 +16,9 @@ ENV HOME=/home/user \
     PATH=/home/user/venv/bin:$PATH \
     HF_HOME=/home/user/.cache/huggingface \
     KVVIZ_CACHE_DIR=/home/user/kvviz-cache
+# Made by `user` before WORKDIR, which would create it owned by root (pip builds kvviz in it).
+RUN mkdir -p /home/user/app && python -m venv "$VIRTUAL_ENV"
 WORKDIR /home/user/app
-RUN python -m venv "$VIRTUAL_ENV"
 
 # torch: the CPU build from PyTorch's own index. PyPI's Linux torch is the CUDA build, which
 # pulls about 3 GB of nvidia-* wheels that CPU hardware never uses. On GPU hardware, set the
@@ -54,6 +55,9 @@ ENV KVVIZ_HOSTED=1
 # checks and needs HTTPS (Spaces have it); serving this image over plain HTTP on another host,
 # run it with -e STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=lax.
 ENV STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=none
+# Streamlit refuses bigger uploads before they reach memory (MB; keep it at or above the upload
+# cap in kvviz/hosted.py, which then validates what it accepts).
+ENV STREAMLIT_SERVER_MAX_UPLOAD_SIZE=8
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \

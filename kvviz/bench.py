@@ -147,52 +147,94 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def decode_ms_per_token(lm, cfg, hooked: bool) -> float:
-    """Median decode step (ms) of a bare greedy loop, with or without the engine's layer hooks.
+class BareDecodeLoop:
+    """The engine's own `prefill` and `decode_step`, greedy, and nothing else the engine does
+    per step (cache probe, block accounting, text, events); `step_ms` times one decode step."""
 
-    The loop is the engine's own prefill/decode_step without anything else the engine does per
-    step (cache probe, block accounting, text decoding, events), so only the hooks differ.
-    """
-    import torch
-    from kvviz import engine, probe
-    from kvviz.hooks import find_decoder_layers, timed_layers
-    batch = engine.encode_prompts(lm.tokenizer, cfg, lm.device)
-    cache = engine.make_cache(lm.model, "dynamic", batch.prompt_len + cfg.max_new_tokens)
-    layers = find_decoder_layers(lm.model, probe.kv_facts(lm.model.config).num_layers)
-    hooks = timed_layers(layers, lm.device.type == "cuda") if hooked else nullcontext()
-    steps_ms = []
-    with hooks as timer:
-        next_ids = engine.prefill(lm.model, batch, cache).argmax(-1)
-        for _ in range(cfg.max_new_tokens - 1):
-            batch.ids = torch.cat([batch.ids, next_ids[:, None]], dim=1)
-            batch.mask = torch.cat([batch.mask, torch.ones_like(next_ids[:, None])], dim=1)
+    def __init__(self, lm, cfg):
+        from kvviz import engine, probe
+        from kvviz.hooks import find_decoder_layers
+        self.lm, self.engine = lm, engine
+        self.batch = engine.encode_prompts(lm.tokenizer, cfg, lm.device)
+        self.cache = engine.make_cache(lm.model, "dynamic", self.batch.prompt_len + cfg.max_new_tokens)
+        self.layers = find_decoder_layers(lm.model, probe.kv_facts(lm.model.config).num_layers)
+        self.next_ids = engine.prefill(lm.model, self.batch, self.cache).argmax(-1)  # (B,)
+
+    def step_ms(self, hooked: bool) -> float:
+        """One decode step, with the engine's layer-timing hooks installed or not.
+
+        Hooks go on before the clock starts and come off after it stops; reading the layer
+        times (`take_ms`, which the engine does every step) is inside the clock.
+        """
+        import torch
+        from kvviz.hooks import timed_layers
+        column = self.next_ids[:, None]  # (B, 1)
+        self.batch.ids = torch.cat([self.batch.ids, column], dim=1)
+        self.batch.mask = torch.cat([self.batch.mask, torch.ones_like(column)], dim=1)
+        hooks = timed_layers(self.layers, self.lm.device.type == "cuda") if hooked else nullcontext()
+        with hooks as timer:
             start = time.perf_counter()
-            next_ids = engine.decode_step(lm.model, batch, cache).argmax(-1)
-            sync(lm.device)
+            self.next_ids = self.engine.decode_step(self.lm.model, self.batch, self.cache).argmax(-1)
+            sync(self.lm.device)
             if timer is not None:
-                timer.take_ms()  # the engine reads the layer times every step
-            steps_ms.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(steps_ms)
+                timer.take_ms()
+            return (time.perf_counter() - start) * 1e3
 
 
-def engine_tokens_per_s(lm, cfg, mode: str = "cached") -> float:
-    """New tokens per second of `kvviz.engine.generate`, tokenization and prefill included."""
+@dataclass(frozen=True)
+class RunTiming:
+    """One generation seen from outside: its decode pace and its whole duration."""
+
+    step_ms: float  # median wall time between consecutive decode tokens
+    total_s: float  # the whole call: tokenization, prefill and every decode step
+    tokens: int  # new tokens per sequence
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return 1e3 / self.step_ms
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.total_s
+
+
+def run_timing(stamps: list[float], start: float, end: float) -> RunTiming:
+    """From the moments each new token became available (the first one ends the prefill)."""
+    gaps = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
+    return RunTiming(statistics.median(gaps), end - start, len(stamps))
+
+
+def engine_timing(lm, cfg) -> RunTiming:
+    """`kvviz.engine.generate`, stamped each time it yields an event."""
     from kvviz import engine
-    start = time.perf_counter()
-    steps = sum(1 for _ in engine.generate(lm, cfg, mode))
-    return steps / (time.perf_counter() - start)
+    start, stamps = time.perf_counter(), []
+    for _ in engine.generate(lm, cfg):
+        stamps.append(time.perf_counter())
+    return run_timing(stamps, start, time.perf_counter())
 
 
-def hf_generate_tokens_per_s(lm, cfg) -> float:
-    """New tokens per second of `model.generate` (greedy, exactly max_new_tokens), same prompt."""
+class StampLogits:
+    """A logits processor that only notes when each step's logits arrive."""
+
+    def __init__(self):
+        self.stamps: list[float] = []
+
+    def __call__(self, input_ids, scores):
+        self.stamps.append(time.perf_counter())
+        return scores
+
+
+def hf_generate_timing(lm, cfg) -> RunTiming:
+    """`model.generate` (greedy, exactly max_new_tokens), same prompt, stamped each step."""
+    from transformers import LogitsProcessorList
     from kvviz import engine
-    start = time.perf_counter()
+    start, stamp = time.perf_counter(), StampLogits()
     batch = engine.encode_prompts(lm.tokenizer, cfg, lm.device)
-    out = lm.model.generate(input_ids=batch.ids, attention_mask=batch.mask, do_sample=False,
-                            max_new_tokens=cfg.max_new_tokens, min_new_tokens=cfg.max_new_tokens,
-                            pad_token_id=lm.tokenizer.pad_token_id)
+    lm.model.generate(input_ids=batch.ids, attention_mask=batch.mask, do_sample=False,
+                      max_new_tokens=cfg.max_new_tokens, min_new_tokens=cfg.max_new_tokens,
+                      pad_token_id=lm.tokenizer.pad_token_id, logits_processor=LogitsProcessorList([stamp]))
     sync(lm.device)
-    return (out.shape[1] - batch.prompt_len) / (time.perf_counter() - start)
+    return run_timing(stamp.stamps, start, time.perf_counter())
 
 
 def generate_s(lm, cfg, mode: str) -> float:
@@ -267,32 +309,64 @@ class GenerateSpy:
         self.tokens, self.wall_s = count, time.perf_counter() - start
 
 
-class ChartCounter:
-    """Counts the live page's chart redraws (LiveView.draw_figures) while installed."""
+class PageClock:
+    """Times the live page's work per event (`LiveView.update`) and its chart redraws
+    (`LiveView.draw_figures`) while installed; the final redraw after a run is left out."""
 
     def __enter__(self):
         from kvviz import panels
-        self.calls, self.real = 0, panels.LiveView.draw_figures
-        counter = self
+        self.real_update, self.real_draw = panels.LiveView.update, panels.LiveView.draw_figures
+        self.update_ms: list[float] = []
+        self.draw_ms: list[float] = []
+        self.final, clock = False, self
 
-        def counted(view, *args, **kwargs):
-            counter.calls += 1
-            return counter.real(view, *args, **kwargs)
+        def update(view, trace, final=False):
+            clock.final, start = final, time.perf_counter()
+            try:
+                return clock.real_update(view, trace, final)
+            finally:
+                if not final:
+                    clock.update_ms.append((time.perf_counter() - start) * 1e3)
+                clock.final = False
 
-        panels.LiveView.draw_figures = counted
+        def draw_figures(view, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return clock.real_draw(view, *args, **kwargs)
+            finally:
+                if not clock.final:
+                    clock.draw_ms.append((time.perf_counter() - start) * 1e3)
+
+        panels.LiveView.update, panels.LiveView.draw_figures = update, draw_figures
         return self
 
     def __exit__(self, *exc):
         from kvviz import panels
-        panels.LiveView.draw_figures = self.real
+        panels.LiveView.update, panels.LiveView.draw_figures = self.real_update, self.real_draw
         return False
 
+    def reset(self) -> None:
+        self.update_ms, self.draw_ms = [], []
 
-def open_live_page(new_tokens: int):
-    """The real app in Streamlit's AppTest, default model, race off, real-time pace."""
+    def notes(self, runs: int, page_wall_s: float) -> str:
+        """Where the page's time went, per run, for the method paragraph."""
+        text_ms = (sum(self.update_ms) - sum(self.draw_ms)) / max(len(self.update_ms), 1)
+        return (f"Per page run: {len(self.update_ms) / runs:.0f} updates (text), "
+                f"{text_ms:.1f} ms each beside the charts; {len(self.draw_ms) / runs:.0f} chart "
+                f"redraws ({len(self.draw_ms) / page_wall_s:.1f} per second of generation), median "
+                f"{statistics.median(self.draw_ms):.0f} ms each, the first (which builds the chart "
+                f"specs) up to {max(self.draw_ms):.0f} ms; in all the page's own work took "
+                f"{sum(self.update_ms) / 10 / page_wall_s:.0f} % of the page runs' wall time.")
+
+
+def open_live_page(new_tokens: int, model: str | None = None):
+    """The real app in Streamlit's AppTest: race off, real-time pace, the default model unless
+    `model` names another (tests use a tiny one)."""
     from streamlit.testing.v1 import AppTest
     for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED"):
         os.environ.pop(name, None)  # the default model, the normal layout, no hosted limits
+    if model is not None:
+        os.environ["KVVIZ_MODEL"] = model
     at = AppTest.from_file(str(APP), default_timeout=600)
     at.run()
     check_page(at)
@@ -325,40 +399,52 @@ def headless_tokens_per_s(spy: GenerateSpy) -> float:
 # ---- the benchmarks: each returns its table rows and its method paragraph --------------------
 
 def hook_overhead(lm, s: Settings) -> tuple[list[Result], str]:
-    cfg = bench_config(s.new_tokens)
-    variants = {"hooked": lambda: decode_ms_per_token(lm, cfg, True),
-                "bare": lambda: decode_ms_per_token(lm, cfg, False)}
-    interleaved(variants, 1)  # warm-up round, discarded
-    samples = interleaved(variants, s.reps)
+    cfg = bench_config(2 * s.new_tokens + 2)
+    samples: dict[str, list[float]] = {"hooked": [], "bare": []}
+    for _ in range(s.reps):
+        loop = BareDecodeLoop(lm, cfg)
+        variants = {"hooked": lambda: loop.step_ms(True), "bare": lambda: loop.step_ms(False)}
+        interleaved(variants, 1)  # warm-up pair, discarded
+        for name, values in interleaved(variants, s.new_tokens).items():
+            samples[name] += values
     m = medians(samples)
-    row = Result("Hook overhead: decode step, hooked / un-hooked", f"{m['hooked']:.2f} ms/token",
-                 f"{m['bare']:.2f} ms/token", m["hooked"] / m["bare"], "<=", 1.03)
+    row = Result("Hook overhead: decode step, hooked / un-hooked", f"{m['hooked']:.2f} ms",
+                 f"{m['bare']:.2f} ms", m["hooked"] / m["bare"], "<=", 1.03)
     return [row], (
-        f"A bare greedy loop written in `kvviz/bench.py` runs the engine's own `prefill` and "
-        f"`decode_step` for {s.new_tokens} new tokens, once with `kvviz.hooks.timed_layers` "
-        f"installed on every decoder layer (reading the layer times after each step, as the engine "
-        f"does) and once without; nothing else differs. Each run's value is its median decode "
-        f"step; the two variants alternate for {s.reps} rounds after one discarded warm-up round. "
+        "A bare greedy loop (`BareDecodeLoop` in `kvviz/bench.py`) runs the engine's own `prefill` "
+        "and `decode_step` and nothing else. Its decode steps alternate one by one (A, B, A, B, …) "
+        "between having `kvviz.hooks.timed_layers` installed on every decoder layer — reading the "
+        "layer times after the step, as the engine does — and having no hooks; so both variants "
+        "see the same sequence lengths and the same background load, step for step. "
+        f"{s.reps} loops of {s.new_tokens} steps per variant (after one discarded pair each); the "
+        "ratio is of the median step. "
         f"Hooked: {spread(samples['hooked'])} ms; un-hooked: {spread(samples['bare'])} ms.")
 
 
 def engine_vs_generate(lm, s: Settings) -> tuple[list[Result], str]:
     cfg = bench_config(s.new_tokens)
-    variants = {"engine": lambda: engine_tokens_per_s(lm, cfg),
-                "generate": lambda: hf_generate_tokens_per_s(lm, cfg)}
-    interleaved(variants, 1)
-    samples = interleaved(variants, s.reps)
-    m = medians(samples)
-    row = Result("Engine / `model.generate` tokens/s", f"{m['engine']:.2f} tok/s",
+    variants = {"engine": lambda: engine_timing(lm, cfg), "generate": lambda: hf_generate_timing(lm, cfg)}
+    interleaved(variants, 1)  # warm-up round, discarded
+    runs = interleaved(variants, s.reps)
+    pace = {name: [t.decode_tokens_per_s for t in timings] for name, timings in runs.items()}
+    whole = {name: [t.tokens_per_s for t in timings] for name, timings in runs.items()}
+    m = medians(pace)
+    row = Result("Engine / `model.generate` decode tokens/s", f"{m['engine']:.2f} tok/s",
                  f"{m['generate']:.2f} tok/s", m["engine"] / m["generate"], ">=", 0.95)
+    w = medians(whole)
     return [row], (
         f"`kvviz.engine.generate` (every event built: cache probe, block accounting, layer hooks, "
         f"text) against `model.generate(do_sample=False, max_new_tokens={s.new_tokens}, "
         f"min_new_tokens={s.new_tokens})` on the same chat-templated prompt, EOS ignored so both "
-        f"produce exactly {s.new_tokens} tokens. Tokens/s = new tokens / wall time of the whole "
-        f"call, tokenization and prefill included on both sides; {s.reps} interleaved rounds after a "
-        f"warm-up. Engine: {spread(samples['engine'])} tok/s; generate: "
-        f"{spread(samples['generate'])} tok/s.")
+        f"produce exactly {s.new_tokens} tokens; {s.reps} interleaved rounds after a warm-up round. "
+        "Each run is stamped when each new token becomes available (when the engine yields its "
+        "event; for `generate`, a logits processor that only reads the clock), and its decode "
+        "tokens/s is 1000 / the median gap between stamps, which a burst of load from other "
+        "processes cannot move much. Engine: "
+        f"{spread(pace['engine'])} tok/s; generate: {spread(pace['generate'])} tok/s. Over whole "
+        f"calls (tokenization and prefill included) the medians were {w['engine']:.2f} vs "
+        f"{w['generate']:.2f} tok/s (ratio {w['engine'] / w['generate']:.3f}), noisier on a shared "
+        "machine.")
 
 
 def recompute_vs_cached(lm, s: Settings) -> tuple[list[Result], str]:
@@ -384,35 +470,35 @@ def recompute_vs_cached(lm, s: Settings) -> tuple[list[Result], str]:
         + "; ".join(notes) + ".")
 
 
-def live_page_vs_headless(s: Settings) -> tuple[list[Result], str]:
-    with GenerateSpy() as spy, ChartCounter() as charts:
-        at = open_live_page(s.new_tokens)
+def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[Result], str]:
+    with GenerateSpy() as spy, PageClock() as clock:
+        at = open_live_page(s.new_tokens, model)
         page_tokens_per_s(at, spy)  # warm-up run; also tells the spy which model and config
-        charts.calls = 0
+        clock.reset()
         samples = interleaved({"page": lambda: page_tokens_per_s(at, spy),
                                "headless": lambda: headless_tokens_per_s(spy)}, s.reps)
-        page_wall_s = spy.wall_s
     m = medians(samples)
-    redraws = (charts.calls - s.reps) / s.reps  # per run, less the final redraw after the loop
-    chart_hz = redraws / (s.new_tokens / m["page"])
+    page_wall_s = sum(s.new_tokens / tps for tps in samples["page"])
     row = Result("Live page / headless engine tokens/s", f"{m['page']:.2f} tok/s",
                  f"{m['headless']:.2f} tok/s", m["page"] / m["headless"], ">=", 0.8)
     return [row], (
         "The real app (`app.py`, the Live page) runs in Streamlit's `AppTest` in this process: "
-        f"{s.new_tokens} max new tokens, race off, real-time pace, then **Generate** is clicked. "
+        f"{s.new_tokens} max new tokens, race off, real-time pace, then **Generate** is clicked; "
+        f"one warm-up click, then {s.reps} page runs interleaved with {s.reps} headless runs. "
         "`kvviz.engine.generate` is wrapped so that a clock starts when the page asks for the first "
-        "event and stops when it asks for the next one after the last, so the window holds every "
-        "step plus everything `panels.run_live` does per event: the streamed text rewritten every "
-        f"token and the metrics, captions and Altair charts redrawn at most every "
+        "event and stops when it asks for the one after the last: the window holds every step "
+        "plus everything `panels.run_live` does per event — the streamed text rewritten every "
+        f"token, and the metrics, captions and Altair charts redrawn at most every "
         f"{chart_interval_s()} s (≤ 7 Hz). The headless variant consumes the very same generator "
         "(same model object, same config, EOS ignored in both) and only appends to a Trace. "
-        "AppTest builds every element's protobuf (Altair specs and Arrow data included) in the "
-        "script thread exactly as a served page does; it does not ship the messages over a "
-        "websocket or render them, which a real server does on other threads and the browser "
-        "does elsewhere. Page setup before the first event and the final redraw after the last "
-        f"are one-off costs and fall outside the window. Page: {spread(samples['page'])} tok/s; "
-        f"headless: {spread(samples['headless'])} tok/s; charts redrawn at {chart_hz:.1f} Hz "
-        f"during the page runs; last page run {page_wall_s:.2f} s.")
+        "AppTest runs the page script in its own thread and builds every element's protobuf "
+        "(Altair spec and Arrow data included) exactly as a served page does; it does not ship "
+        "the messages over a websocket or render them, which a real server does on another "
+        "thread (competing for the GIL and the 2 cores) and the browser elsewhere, so this is a "
+        "lower bound on a served page's cost. Page setup before the first event and the final "
+        "redraw after the last are one-off costs outside the window. "
+        f"Page: {spread(samples['page'])} tok/s; headless: {spread(samples['headless'])} tok/s. "
+        + clock.notes(s.reps, page_wall_s))
 
 
 def chart_interval_s() -> float:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz import captions, charts, engine, frames, race, ui
+from kvviz import captions, charts, engine, frames, live_charts, race, report, ui
 from kvviz.trace import Trace, summary
 
 LOG = logging.getLogger("kvviz")
@@ -63,7 +63,7 @@ class LiveView:
 
     def draw_figures(self, trace: Trace, cached, recompute, final: bool) -> None:
         self.draw_metrics(summary(trace), cached[-1])
-        data = chart_data(self.meta, cached, recompute)
+        data = live_charts.chart_data(self.meta, cached, recompute)
         if self.specs is None:
             self.specs = build_specs(self.meta, self.max_new_tokens, data)
         for name, df in data.items():
@@ -94,43 +94,10 @@ def titled_box(column, title: str, key: str):
         return box.empty()
 
 
-def chart_data(meta: dict, cached, recompute) -> dict:
-    """Each chart's DataFrame, from the events so far."""
-    steps = frames.steps_frame(cached + recompute)
-    last = cached[-1]
-    used = (last.seq_len - 1) * meta["bytes_per_token"] * meta["batch"]  # tokens held x bytes
-    data = {"layers": frames.layer_bytes_frame(last), "total": steps[steps["mode"] == "cached"],
-            "steps": steps, "layer_times": frames.layer_times_frame(cached), "race": steps}
-    if last.blocks is not None:
-        data["grid"] = frames.block_grid_frame(last.blocks, meta["batch"])
-        data["reservation"] = frames.reservation_frame(last.blocks, used)
-    return data
-
-
 def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
-    """Every chart's Vega-Lite spec, built once per run with axes fixed to the run's maxima."""
-    layer_max = meta["num_kv_heads"] * meta["head_dim"] * meta["max_len"] * meta["batch"] * meta["elem_bytes"]
-    contiguous = meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
-    specs = {
-        "layers": charts.layer_bytes_chart(data["layers"], layer_max, meta["num_layers"]),
-        "total": charts.total_cache_chart(data["total"], weights_on_scale(meta["weight_bytes"], contiguous),
-                                          contiguous, max_seq_len=meta["max_len"]),
-        "steps": charts.step_time_chart(data["steps"], max_step=max_new_tokens),
-        "layer_times": charts.layer_time_chart(data["layer_times"], max_step=max_new_tokens),
-        "race": charts.race_chart(data["race"], max_tokens=max_new_tokens),
-    }
-    if "grid" in data:
-        specs["grid"] = charts.block_grid_chart(data["grid"])
-        specs["reservation"] = charts.reservation_chart(data["reservation"], max_bytes=contiguous)
-    return {name: sized(charts.to_spec(chart), HEIGHTS.get(name)) for name, chart in specs.items()}
-
-
-def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:
-    """The weights' rule, or 0 (left out) when it would flatten the cache to the floor.
-
-    The caption always states the weights' size.
-    """
-    return weight_bytes if weight_bytes <= 4 * contiguous_bytes else 0
+    """Every chart's Vega-Lite spec, built once per run (see kvviz.live_charts)."""
+    built = live_charts.build_charts(meta, max_new_tokens, data)
+    return {name: sized(charts.to_spec(chart), HEIGHTS.get(name)) for name, chart in built.items()}
 
 
 def sized(spec: dict, height: int | None) -> dict:
@@ -225,11 +192,16 @@ def show_prompt(rendered: str | None, meta: dict) -> None:
 
 
 def downloads(trace: Trace) -> None:
-    left, right, _ = st.columns([1, 1, 3])
-    left.download_button("Download trace (JSON)", trace.to_json(), "kvviz-trace.json",
-                         "application/json", key="dl-trace")
-    right.download_button("Download steps (CSV)", frames.steps_frame(trace.events).to_csv(index=False),
-                          "kvviz-steps.csv", "text/csv", key="dl-csv")
+    """The run as a trace, an offline HTML report and CSV tables (built only when clicked)."""
+    cols = st.columns([1, 1, 1, 1, 2])
+    cols[0].download_button("Trace (JSON)", trace.to_json(), "kvviz-trace.json", "application/json",
+                            key="dl-trace")
+    cols[1].download_button("Report (HTML)", lambda: report.html_report(trace), "kvviz-report.html",
+                            "text/html", key="dl-report", on_click="ignore")
+    cols[2].download_button("Steps (CSV)", lambda: report.csv_tables(trace)["steps"], "kvviz-steps.csv",
+                            "text/csv", key="dl-csv", on_click="ignore")
+    cols[3].download_button("Layers (CSV)", lambda: report.csv_tables(trace)["layers"],
+                            "kvviz-layers.csv", "text/csv", key="dl-layers", on_click="ignore")
 
 
 def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None = None) -> None:
@@ -250,3 +222,4 @@ def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None 
             if event.mode == "cached" and speed > 0:
                 time.sleep(event.step_ms / 1000 / speed)
     view.update(shown, final=True)
+    downloads(trace)

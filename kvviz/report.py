@@ -22,14 +22,13 @@ from collections.abc import Callable
 import altair as alt
 import pandas as pd
 
-from kvviz import captions, charts, frames
+from kvviz import captions, charts, frames, live_charts
 from kvviz.events import StepEvent
-from kvviz.trace import VERSION, Trace, TraceError, check_run_meta, mode_summary, summary
+from kvviz.trace import VERSION, Trace, TraceError, check_run_meta, summary
 from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
 
 CHART_WIDTH = 520  # px; the SVGs scale down with the page (CSS max-width)
 MAX_HEATMAP_CELLS = 30_000  # a layer-time heatmap beyond this would weigh megabytes of SVG
-WEIGHTS_RULE_MAX = 4  # the weights' rule is left out when it exceeds this x the reservation
 MAX_VALUE_CHARS = 400  # a meta value longer than this is cut, with an ellipsis
 TITLES = {  # chart name -> section title (the live page's panels, one chart each)
     "layers": "Cache bytes per layer (K and V), at the last step",
@@ -65,7 +64,7 @@ def _utf8(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def e(value) -> str:
+def esc(value) -> str:
     """Any value as escaped HTML text (quotes too: safe in attributes as well)."""
     return html.escape(str(value), quote=True)
 
@@ -93,56 +92,21 @@ def csv_tables(trace: Trace) -> dict[str, str]:
 
 # --- charts --------------------------------------------------------------------------------------
 
-def _meta_int(meta: dict, key: str) -> int | None:
-    value = meta.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _product(*values: int | None) -> int | None:
-    if any(v is None for v in values):
-        return None
-    out = 1
-    for v in values:
-        out *= v
-    return out
-
-
 def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
-    """The live page's charts over the whole run, axes fitted to it (cf. kvviz.panels.build_specs).
-
-    Meta facts a trace lacks leave the axis they would fix to the data.
-    """
-    meta = trace.meta
-    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
-    if not cached:
+    """The live page's charts over the whole run (kvviz.live_charts); none without run meta."""
+    try:
+        check_run_meta(trace)
+    except TraceError:
         return {}
-    last = cached[-1]
-    batch = _meta_int(meta, "batch") or len(last.token_ids)
-    max_len = _meta_int(meta, "max_len")
-    steps = frames.steps_frame(cached + recompute)
-    layer_max = _product(_meta_int(meta, "num_kv_heads"), _meta_int(meta, "head_dim"), max_len,
-                         batch, _meta_int(meta, "elem_bytes"))
-    contiguous = _product(_meta_int(meta, "bytes_per_token"), max_len, batch)
-    weights = _meta_int(meta, "weight_bytes") or 0
-    if contiguous and weights > WEIGHTS_RULE_MAX * contiguous:
-        weights = 0  # its rule would squash the cache to the floor; the caption gives the size
-    out = {
-        "layers": charts.layer_bytes_chart(frames.layer_bytes_frame(last), layer_max,
-                                           _meta_int(meta, "num_layers")),
-        "total": charts.total_cache_chart(steps[steps["mode"] == "cached"], weights,
-                                          contiguous or 0, max_seq_len=max_len),
-    }
-    if last.blocks is not None:
-        held = (last.seq_len - 1) * meta["bytes_per_token"] * batch if contiguous else last.kv_bytes
-        out["grid"] = charts.block_grid_chart(frames.block_grid_frame(last.blocks, batch))
-        out["reservation"] = charts.reservation_chart(frames.reservation_frame(last.blocks, held),
-                                                      max_bytes=contiguous)
-    out["steps"] = charts.step_time_chart(steps)
-    layer_times = frames.layer_times_frame(cached)
-    if 0 < (layer_times["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
-        out["layer_times"] = charts.layer_time_chart(layer_times).properties(height=300)
-    if recompute:
-        out["race"] = charts.race_chart(steps)
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    data = live_charts.chart_data(trace.meta, cached, recompute)
+    out = live_charts.build_charts(trace.meta, len(cached), data)
+    if not recompute:
+        out.pop("race")
+    if not 0 < (data["layer_times"]["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
+        out.pop("layer_times")
+    else:
+        out["layer_times"] = out["layer_times"].properties(height=300)
     return out
 
 
@@ -212,13 +176,17 @@ def _charts_html(trace: Trace, svg: Svg | None) -> str:
         try:
             drawing = inline_svg(svg(_sized(name, chart)), f"c{i}")
         except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
-            drawing = f'<p class="note">This chart could not be drawn ({e(type(exc).__name__)}).</p>'
-        note = f'<p class="caption">{e(notes[name])}</p>' if notes.get(name) else ""
-        parts.append(f'<figure class="chart" id="chart-{name}"><figcaption>{e(TITLES[name])}'
+            drawing = f'<p class="note">This chart could not be drawn ({esc(type(exc).__name__)}).</p>'
+        note = f'<p class="caption">{esc(notes[name])}</p>' if notes.get(name) else ""
+        parts.append(f'<figure class="chart" id="chart-{name}"><figcaption>{esc(TITLES[name])}'
                      f"</figcaption>{drawing}{note}</figure>")
     if not parts:
         return '<p class="note">No cached-mode steps to chart.</p>'
-    return '<div class="charts">' + "".join(parts) + "</div>"
+    cells = sum(len(ev.layers) for ev in trace.events_of("cached") if ev.phase == "decode")
+    note = (f'<p class="note">The per-layer time heatmap is left out: its {cells:,} cells would weigh '
+            "megabytes here. The layers CSV holds every value.</p>"
+            if cells > MAX_HEATMAP_CELLS else "")
+    return '<div class="charts">' + "".join(parts) + "</div>" + note
 
 
 # --- text sections -------------------------------------------------------------------------------
@@ -233,7 +201,7 @@ def _value(value) -> str:
 
 
 def _table(rows: list[tuple[str, str]], cls: str = "facts") -> str:
-    body = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="{cls}">{body}</table>'
 
 
@@ -272,13 +240,13 @@ def _prompt_html(meta: dict) -> str:
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     parts = []
     if isinstance(config.get("system"), str) and config["system"]:
-        parts.append(f'<h3>System</h3><pre class="text">{e(config["system"])}</pre>')
+        parts.append(f'<h3>System</h3><pre class="text">{esc(config["system"])}</pre>')
     prompts = config.get("prompts") if isinstance(config.get("prompts"), list) else []
     for i, prompt in enumerate(prompts):
         title = "Prompt" if len(prompts) == 1 else f"Prompt {i + 1}"
         label = f"<h3>{title}</h3>" if len(prompts) > 1 or parts else ""  # else the h2 says it
         text = prompt if isinstance(prompt, str) else _value(prompt)  # prompts are never cut
-        parts.append(f'{label}<pre class="text">{e(text)}</pre>')
+        parts.append(f'{label}<pre class="text">{esc(text)}</pre>')
     return "".join(parts) or '<p class="note">The trace does not record its prompt.</p>'
 
 
@@ -299,14 +267,14 @@ def _texts_html(trace: Trace) -> str:
     for mode in trace.modes:
         events = trace.events_of(mode)
         texts = texts_of(events)
-        parts.append(f"<h3>{e(MODE_TITLES.get(mode, mode))}: {len(events)} steps</h3>")
+        parts.append(f"<h3>{esc(MODE_TITLES.get(mode, mode))}: {len(events)} steps</h3>")
         for i, text in enumerate(texts):
             label = f'<p class="seq">sequence {i}</p>' if len(texts) > 1 else ""
-            parts.append(f'{label}<pre class="text">{e(text)}</pre>')
+            parts.append(f'{label}<pre class="text">{esc(text)}</pre>')
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
     if cached and recompute:
         same, line = captions.parity(cached, recompute)
-        parts.append(f'<p class="{"ok" if same else "warn"}">{e(line)}</p>')
+        parts.append(f'<p class="{"ok" if same else "warn"}">{esc(line)}</p>')
     return "".join(parts) or '<p class="note">The trace holds no steps.</p>'
 
 
@@ -314,9 +282,9 @@ def _headline_html(trace: Trace, sums: dict) -> str:
     cached = trace.events_of("cached")
     if not cached:
         return ""
-    meta = {**trace.meta, "batch": _meta_int(trace.meta, "batch") or len(cached[-1].token_ids)}
-    cards = "".join(f'<div class="figure"><div class="label">{e(label)}</div>'
-                    f'<div class="value">{e(value)}</div><div class="help">{e(help_text)}</div></div>'
+    meta = {**trace.meta, "batch": len(cached[-1].token_ids)}  # the events say it; meta may not
+    cards = "".join(f'<div class="figure"><div class="label">{esc(label)}</div>'
+                    f'<div class="value">{esc(value)}</div><div class="help">{esc(help_text)}</div></div>'
                     for label, value, help_text in captions.headline(meta, sums, cached[-1]))
     return f'<div class="figures">{cards}</div>'
 
@@ -337,12 +305,12 @@ def _summary_html(sums: dict) -> str:
     modes = sums["modes"]
     if not modes:
         return ""
-    head = "<tr><th></th>" + "".join(f"<th>{e(m)}</th>" for m in modes) + "</tr>"
-    body = "".join(f"<tr><th>{e(label)}</th>" + "".join(f"<td>{e(fmt(modes[m]))}</td>" for m in modes)
+    head = "<tr><th></th>" + "".join(f"<th>{esc(m)}</th>" for m in modes) + "</tr>"
+    body = "".join(f"<tr><th>{esc(label)}</th>" + "".join(f"<td>{esc(fmt(modes[m]))}</td>" for m in modes)
                    + "</tr>" for label, fmt in SUMMARY_ROWS)
     speedup = ""
     if sums["recompute_speedup"] is not None:
-        speedup = (f'<p>Recompute took {e(fmt_ratio(sums["recompute_speedup"]))} the cached time '
+        speedup = (f'<p>Recompute took {esc(fmt_ratio(sums["recompute_speedup"]))} the cached time '
                    f'over the first {sums["speedup_steps"]} steps of both.</p>')
     return f'<table class="summary">{head}{body}</table>{speedup}'
 
@@ -433,13 +401,13 @@ def html_report(trace: Trace, svg: Svg | None = None) -> str:
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="kvviz">
-<title>kvviz report: {e(name)}</title>
+<title>kvviz report: {esc(name)}</title>
 <style>{CSS}</style>
 </head>
 <body>
 <main>
-<h1>KV cache report: {e(name)}</h1>
-<p class="sub">{e(_subtitle(trace))}</p>
+<h1>KV cache report: {esc(name)}</h1>
+<p class="sub">{esc(_subtitle(trace))}</p>
 {_headline_html(trace, sums)}
 <h2>Prompt</h2>
 {_prompt_html(trace.meta)}

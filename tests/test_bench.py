@@ -104,3 +104,16 @@ def test_tiny_model_measurements_have_the_right_shape():
     for row in rows:
         assert row.ratio > 0 and row.verdict in ("PASS", "FAIL")
     assert len(bench.render_table(rows).splitlines()) == 2 + len(rows)
+
+
+def test_live_page_measurement_on_a_tiny_model(tiny_dir, monkeypatch):
+    """The real page in AppTest, a tiny local model: one row, and the page's timing notes."""
+    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED"):
+        monkeypatch.setenv(name, "")  # so that monkeypatch restores it: the bench sets KVVIZ_MODEL
+        monkeypatch.delenv(name)
+    from kvviz import engine, panels
+    real = engine.generate, panels.LiveView.update, panels.LiveView.draw_figures
+    rows, method = bench.live_page_vs_headless(bench.Settings(reps=1, new_tokens=4), str(tiny_dir))
+    assert (engine.generate, panels.LiveView.update, panels.LiveView.draw_figures) == real  # unpatched
+    assert [r.op for r in rows] == [">="] and rows[0].ratio > 0
+    assert "chart redraws" in method and "tok/s" in method

@@ -6,7 +6,7 @@ import pytest
 
 KVVIZ = Path(__file__).resolve().parent.parent / "kvviz"
 PURE = ["events", "blocks", "capacity", "charts", "frames", "race", "captions", "units", "trace",
-        "config", "planner_frames", "planner_charts", "sweep_charts", "hosted", "device_queue",
+        "config", "live_charts", "planner_frames", "planner_charts", "sweep_charts", "hosted", "device_queue",
         "report", "serving_charts"]
 STREAMLIT_OK = {"ui", "panels", "bench"}  # bench drives the page through AppTest
 
