@@ -184,10 +184,11 @@ def block_grid_chart(grid_df: pd.DataFrame, columns: int = 32) -> alt.Chart:
     ).mark_rect(stroke="white", strokeWidth=1).encode(
         x=alt.X("col:O", axis=None),
         y=alt.Y("row:O", axis=None),
-        color=_color("state:N", STATE_COLORS, "block"),
+        color=_color("state:N", STATE_COLORS, "block",
+                     legend=alt.Legend(orient="bottom", direction="horizontal")),
         tooltip=["block:Q", alt.Tooltip("seq:Q", title="sequence (-1 free)"),
                  alt.Tooltip("slot_fill:Q", title="filled slots"), "state:N"],
-    ).properties(height=alt.Step(14))
+    ).properties(height=alt.Step(18))
 
 
 def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt.LayerChart:
