@@ -27,13 +27,24 @@ LAYOUT_PAGED = "paged (modelled)"
 LAYOUT_CONTIGUOUS = "contiguous max-length"
 
 
-def _step_row(event: StepEvent) -> dict:
-    row = {name: getattr(event, name) for name in (
-        "mode", "phase", "step", "step_ms", "seq_len", "positions", "kv_bytes",
-        "formula_bytes", "cuda_allocated_bytes")}
-    for name in _BLOCK_FIELDS:
-        row[name] = None if event.blocks is None else getattr(event.blocks, name)
-    return row
+def _step_columns(events: Sequence[StepEvent]) -> dict[str, list]:
+    """Column lists, with the per-mode running sums, in one pass (this runs at every redraw)."""
+    cols: dict[str, list] = {name: [] for name in STEP_COLUMNS}
+    elapsed: dict[str, float] = {}
+    positions: dict[str, int] = {}
+    for e in events:
+        elapsed[e.mode] = elapsed.get(e.mode, 0.0) + e.step_ms
+        positions[e.mode] = positions.get(e.mode, 0) + e.positions
+        row = {"mode": e.mode, "phase": e.phase, "step": e.step, "step_ms": e.step_ms,
+               "elapsed_ms": elapsed[e.mode], "seq_len": e.seq_len, "new_tokens": e.step + 1,
+               "positions": e.positions, "positions_total": positions[e.mode],
+               "kv_bytes": e.kv_bytes, "formula_bytes": e.formula_bytes,
+               "cuda_allocated_bytes": e.cuda_allocated_bytes}
+        for name in _BLOCK_FIELDS:
+            row[name] = None if e.blocks is None else getattr(e.blocks, name)
+        for name, value in row.items():
+            cols[name].append(value)
+    return cols
 
 
 def steps_frame(events: Sequence[StepEvent]) -> pd.DataFrame:
@@ -48,15 +59,12 @@ def steps_frame(events: Sequence[StepEvent]) -> pd.DataFrame:
     steps, i.e. step + 1). Block fields and cuda_allocated_bytes are nullable Int64 (<NA> when
     the event has no BlockStat / no CUDA counter). No events -> empty frame, same columns.
     """
-    df = pd.DataFrame([_step_row(e) for e in events], columns=list(STEP_COLUMNS))
-    df = df.astype({name: "Int64" for name in _NULLABLE_INT})
-    df = df.astype({"step": "int64", "seq_len": "int64", "positions": "int64",
-                    "kv_bytes": "int64", "formula_bytes": "int64", "step_ms": "float64"})
-    by_mode = df.groupby("mode", sort=False)
-    df["elapsed_ms"] = by_mode["step_ms"].cumsum().astype("float64")
-    df["positions_total"] = by_mode["positions"].cumsum().astype("int64")
-    df["new_tokens"] = df["step"] + 1
-    return df
+    cols = _step_columns(events)
+    dtypes = {name: "Int64" for name in _NULLABLE_INT} | {
+        name: "int64" for name in ("step", "seq_len", "new_tokens", "positions", "positions_total",
+                                   "kv_bytes", "formula_bytes")} | {"step_ms": "float64", "elapsed_ms": "float64"}
+    return pd.DataFrame({name: pd.array(values, dtype=dtypes.get(name, "object"))
+                         for name, values in cols.items()})
 
 
 def layer_bytes_frame(event: StepEvent) -> pd.DataFrame:

@@ -94,10 +94,23 @@ def titled_box(column, title: str, key: str):
         return box.empty()
 
 
+SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
+              "weight_bytes", "batch", "max_len")  # all a spec depends on, besides the run length
+SPECS: dict[tuple, dict] = {}  # process-wide: a spec holds no run's data once re-fed
+
+
 def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
-    """Every chart's Vega-Lite spec, built once per run (see kvviz.live_charts)."""
-    built = live_charts.build_charts(meta, max_new_tokens, data)
-    return {name: sized(charts.to_spec(chart), HEIGHTS.get(name)) for name, chart in built.items()}
+    """Every chart's Vega-Lite spec (see kvviz.live_charts); reused by later runs of the same shape.
+
+    Building them costs ~150 ms, too much to pay inside every run's first token.
+    """
+    key = (*(meta[k] for k in SPEC_FACTS), max_new_tokens, "grid" in data)
+    if key not in SPECS:
+        if len(SPECS) > 64:
+            SPECS.clear()
+        built = live_charts.build_charts(meta, max_new_tokens, data)
+        SPECS[key] = {name: sized(charts.to_spec(chart), HEIGHTS.get(name)) for name, chart in built.items()}
+    return SPECS[key]
 
 
 def sized(spec: dict, height: int | None) -> dict:
