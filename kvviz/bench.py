@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ class Result:
     name: str  # what was compared
     measured: str  # the variant under test, formatted with its unit
     baseline: str  # what it is compared with, formatted with its unit
-    ratio: float  # measured / baseline (or the inverse where the unit is a rate; see `name`)
+    ratio: float  # measured / baseline
     op: str | None  # "<=", ">=", ">" or None for a row without a target
     limit: float | None  # the target the ratio is checked against
 
@@ -106,8 +107,8 @@ def render_doc(machine: dict, command: str, when: str, results: list[Result],
              f"- **Date:** {when}", f"- **Command:** `{command}`"]
     lines += [f"- **{key}:** {value}" for key, value in machine.items()]
     lines += ["", "## Results", "", render_table(results), "",
-              "Ratios compare medians of interleaved repetitions (A, B, A, B, …) run in one process; "
-              "a row without a target is informational.", "", "## Method", ""]
+              "Each ratio compares the medians of interleaved repetitions (A, B, A, B, …) of its two "
+              "variants, run side by side in one process; a row without a target is informational.", "", "## Method", ""]
     for title, text in methods:
         lines += [f"### {title}", "", text, ""]
     return "\n".join(lines)
@@ -116,6 +117,7 @@ def render_doc(machine: dict, command: str, when: str, results: list[Result],
 def command_line(args) -> str:
     parts = ["python -m kvviz.cli bench"] + (["--quick"] if args.quick else [])
     parts += [f"--reps {args.reps}"] if args.reps else []
+    parts += [f"--threads {args.threads}"] if getattr(args, "threads", None) else []
     return " ".join(parts + ([f"--out {args.out}"] if args.out else []))
 
 
@@ -380,20 +382,88 @@ def check_page(at) -> None:
         raise RuntimeError(f"the live page failed: {[e.value for e in (*at.exception, *at.error)]}")
 
 
+def wait_without_polling(runner, timeout: float = 3) -> None:
+    """Stands in for AppTest's `require_widgets_deltas`, which polls the script runner every
+    millisecond from the main thread; on 2 cores that polling alone slows the page's thread by
+    10-20 %, a cost a served page (an idle event loop) does not have. This blocks instead."""
+    runner._script_thread.join(timeout)
+    if runner._script_thread.is_alive():
+        runner.request_stop()
+        runner.join()
+        raise RuntimeError(f"the live page did not finish within {timeout:.0f} s")
+
+
 def page_tokens_per_s(at, spy: GenerateSpy) -> float:
     """Click Generate on the live page; tokens/s over the spy's window."""
-    at.button(key="generate").click().run()
+    from streamlit.testing.v1 import local_script_runner
+    polling = local_script_runner.require_widgets_deltas
+    local_script_runner.require_widgets_deltas = wait_without_polling
+    try:
+        at.button(key="generate").click().run()
+    finally:
+        local_script_runner.require_widgets_deltas = polling
     check_page(at)
     return spy.tokens / spy.wall_s
 
 
 def headless_tokens_per_s(spy: GenerateSpy) -> float:
-    """The same run (model, config, timing window) with the events only appended to a Trace."""
+    """The same run (model, config, timing window) with the events only appended to a Trace,
+    in a fresh thread as Streamlit runs each script run in a fresh thread."""
     from kvviz.trace import Trace
-    trace = Trace({}, [])
-    for event in spy.timed(spy.real(spy.lm, spy.cfg, "cached")):
-        trace.append(event)
+
+    def consume():
+        trace = Trace({}, [])
+        for event in spy.timed(spy.real(spy.lm, spy.cfg, "cached")):
+            trace.append(event)
+
+    in_fresh_thread(consume)
     return spy.tokens / spy.wall_s
+
+
+def in_fresh_thread(work: Callable[[], object]) -> None:
+    failure = []
+    thread = threading.Thread(target=lambda: catch(work, failure), name="kvviz-bench-headless")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
+def catch(work: Callable[[], object], failure: list) -> None:
+    try:
+        work()
+    except BaseException as exc:  # re-raised in the calling thread
+        failure.append(exc)
+
+
+LIVE_SCRIPT = """
+import dataclasses, json, sys
+import torch
+from kvviz import bench
+settings, threads = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+if threads:
+    torch.set_num_threads(threads)
+rows, method = bench.live_page_vs_headless(bench.Settings(**settings))
+print(json.dumps({"rows": [dataclasses.asdict(r) for r in rows], "method": method}))
+"""
+
+
+def live_page_in_subprocess(s: Settings, threads: int | None) -> tuple[list[Result], str]:
+    """`live_page_vs_headless` in a fresh process whose main thread never runs torch.
+
+    With GNU OpenMP, once one thread has run a parallel torch op its worker pool stays alive,
+    and any other thread's ops then find more OpenMP threads than cores and stop spinning
+    between ops: on 2 cores a decode step in Streamlit's script thread went from ≈ 45 ms to
+    ≈ 85 ms after this process's main thread had run the other benchmarks. A served page
+    never runs torch on the server's main thread, so neither may this measurement.
+    """
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    cmd = [sys.executable, "-c", LIVE_SCRIPT, json.dumps(dataclasses.asdict(s)), json.dumps(threads)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the live page benchmark failed:\n{done.stderr[-3000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return [Result(**row) for row in out["rows"]], out["method"]
 
 
 # ---- the benchmarks: each returns its table rows and its method paragraph --------------------
@@ -448,26 +518,31 @@ def engine_vs_generate(lm, s: Settings) -> tuple[list[Result], str]:
 
 
 def recompute_vs_cached(lm, s: Settings) -> tuple[list[Result], str]:
-    rows, notes, previous = [], [], None
+    rows, notes = [], []
     for n in s.recompute_lengths:
         cfg = bench_config(n)
         samples = interleaved({"recompute": lambda: generate_s(lm, cfg, "recompute"),
                                "cached": lambda: generate_s(lm, cfg, "cached")}, s.recompute_reps)
         m = medians(samples)
-        ratio = m["recompute"] / m["cached"]
         rows.append(Result(f"Recompute / cached total time, {n} new tokens", f"{m['recompute']:.2f} s",
-                           f"{m['cached']:.2f} s", ratio, ">", previous or 1.0))
+                           f"{m['cached']:.2f} s", m["recompute"] / m["cached"], ">", 1.0))
         notes.append(f"{n} tokens: recompute {spread(samples['recompute'])} s, cached "
                      f"{spread(samples['cached'])} s")
-        previous = ratio
+    first, last = rows[0], rows[-1]
+    rows.append(Result(f"Growth of that ratio, {s.recompute_lengths[-1]} vs {s.recompute_lengths[0]} "
+                       "new tokens", f"{last.ratio:.2f}×", f"{first.ratio:.2f}×",
+                       last.ratio / first.ratio, ">", 1.0))
     return rows, (
         "The engine's two modes, same greedy run, same prompt: `recompute` feeds the whole sequence "
         "every step with `use_cache=False`; `cached` feeds one token and the cache. Total = wall "
         f"time of the whole run (prefill included), {s.recompute_reps} interleaved round(s) per "
-        "length. The target of each row is the ratio of the row before (1 for the first): the "
-        "cache's advantage must grow with the text, because a recompute step costs time "
-        "proportional to the sequence so far while a cached step stays nearly flat. "
-        + "; ".join(notes) + ".")
+        "length. A recompute step costs time roughly proportional to the sequence so far while a "
+        "cached step stays nearly flat, so recompute's total grows like n² against cached's n and "
+        "the ratio must grow with n — though more slowly than n while the fixed cost of a "
+        "step (30 layers of small kernels, Python) outweighs the length-dependent part, as it "
+        "does at these lengths on a CPU. The last row checks that growth between the shortest "
+        "and the longest run (adjacent lengths are too close to order reliably on a busy "
+        "machine). " + "; ".join(notes) + ".")
 
 
 def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[Result], str]:
@@ -482,7 +557,7 @@ def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[R
     row = Result("Live page / headless engine tokens/s", f"{m['page']:.2f} tok/s",
                  f"{m['headless']:.2f} tok/s", m["page"] / m["headless"], ">=", 0.8)
     return [row], (
-        "The real app (`app.py`, the Live page) runs in Streamlit's `AppTest` in this process: "
+        "The real app (`app.py`, the Live page) runs in Streamlit's `AppTest`: "
         f"{s.new_tokens} max new tokens, race off, real-time pace, then **Generate** is clicked; "
         f"one warm-up click, then {s.reps} page runs interleaved with {s.reps} headless runs. "
         "`kvviz.engine.generate` is wrapped so that a clock starts when the page asks for the first "
@@ -490,12 +565,21 @@ def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[R
         "plus everything `panels.run_live` does per event — the streamed text rewritten every "
         f"token, and the metrics, captions and Altair charts redrawn at most every "
         f"{chart_interval_s()} s (≤ 7 Hz). The headless variant consumes the very same generator "
-        "(same model object, same config, EOS ignored in both) and only appends to a Trace. "
+        "(same model object, same config, EOS ignored in both) and only appends to a Trace; it "
+        "too runs in a fresh thread per run, as Streamlit runs every script run. The whole "
+        "benchmark runs in a fresh process whose main thread never runs torch, like a Streamlit "
+        "server: once any other thread of a process has run torch ops, GNU OpenMP finds more "
+        "threads than cores and stops spinning between ops, and on this machine that alone made "
+        "the page's decode steps 1.5–2× slower (the first version of this benchmark, run after "
+        "the others in one process, read 0.34×). "
         "AppTest runs the page script in its own thread and builds every element's protobuf "
         "(Altair spec and Arrow data included) exactly as a served page does; it does not ship "
         "the messages over a websocket or render them, which a real server does on another "
         "thread (competing for the GIL and the 2 cores) and the browser elsewhere, so this is a "
-        "lower bound on a served page's cost. Page setup before the first event and the final "
+        "lower bound on a served page's cost. AppTest's own wait loop, which polls the script "
+        "every millisecond from the main thread and on 2 cores slowed the page by a further "
+        "10-20 %, is replaced for these clicks by a blocking join (`wait_without_polling`). "
+        "Page setup before the first event and the final "
         "redraw after the last are one-off costs outside the window. "
         f"Page: {spread(samples['page'])} tok/s; headless: {spread(samples['headless'])} tok/s. "
         + clock.notes(s.reps, page_wall_s))
@@ -539,15 +623,20 @@ def machine_facts(lm) -> dict:
 
     import torch
     import transformers
+
+    from kvviz import engine
+    cfg = bench_config(1)
+    prompt_tokens = engine.encode_prompts(lm.tokenizer, cfg, lm.device).prompt_len
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return {"CPU": f"{cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
             "Software": f"Python {platform.python_version()}, torch {torch.__version__}, "
                         f"transformers {transformers.__version__}, streamlit {version('streamlit')}",
-            "Model": f"{lm.label}, {lm.device.type}, {str(lm.dtype).removeprefix('torch.')}",
+            "Model": f"{lm.label}, {lm.device.type}, {str(lm.dtype).removeprefix('torch.')}, greedy",
+            "Prompt": f"{cfg.prompts[0]!r} in the chat template: {prompt_tokens} tokens",
             "Load average at start (1, 5, 15 min)": load}
 
 
-def run_all(s: Settings) -> tuple[dict, list[Result], list[tuple[str, str]]]:
+def run_all(s: Settings, threads: int | None = None) -> tuple[dict, list[Result], list[tuple[str, str]]]:
     from kvviz.config import ModelSpec
     from kvviz.models import load_model
     lm = load_model(ModelSpec())
@@ -555,7 +644,7 @@ def run_all(s: Settings) -> tuple[dict, list[Result], list[tuple[str, str]]]:
     benches = (("Hook overhead", lambda: hook_overhead(lm, s)),
                ("Engine vs model.generate", lambda: engine_vs_generate(lm, s)),
                ("Recompute vs cached", lambda: recompute_vs_cached(lm, s)),
-               ("Live page vs headless engine", lambda: live_page_vs_headless(s)),
+               ("Live page vs headless engine", lambda: live_page_in_subprocess(s, threads)),
                ("Default model load", lambda: model_load(s)))
     for title, bench in benches:
         say(f"{title}…")
@@ -569,33 +658,44 @@ def run_all(s: Settings) -> tuple[dict, list[Result], list[tuple[str, str]]]:
 
 
 def run(args) -> int:
+    import torch
     import transformers
     transformers.logging.set_verbosity_error()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     s = QUICK if args.quick else FULL
     if args.reps:
         s = dataclasses.replace(s, reps=args.reps, recompute_reps=min(args.reps, s.recompute_reps))
-    started = datetime.datetime.now().astimezone()
-    machine, results, methods = run_all(s)
+    started, start_load = datetime.datetime.now().astimezone(), os.getloadavg()[0]
+    machine, results, methods = run_all(s, args.threads)
     machine["Run time"] = f"{(datetime.datetime.now().astimezone() - started).total_seconds():.0f} s"
     print(render_table(results))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        notes = caveats(start_load, os.getloadavg()[0])
         doc = render_doc(machine, command_line(args), started.strftime("%Y-%m-%d %H:%M %Z"),
-                         results, methods + [("Caveats", CAVEATS)])
+                         results, methods + [("Caveats", notes)])
         Path(args.out).write_text(doc)
         say(f"written to {args.out}")
     return 0  # a missed target is a finding, reported in the table, not a failed command
 
 
-CAVEATS = (
-    "This machine has 2 cores and is shared: other sessions' test suites, a Streamlit server and a "
-    "headless Chromium were running during the measurements (see the load averages above). Torch "
-    "uses both cores for every forward pass, so a competing process stretches whole steps, and "
-    "single runs can be tens of percent slow. Interleaving puts both variants of a pair under the "
-    "same conditions and the medians drop the worst rounds, but a few-percent target such as the "
-    "hook overhead is at the edge of what this machine can resolve; rerun `make bench` on an idle "
-    "machine before reading much into a difference of a percent or two.")
+def caveats(start_load: float, end_load: float) -> str:
+    """How far to trust the numbers, given how busy the machine was."""
+    cores = os.cpu_count() or 1
+    return (
+        f"The 1-minute load average was {start_load:.1f} at the start and {end_load:.1f} at the end, "
+        f"on {cores} cores: anything near or above {cores} means other processes were competing for "
+        "the CPU during the measurements (on the kvviz development machine these are other "
+        "sessions' test suites, Streamlit servers and headless browsers). Torch splits every "
+        "forward pass across its threads and waits for the slowest, so one competing busy process "
+        "can stretch a step several times over (decode steps of ≈ 50 ms were seen taking 600 ms "
+        "on this 2-core machine while it was loaded). Interleaving puts both variants of a pair "
+        "under the same conditions and medians drop the worst rounds, but a few-percent target "
+        "such as the hook overhead is at the edge of what a busy machine can resolve; `--threads 1` "
+        "trades absolute speed for steadier ratios. Rerun `make bench` on an idle machine before "
+        "reading much into a difference of a percent or two.")
 
 
 def add_parser(sub) -> None:
@@ -603,5 +703,7 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true", help="a smoke test: fewer, shorter runs (≈ 1 min)")
     p.add_argument("--reps", type=int, default=None,
                    help=f"interleaved repetitions per pair (default {FULL.reps}; {QUICK.reps} with --quick)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's own choice, as the dashboard runs)")
     p.add_argument("--out", default=None, help="also write the results as Markdown (docs/benchmarks.md)")
     p.set_defaults(func=run)

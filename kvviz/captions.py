@@ -108,13 +108,24 @@ def tokens(n: int) -> str:
     return f"{n} token" if n == 1 else f"{n} tokens"
 
 
+def race_captions(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> dict[str, str]:
+    return {"race": race_caption(cached, recompute, final), "positions": positions_caption(cached, recompute)}
+
+
+def positions_caption(cached: list[StepEvent], recompute: list[StepEvent]) -> str:
+    n = len(recompute)
+    pos_c, pos_r = sum(e.positions for e in cached[:n]), sum(e.positions for e in recompute)
+    return (f"For the same {tokens(n)}, the run without a cache pushed {pos_r:,} token positions "
+            f"through the model and the cached run {pos_c:,}: every step without a cache re-reads "
+            f"the whole text, so its work grows with the square of the length.")
+
+
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
     cached_ms = sum(e.step_ms for e in cached)
     done_ms = sum(e.step_ms for e in recompute)
-    pos_c, pos_r = sum(e.positions for e in cached), sum(e.positions for e in recompute)
     text = (f"Both runs take turns on one device and each clock counts only its own steps. "
-            f"Recompute: {tokens(len(recompute))} in {fmt_ms(done_ms)}, processing {pos_r:,} token "
-            f"positions; cached: {tokens(len(cached))} in {fmt_ms(cached_ms)}, {pos_c:,} positions.")
+            f"Without a cache: {tokens(len(recompute))} in {fmt_ms(done_ms)}; "
+            f"with it: {tokens(len(cached))} in {fmt_ms(cached_ms)}.")
     estimate = race.extrapolate_total_ms(recompute, [e.seq_len - 1 for e in cached])
     if final and estimate and len(recompute) < len(cached):
         text += (f" Finishing all {len(cached)} tokens without a cache would take ≈ {fmt_ms(estimate)} "

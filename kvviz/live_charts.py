@@ -18,7 +18,8 @@ def chart_data(meta: dict, cached: list[StepEvent], recompute: list[StepEvent]) 
     last = cached[-1]
     held = (last.seq_len - 1) * meta["bytes_per_token"] * meta["batch"]  # tokens held x bytes
     data = {"layers": frames.layer_bytes_frame(last), "total": steps[steps["mode"] == "cached"],
-            "steps": steps, "layer_times": frames.layer_times_frame(cached), "race": steps}
+            "steps": steps, "layer_times": frames.layer_times_frame(cached), "race": steps,
+            "positions": steps}
     if last.blocks is not None:
         data["grid"] = frames.block_grid_frame(last.blocks, meta["batch"])
         data["reservation"] = frames.reservation_frame(last.blocks, held)
@@ -41,6 +42,7 @@ def build_charts(meta: dict, max_new_tokens: int, data: dict) -> dict[str, alt.T
         "steps": charts.step_time_chart(data["steps"], max_step=max_new_tokens),
         "layer_times": charts.layer_time_chart(data["layer_times"], max_step=max_new_tokens),
         "race": charts.race_chart(data["race"], max_tokens=max_new_tokens),
+        "positions": charts.positions_chart(data["positions"], max_tokens=max_new_tokens),
     }
     if "grid" in data:
         built["grid"] = charts.block_grid_chart(data["grid"])

@@ -18,13 +18,20 @@ LOG = logging.getLogger("kvviz")
 CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
 TOKEN_MARK = "│"
 HEIGHTS = {"layers": 260, "total": 260, "reservation": 120, "steps": 200, "layer_times": 200,
-           "race": 220}  # pixels; the block grid sizes itself
+           "race": 220, "positions": 220}  # pixels; the block grid sizes itself
 PANELS = {  # chart name -> panel title
     "layers": "Cache bytes per layer (K and V)",
     "total": "Whole cache vs the formula",
     "blocks": "Blocks: paged (modelled) vs contiguous",
     "timings": "Time per step and per layer",
+    "race": "The race: time to write the same tokens",
+    "positions": "Token positions processed: ≈ n²/2 without a cache vs n with it",
 }
+LAYOUT = (  # rows of two panels: (panel, the charts stacked in it)
+    (("layers", ["layers"]), ("total", ["total"])),
+    (("blocks", ["grid", "reservation"]), ("timings", ["steps", "layer_times"])),
+)
+RACE_ROW = (("race", ["race"]), ("positions", ["positions"]))
 
 
 def text_of(events, show_tokens: bool) -> str:
@@ -45,11 +52,10 @@ class LiveView:
         if right is not None:
             self.race_slot = titled_box(right, "Without a cache: the whole text recomputed every step",
                                         "recompute-panel")
-            with right:
-                self.parity_slot, self.race_chart_slot, self.race_caption = st.empty(), st.empty(), st.empty()
+            self.parity_slot = right.empty()
         self.max_new_tokens = max_new_tokens
         self.specs: dict | None = None  # built from the first data, then only re-fed
-        self.slots = chart_slots()
+        self.slots = chart_slots(LAYOUT + ((RACE_ROW,) if race_on else ()))
 
     def update(self, trace: Trace, final: bool = False) -> None:
         cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
@@ -69,21 +75,18 @@ class LiveView:
         for name, df in data.items():
             if name in self.slots:
                 self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
-        for name, text in captions.chart_captions(self.meta, cached).items():
-            self.slots[f"{name}_caption"].caption(text)
+        texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
-            self.draw_race(data["race"], cached, recompute, final)
+            same, line = captions.parity(cached, recompute)
+            (self.parity_slot.success if same else self.parity_slot.warning)(line)
+            texts |= captions.race_captions(cached, recompute, final)
+        for name, text in texts.items():
+            self.slots[f"{name}_caption"].caption(text)
 
     def draw_metrics(self, sums: dict, last) -> None:
         with self.metric_row.container():
             for col, (label, value, help_text) in zip(st.columns(7), captions.headline(self.meta, sums, last)):
                 col.metric(label, value, help=help_text)
-
-    def draw_race(self, steps, cached, recompute, final: bool) -> None:
-        same, line = captions.parity(cached, recompute)
-        (self.parity_slot.success if same else self.parity_slot.warning)(line)
-        self.race_chart_slot.vega_lite_chart(charts.spec_with_data(self.specs["race"], steps))
-        self.race_caption.caption(captions.race_caption(cached, recompute, final))
 
 
 def titled_box(column, title: str, key: str):
@@ -117,18 +120,16 @@ def sized(spec: dict, height: int | None) -> dict:
     return {**spec, "height": height} if height else spec
 
 
-def chart_slots() -> dict:
-    """Two rows of two panels; each panel a title, its chart placeholders and a caption."""
+def chart_slots(rows) -> dict:
+    """Rows of two panels; each panel a title, its chart placeholders and a caption."""
     slots = {}
-    layout = (("layers", ["layers"]), ("total", ["total"]),
-              ("blocks", ["grid", "reservation"]), ("timings", ["steps", "layer_times"]))
-    columns = [*st.columns(2, gap="large"), *st.columns(2, gap="large")]
-    for col, (panel, names) in zip(columns, layout):
-        with col.container(key=f"panel-{panel}"):
-            st.markdown(f"**{PANELS[panel]}**")
-            for name in names:
-                slots[name] = st.empty()
-            slots[f"{panel}_caption"] = st.empty()
+    for row in rows:
+        for col, (panel, names) in zip(st.columns(2, gap="large"), row):
+            with col.container(key=f"panel-{panel}"):
+                st.markdown(f"**{PANELS[panel]}**")  # a constant title
+                for name in names:
+                    slots[name] = st.empty()
+                slots[f"{panel}_caption"] = st.empty()
     return slots
 
 

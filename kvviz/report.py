@@ -38,6 +38,7 @@ TITLES = {  # chart name -> section title (the live page's panels, one chart eac
     "steps": "Time per step",
     "layer_times": "Time per layer and decode step (cached run)",
     "race": "With vs without a cache: time to generate",
+    "positions": "Token positions processed: ≈ n²/2 without a cache vs n with it",
 }
 FACTS = (  # (meta key, label, formatter) for the run's facts table
     ("model_label", "model", str),
@@ -103,6 +104,7 @@ def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
     out = live_charts.build_charts(trace.meta, len(cached), data)
     if not recompute:
         out.pop("race")
+        out.pop("positions")
     if not 0 < (data["layer_times"]["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
         out.pop("layer_times")
     else:
@@ -157,7 +159,7 @@ def _chart_captions(trace: Trace) -> dict[str, str]:
     except (TraceError, ArithmeticError, KeyError, TypeError):
         pass
     if cached and recompute:
-        out["race"] = captions.race_caption(cached, recompute, final=True)
+        out |= captions.race_captions(cached, recompute, final=True)
     return out
 
 

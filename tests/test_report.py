@@ -221,7 +221,8 @@ def test_hand_report_figures_and_charts(hand):
     assert "40.0 ms" in doc  # time to first token
     assert "4 KiB" in doc  # 4 tokens held × 256 B × batch 2 at the last cached step
     names = chart_names(t)
-    assert set(names) == {"layers", "total", "grid", "reservation", "steps", "layer_times", "race"}
+    assert set(names) == {"layers", "total", "grid", "reservation", "steps", "layer_times", "race",
+                          "positions"}
     assert doc.count("<svg") == len(names)
     assert "sequence 1" in doc  # batch 2: both sequences' texts
 
