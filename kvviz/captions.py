@@ -12,7 +12,7 @@ def headline(meta: dict, sums: dict, last: StepEvent) -> list[tuple[str, str, st
     speedup = sums["recompute_speedup"]
     return [
         ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
-        ("KV cache (measured)", fmt_bytes(last.kv_bytes), "bytes of every layer's K and V tensors"),
+        cache_figure(last),
         ("Formula", fmt_bytes(last.formula_bytes),
          "2 × layers × KV heads × head_dim × tokens × batch × bytes per element"),
         ("Time to first token", fmt_ms(c.get("ttft_ms")), "the prefill: the whole prompt in one pass"),
@@ -22,6 +22,13 @@ def headline(meta: dict, sums: dict, last: StepEvent) -> list[tuple[str, str, st
         ("vs recompute", fmt_ratio(speedup),
          f"recompute time / cached time over the first {sums['speedup_steps']} steps of both"),
     ]
+
+
+def cache_figure(last: StepEvent) -> tuple[str, str, str]:
+    if last.blocks is not None and last.blocks.contiguous_is_real:
+        return ("KV cache (allocated)", fmt_bytes(last.kv_bytes),
+                "StaticCache allocates every token slot up front; the formula counts the tokens held")
+    return "KV cache (measured)", fmt_bytes(last.kv_bytes), "bytes of every layer's K and V tensors"
 
 
 def layers_caption(meta: dict) -> str:

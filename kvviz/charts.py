@@ -153,25 +153,21 @@ def total_cache_chart(
     given; y domain [0, max_bytes], by default 1.08 x the larger rule.
     """
     top = max_bytes or int(1.08 * max(weight_bytes, contiguous_bytes)) or None
-    lines = alt.Chart().transform_filter(alt.datum.mode == "cached").transform_fold(
-        ["kv_bytes", "formula_bytes"], as_=["key", "bytes"],
-    ).transform_calculate(
-        series="datum.key == 'kv_bytes' ? 'measured' : 'formula'",
-        size=bytes_expr("datum.bytes"),
-    ).mark_line(clip=True).encode(
-        x=alt.X("seq_len:Q", title="tokens per sequence", scale=_domain(0, max_seq_len)),
-        y=alt.Y("bytes:Q", title="KV cache", scale=_domain(0, top), axis=_bytes_axis(top)),
-        color=_color("series:N", SERIES_COLORS, "cache"),
-        strokeDash=alt.StrokeDash("series:N", title="cache", scale=alt.Scale(
-            domain=list(SERIES_COLORS), range=[[1, 0], [6, 4]])),
-        strokeWidth=alt.StrokeWidth("series:N", title="cache", scale=alt.Scale(
-            domain=list(SERIES_COLORS), range=[3, 1.5])),
+    x = alt.X("seq_len:Q", title="tokens per sequence", scale=_domain(0, max_seq_len))
+    y = alt.Y("bytes:Q", title="KV cache", scale=_domain(0, top), axis=_bytes_axis(top))
+    color = _color("series:N", SERIES_COLORS, "cache")
+    # Two layers, so the dashed formula is drawn over the (equal) measured line, not hidden by it.
+    lines = [alt.Chart().transform_filter(alt.datum.mode == "cached").transform_calculate(
+        bytes=f"datum.{field}", series=f"'{series}'", size=bytes_expr(f"datum.{field}"),
+    ).mark_line(clip=True, strokeWidth=width, strokeDash=dash).encode(
+        x=x, y=y, color=color,
         tooltip=["seq_len:Q", "series:N", alt.Tooltip("size:N", title="bytes")],
-    )
+    ) for field, series, width, dash in (("kv_bytes", "measured", 5, [1, 0]),
+                                         ("formula_bytes", "formula", 1.5, [6, 4]))]
     refs = [{"label": "model weights", "bytes": weight_bytes},
             {"label": "contiguous reservation", "bytes": contiguous_bytes}]
     refs = [r for r in refs if r["bytes"]]
-    return alt.layer(lines, *(_rules(refs) if refs else []), data=steps_df)
+    return alt.layer(*lines, *(_rules(refs) if refs else []), data=steps_df)
 
 
 def block_grid_chart(grid_df: pd.DataFrame, columns: int = 32) -> alt.Chart:
@@ -202,7 +198,7 @@ def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt
     if max_bytes is None and len(res_df):
         max_bytes = int(res_df.groupby("layout")["bytes"].sum().max())
     top = 1.3 * max_bytes if max_bytes else None
-    y = alt.Y("layout:N", title=None, sort=LAYOUTS)
+    y = alt.Y("layout:N", title=None, sort=LAYOUTS, axis=alt.Axis(labelLimit=220))
     bars = alt.Chart().transform_calculate(size=bytes_expr("datum.bytes")).mark_bar().encode(
         x=alt.X("bytes:Q", title="bytes reserved", stack="zero", scale=_domain(0, top),
                 axis=_bytes_axis(top)),

@@ -152,6 +152,8 @@ def resolve_source(name: str, progress: Progress | None = None, hub_only: bool =
     if name in ("", DEFAULT_MODEL):
         return str(convert_default_model(progress)), DEFAULT_LABEL
     path = Path(name).expanduser()
+    if not hub_only and name.startswith(("/", "./", "../", "~")) and not path.exists():
+        raise ModelLoadError(f"no such folder: {name!r}")
     if path.exists() and not hub_only:
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{name!r} is a local path but has no config.json")

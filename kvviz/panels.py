@@ -144,7 +144,7 @@ def run_live(lm, cfg, opts, status) -> None:
         return
     show_prompt(engine.render_prompts(lm.tokenizer, cfg)[0], meta)
     trace = Trace(meta, [])
-    st.session_state["trace"] = trace
+    st.session_state["trace"], st.session_state["run_done"] = trace, False
     view = LiveView(meta, cfg.max_new_tokens, opts.race, opts.show_tokens)
     with ui.device_turn(status):
         deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
@@ -163,6 +163,7 @@ def run_live(lm, cfg, opts, status) -> None:
             engine.free_device_memory(lm.device)
         if out_of_time():
             status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
+    st.session_state["run_done"] = True
     if trace.events:
         view.update(trace, final=True)
         downloads(trace)

@@ -18,7 +18,7 @@ if lm is not None:
 if generate and lm is not None:
     panels.run_live(lm, cfg, opts, status)
 elif "trace" in st.session_state:
-    if stopped:
+    if stopped and not st.session_state.get("run_done", True):
         status.info("Stopped. What was produced is kept below.")
     panels.show_result(st.session_state["trace"], opts.show_tokens)
 else:

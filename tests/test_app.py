@@ -38,7 +38,7 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 
 def charts(at: AppTest) -> list:
-    return at.get("vega_lite_chart")
+    return at.main.get("vega_lite_chart")
 
 
 def texts_everywhere(at: AppTest) -> list[str]:
@@ -58,7 +58,7 @@ def test_first_load_invites_to_generate(at):
     assert not at.exception
     assert any("Press **Generate**" in i.value for i in at.info)
     assert not at.error
-    assert not at.code and not at.metric and not charts(at)
+    assert not at.main.code and not at.metric and not charts(at)
     assert not at.button(key="generate").disabled
     assert any("tiny" in c.value for c in at.caption)  # the loaded model's label line
 
@@ -67,7 +67,7 @@ def test_generate_shows_text_figures_and_charts(at):
     generate(at)
     assert not at.error
     assert not any("Press **Generate**" in i.value for i in at.info)
-    cached, recompute = [c.value for c in at.code]
+    cached, recompute = [c.value for c in at.main.code]
     assert cached.strip() and recompute.strip()
     assert cached.startswith(recompute)  # the same tokens, the recompute run behind
     figures = metrics(at)
@@ -80,33 +80,43 @@ def test_generate_shows_text_figures_and_charts(at):
     captions = " ".join(c.value for c in at.caption)
     assert "Each new token adds" in captions and "blocks of 16 slots" in captions
     assert "Both runs take turns" in captions
-    assert len(at.get("download_button")) == 2
+    assert len(at.get("download_button")) >= 2  # the trace, and its tables / report
+    assert any(b.key == "dl-trace" for b in at.get("download_button"))
     # The prompt as the model read it, with the chat template, in an inert text element.
     assert any("What is a KV cache, in two sentences?" in t.value for t in at.text)
 
 
 def test_results_stay_after_a_rerun_and_token_marks_toggle(at):
     generate(at)
-    plain = at.code[0].value
+    plain = at.main.code[0].value
     before = metrics(at)
     at.toggle(key="show_tokens").set_value(True).run()
     assert not at.exception
-    marked = at.code[0].value
+    marked = at.main.code[0].value
     assert TOKEN_MARK in marked and TOKEN_MARK not in plain
     assert marked.replace(TOKEN_MARK, "") == plain
     assert metrics(at) == before  # the same run, redrawn from its trace
     assert len(charts(at)) >= 6
     at.toggle(key="show_tokens").set_value(False).run()
-    assert at.code[0].value == plain
+    assert at.main.code[0].value == plain
 
 
-def test_stop_after_a_run_keeps_it(at):
+def test_stop_after_a_finished_run_keeps_it_and_claims_nothing(at):
     generate(at)
-    text = at.code[0].value
+    text = at.main.code[0].value
     at.button(key="stop").click().run()
     assert not at.exception
+    assert not any(i.value.startswith("Stopped") for i in at.info)  # nothing was running
+    assert at.main.code[0].value == text
+
+
+def test_stop_of_an_interrupted_run_says_so_and_keeps_it(at):
+    generate(at)
+    text = at.main.code[0].value
+    at.session_state["run_done"] = False  # as a Stop click leaves a run cut short mid-loop
+    at.button(key="stop").click().run()
     assert any(i.value.startswith("Stopped") for i in at.info)
-    assert at.code[0].value == text
+    assert at.main.code[0].value == text
 
 
 def test_batch_size_flows_into_the_figures(at):
@@ -131,7 +141,7 @@ def test_static_cache_makes_the_reservation_real(at):
 def test_race_off_has_no_recompute_panel(at):
     at.toggle(key="race").set_value(False)
     generate(at)
-    assert len(at.code) == 1
+    assert len(at.main.code) == 1
     assert not at.success
     assert not any("Both runs take turns" in c.value for c in at.caption)
     assert len(charts(at)) >= 6
@@ -151,7 +161,7 @@ def test_empty_prompt_is_refused(at):
     at.text_area(key=PROMPT).set_value("   \n ")
     generate(at)
     assert any("prompt is empty" in e.value for e in at.error)
-    assert not at.code and not at.metric
+    assert not at.main.code and not at.metric
 
 
 def test_prompt_longer_than_the_context_is_refused(at):
@@ -159,7 +169,7 @@ def test_prompt_longer_than_the_context_is_refused(at):
     generate(at)
     errors = [e.value for e in at.error]
     assert errors and "exceeds this model's context of 256 tokens" in errors[0]
-    assert not at.code and not at.metric
+    assert not at.main.code and not at.metric
 
 
 PAYLOAD = ('<script>alert("kvviz")</script> <img src=x onerror=alert(1)> **bold** '

@@ -96,20 +96,18 @@ def test_layer_bytes_chart_bars_by_layer_and_kind_with_fixed_domain():
     assert len(rows(spec)) == 4
 
 
-def test_total_cache_chart_measured_solid_formula_dashed_and_labelled_rules():
+def test_total_cache_chart_measured_solid_formula_dashed_on_top_and_labelled_rules():
     spec = charts.total_cache_chart(steps(), 50_000, 12288, max_seq_len=64).to_dict()
-    assert marks(spec) == ["line", "rule", "text"]
-    line, rule, text = spec["layer"]
-    assert (field(line, "x"), field(line, "y"), field(line, "strokeDash")) == (
-        "seq_len", "bytes", "series")
-    fold = next(t for t in line["transform"] if "fold" in t)
-    assert fold["fold"] == ["kv_bytes", "formula_bytes"]
-    assert {"filter": "(datum.mode === 'cached')"} in line["transform"]
-    dash = line["encoding"]["strokeDash"]["scale"]
-    assert dash["domain"] == ["measured", "formula"] and dash["range"][0] == [1, 0]
-    assert dash["range"][1] != [1, 0]
-    assert line["encoding"]["x"]["scale"]["domain"] == [0, 64]
-    assert line["encoding"]["y"]["scale"]["domain"] == [0, int(1.08 * 50_000)]
+    assert marks(spec) == ["line", "line", "rule", "text"]
+    measured, formula, rule, text = spec["layer"]
+    for line, source in ((measured, "kv_bytes"), (formula, "formula_bytes")):
+        assert (field(line, "x"), field(line, "y"), field(line, "color")) == ("seq_len", "bytes", "series")
+        assert {"calculate": f"datum.{source}", "as": "bytes"} in line["transform"]
+        assert {"filter": "(datum.mode === 'cached')"} in line["transform"]
+        assert line["encoding"]["x"]["scale"]["domain"] == [0, 64]
+        assert line["encoding"]["y"]["scale"]["domain"] == [0, int(1.08 * 50_000)]
+    assert measured["mark"]["strokeDash"] == [1, 0] and formula["mark"]["strokeDash"] != [1, 0]
+    assert measured["mark"]["strokeWidth"] > formula["mark"]["strokeWidth"]  # formula drawn over it
     refs = spec["datasets"][rule["data"]["name"]]
     assert {r["label"]: r["bytes"] for r in refs} == {
         "model weights": 50_000, "contiguous reservation": 12288}
@@ -119,9 +117,9 @@ def test_total_cache_chart_measured_solid_formula_dashed_and_labelled_rules():
 
 def test_total_cache_chart_leaves_out_zero_rules():
     spec = charts.total_cache_chart(steps(), 50_000, 0).to_dict()
-    line, rule, _ = spec["layer"]
+    _, _, rule, _ = spec["layer"]
     assert [r["label"] for r in spec["datasets"][rule["data"]["name"]]] == ["model weights"]
-    assert marks(charts.total_cache_chart(steps(), 0, 0).to_dict()) == ["line"]
+    assert marks(charts.total_cache_chart(steps(), 0, 0).to_dict()) == ["line", "line"]
 
 
 def test_block_grid_chart_rect_grid_coloured_by_state():
