@@ -39,11 +39,12 @@ class Settings:
     recompute_reps: int = 3  # rounds of every length in both modes (minutes on CPU); --reps caps it
     cold_load: bool = True  # convert the default model into a fresh cache folder (≈ 40 s)
     load_reps: int = 3  # warm loads, each in a fresh subprocess
+    soak_runs: int = 50  # consecutive live-page generations in one process
 
 
 FULL = Settings()
 QUICK = Settings(reps=3, new_tokens=16, recompute_lengths=(8, 16, 32), recompute_reps=1,
-                 cold_load=False, load_reps=1)
+                 cold_load=False, load_reps=1, soak_runs=8)
 
 
 @dataclass(frozen=True)
@@ -585,6 +586,53 @@ def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[R
         + clock.notes(s.reps, page_wall_s))
 
 
+SOAK_SCRIPT = """
+import json, sys
+from kvviz import bench
+print(json.dumps(bench.soak_rss(int(sys.argv[1]))))
+"""
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux /proc)."""
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kb * 1024
+
+
+def soak_rss(runs: int) -> dict:
+    """Click Generate `runs` times on one live page (race on); RSS after the first and the last."""
+    import gc
+    at = open_live_page(16)
+    at.toggle(key="race").set_value(True)
+    after = []
+    for _ in range(runs):
+        at.button(key="generate").click().run()
+        check_page(at)
+        gc.collect()
+        after.append(rss_bytes())
+    return {"first": after[0], "last": after[-1], "peak": max(after)}
+
+
+def soak(s: Settings) -> tuple[list[Result], str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    done = subprocess.run([sys.executable, "-c", SOAK_SCRIPT, str(s.soak_runs)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the soak benchmark failed:\n{done.stderr[-3000:]}")
+    rss = json.loads(done.stdout.strip().splitlines()[-1])
+    mib = lambda n: f"{n / 2**20:,.0f} MiB"  # noqa: E731
+    row = Result(f"Soak: process memory after {s.soak_runs} generations / after the first",
+                 mib(rss["last"]), mib(rss["first"]), rss["last"] / rss["first"], "<=", 1.05)
+    return [row], (
+        f"One fresh process drives the live page (AppTest, race on, 16 new tokens) through "
+        f"{s.soak_runs} consecutive generations on one model and reads its resident memory "
+        f"(VmRSS) after each, following a garbage collection: after the first "
+        f"{mib(rss['first'])}, after the last {mib(rss['last'])}, peak {mib(rss['peak'])}. "
+        "Each run replaces the session's trace, and its chart specs are reused, so memory should "
+        "stay flat after the first run.")
+
+
 def chart_interval_s() -> float:
     from kvviz.panels import CHART_INTERVAL_S
     return CHART_INTERVAL_S
@@ -645,7 +693,8 @@ def run_all(s: Settings, threads: int | None = None) -> tuple[dict, list[Result]
                ("Engine vs model.generate", lambda: engine_vs_generate(lm, s)),
                ("Recompute vs cached", lambda: recompute_vs_cached(lm, s)),
                ("Live page vs headless engine", lambda: live_page_in_subprocess(s, threads)),
-               ("Default model load", lambda: model_load(s)))
+               ("Default model load", lambda: model_load(s)),
+               ("Soak", lambda: soak(s)))
     for title, bench in benches:
         say(f"{title}…")
         start = time.perf_counter()

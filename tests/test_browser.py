@@ -263,3 +263,39 @@ def test_stop_ends_the_run_and_keeps_the_text(page):
     assert first and first.startswith(before), "the text produced before Stop was not kept"
     tokens = page.get_by_test_id("stMetricValue").first.inner_text()  # "N × 1"
     assert int(tokens.split("×")[0]) < 512
+
+
+def test_two_sessions_take_turns_and_see_only_their_own(server, browser_context):
+    """Two browser sessions click Generate together: one waits in line, both finish, apart."""
+    from urllib.parse import quote
+
+    from playwright.sync_api import expect
+
+    pages = []
+    for preset in ("Short question", "Chat with a long system prompt"):
+        page = browser_context.new_page()
+        page.goto(f"{server}/?dtype=float32&max_new=24&preset={quote(preset)}")
+        expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        pages.append(page)
+    try:
+        for page in pages:
+            page.get_by_role("button", name="Generate").click()
+        waited, deadline = False, time.monotonic() + RUN_MS / 1000
+        while time.monotonic() < deadline:
+            waited = waited or any(p.get_by_text("in line").count() for p in pages)
+            if not any(is_running(p) for p in pages) and all(cached_text(p) for p in pages):
+                break
+            time.sleep(0.1)
+        assert waited, "the second session never said it was waiting for the device"
+        for page in pages:
+            expect(page.get_by_text("Same tokens")).to_be_visible(timeout=RUN_MS)
+            assert page.locator("[data-testid='stAlertContentError']").count() == 0
+        first, second = (cached_text(p) for p in pages)
+        assert first and second and first != second
+        labels = [p.locator("[data-testid='stExpander'] summary").filter(has_text="Prompt:").inner_text()
+                  for p in pages]
+        assert labels[0] != labels[1]  # each session shows its own prompt's token count
+    finally:
+        for page in pages:
+            page.close()
