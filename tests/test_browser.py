@@ -289,7 +289,7 @@ def test_two_sessions_take_turns_and_see_only_their_own(server, browser_context)
             time.sleep(0.1)
         assert waited, "the second session never said it was waiting for the device"
         for page in pages:
-            expect(page.get_by_text("Same tokens")).to_be_visible(timeout=RUN_MS)
+            expect(page.get_by_text("Same tokens:")).to_be_visible(timeout=RUN_MS)
             assert page.locator("[data-testid='stAlertContentError']").count() == 0
         first, second = (cached_text(p) for p in pages)
         assert first and second and first != second
