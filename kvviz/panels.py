@@ -48,9 +48,10 @@ class LiveView:
         self.last_chart_t = 0.0
         self.metric_row = st.empty()
         left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
-        self.text_slot = titled_box(left, "With the KV cache", "cached-panel")
+        which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
+        self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
         if right is not None:
-            self.race_slot = titled_box(right, "Without a cache: the whole text recomputed every step",
+            self.race_slot = titled_box(right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
             self.parity_slot = right.empty()
         self.max_new_tokens = max_new_tokens
@@ -140,7 +141,7 @@ def run_live(lm, cfg, opts, status) -> None:
         meta = engine.run_meta(lm, cfg)
         rules.check_prompt_tokens(meta["prompt_tokens"])
     except ValueError as exc:
-        status.error(f"Cannot generate: {exc}")
+        status.error(f"Cannot generate: {ui.inert(exc)}")
         return
     show_prompt(engine.render_prompts(lm.tokenizer, cfg)[0], meta)
     trace = Trace(meta, [])
@@ -185,7 +186,7 @@ def failure_message(exc: Exception, hide_details: bool) -> str:
     if hide_details:
         LOG.exception("generation failed")
         return "Generation stopped because of an internal error. What was produced is kept."
-    return f"Generation stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    return f"Generation stopped: {type(exc).__name__}: {ui.inert(str(exc).splitlines()[0][:300])}"
 
 
 def show_result(trace: Trace, show_tokens: bool) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,17 @@ class LiveOptions:
     show_tokens: bool = False  # draw token boundaries in the text
 
 
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def inert(text: str) -> str:
+    """`text` with every Markdown-significant character escaped, for alerts that render Markdown.
+
+    Error messages can quote what a user typed, a URL carried or an uploaded file held.
+    """
+    return MARKDOWN_SPECIALS.sub(r"\\\1", str(text))
+
+
 def presenter_mode() -> bool:
     return os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
 
@@ -50,10 +62,10 @@ def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
             bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
             models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
             bar.empty()
-        with st.spinner(f"Loading {spec.name if spec.name != DEFAULT_MODEL else models.DEFAULT_LABEL}…"):
+        with st.spinner("Loading the model…"):
             return cached_model(spec)
     except models.ModelLoadError as exc:
-        st.error(f"Could not load the model: {exc}")
+        st.error(f"Could not load the model: {inert(exc)}")
     return None
 
 

@@ -16,7 +16,7 @@ if source == "Upload a file":
 try:
     trace = ui.read_trace(examples.get(source), upload)
 except TraceError as exc:
-    st.error(f"Cannot replay this file: {exc}")
+    st.error(f"Cannot replay this file: {ui.inert(exc)}")
     st.stop()
 if trace is None:
     st.info("Choose an example trace or upload one.")

@@ -61,7 +61,7 @@ def execute() -> serving.ServingResult | None:
         status.empty()
         return result
     except ValueError as exc:
-        status.error(str(exc))  # built by kvviz from numbers; never model or user text
+        status.error(ui.inert(exc))
     except TimeoutError as exc:
         status.warning(f"Nothing to show: the run {exc}.")
     except RuntimeError as exc:

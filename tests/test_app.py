@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.ui import inert
+
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PROMPT = "prompt-Short question"  # the prompt text_area's key under the default preset
 TOKEN_MARK = "│"
@@ -153,7 +155,7 @@ def test_unknown_model_is_an_error_naming_it(at, name):
     at.text_input(key="model").set_value(name).run()
     assert not at.exception
     errors = [e.value for e in at.error]
-    assert len(errors) == 1 and name in errors[0]
+    assert len(errors) == 1 and inert(name) in errors[0]  # named, Markdown escaped
     assert at.button(key="generate").disabled
 
 

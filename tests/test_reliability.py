@@ -49,3 +49,18 @@ def test_hooks_are_removed_after_a_failed_run(monkeypatch):
     except RuntimeError:
         pass
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lm.model.model.layers)
+
+
+def test_error_messages_quoting_user_text_render_inert(monkeypatch):
+    """A model name from a shared link is quoted in the error, with its Markdown escaped."""
+    monkeypatch.setenv("KVVIZ_MODEL", "./[click me](https://example.invalid) **now** :material/home:")
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception
+    (error,) = at.error
+    assert "\\[click me\\]\\(https\\://example\\.invalid\\)" in error.value
+    assert "\\*\\*now\\*\\*" in error.value and "\\:material/home\\:" in error.value
+
+
+def test_inert_escapes_every_markdown_special():
+    from kvviz.ui import inert
+    assert inert("a*b_c`d[e](f)#g<h>i|j~k$l!m:n") == "a\\*b\\_c\\`d\\[e\\]\\(f\\)\\#g\\<h\\>i\\|j\\~k\\$l\\!m\\:n"
