@@ -139,8 +139,9 @@ def convert_default_model(progress: Progress | None = None) -> Path:
         sizes = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.is_file()}
         (work / MARKER).write_text(json.dumps({"source": gguf.name, "sizes": sizes,
                                                "transformers": transformers.__version__}))
-        shutil.rmtree(target, ignore_errors=True)
-        work.rename(target)
+        if not is_complete(target):  # another process may have finished first: keep its copy
+            shutil.rmtree(target, ignore_errors=True)
+            work.rename(target)
         report("Default model ready", 1.0)
         return target
     finally:

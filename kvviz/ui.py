@@ -1,4 +1,4 @@
-"""Streamlit plumbing shared by the pages: cached model, sidebar settings, device lock.
+"""Streamlit plumbing shared by the pages: cached model, sidebar settings, device queue.
 
 kvviz imports streamlit only here and in `panels.py`.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,13 +61,19 @@ def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
     try:
         if spec.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
             bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
-            models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
+            with conversion_lock():  # sessions opened together convert once
+                models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
             bar.empty()
         with st.spinner("Loading the model…"):
             return cached_model(spec)
     except models.ModelLoadError as exc:
         st.error(f"Could not load the model: {inert(exc)}")
     return None
+
+
+@st.cache_resource(show_spinner=False)
+def conversion_lock() -> threading.Lock:
+    return threading.Lock()
 
 
 def policy() -> hosted.Policy:
