@@ -175,7 +175,8 @@ def pace_delay(step_ms: float, pace: float) -> None:
 
 PRESENTER_CSS = """<style>
 html, body, [data-testid="stMarkdownContainer"] p { font-size: 1.25rem; }
-[data-testid="stMetricValue"] { font-size: 2.4rem; }
+[data-testid="stMetricLabel"] p { font-size: 0.95rem !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.6rem !important; }
 [data-testid="stCode"] code { font-size: 1.2rem; }
 </style>"""
 
