@@ -64,10 +64,9 @@ class BlockPool:
 
     def grow(self, seq: int, num_tokens: int) -> None:
         """Make sequence `seq` hold `num_tokens` tokens in total, taking blocks as needed."""
-        have = self.owned.setdefault(seq, [])
-        need = cdiv(num_tokens, self.block_size) - len(have)
-        if need > 0:
-            have.extend(self.take_free_blocks(need))
+        have = self.owned.get(seq, [])
+        taken = self.take_free_blocks(max(cdiv(num_tokens, self.block_size) - len(have), 0))
+        self.owned[seq] = have + taken  # only after the pool could serve it: all or nothing
         self.tokens[seq] = max(num_tokens, self.tokens.get(seq, 0))
 
     def free(self, seq: int) -> None:

@@ -190,3 +190,17 @@ def test_markup_in_the_prompt_is_shown_inert(at, chat):
         for fragment in ("<script", "onerror", "**bold**", "javascript:", "<b>"):
             assert fragment not in text
     assert not at.get("html")  # st.html is only ever the fixed presenter stylesheet
+
+
+def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_dir):
+    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"max_new": "8", "batch": "2", "block": "4", "preset": "Long document",
+                            "race": "false"})
+    at.run()
+    assert not at.exception and not at.error
+    assert at.slider(key="max_new").value == 8 and at.slider(key="batch").value == 2
+    assert at.select_slider(key="block").value == 4 and at.selectbox(key="preset").value == "Long document"
+    assert not at.toggle(key="race").value
+    assert not at.main.code and not at.metric  # nothing ran
+    assert any("Press **Generate**" in i.value for i in at.info)
