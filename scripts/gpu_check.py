@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from kvviz import engine, models
+from kvviz import engine, models, sweep
 from kvviz.config import ModelSpec, RunConfig
 from kvviz.trace import Trace, format_summary, summary
 
@@ -54,6 +54,19 @@ def check_trace(trace: Trace, tag: str, expect_parity: bool) -> None:
         print(f"INFO  {tag}: greedy cached vs recompute: {detail} (half precision may flip near-ties)")
 
 
+def check_sweep(lm) -> None:
+    """A small sweep on CUDA: peak allocator bytes per point, and bytes == formula."""
+    settings = sweep.SweepSettings(prompt_tokens=(256, 2048), batches=(1, 8), new_tokens=8)
+    rows = list(sweep.run_sweep(lm, settings))
+    for r in rows:
+        print(f"INFO  sweep {r.prompt_tokens} tokens x {r.batch}: {r.status}, ttft {r.ttft_ms} ms, "
+              f"peak {r.peak_cuda_bytes} B, cache {r.end_kv_bytes} B")
+    ok = [r for r in rows if r.status == "ok"]
+    check("sweep: every point ran", len(ok) == len(rows))
+    check("sweep: peak allocator bytes reported", all(r.peak_cuda_bytes for r in ok))
+    check("sweep: cache bytes equal the formula", all(r.end_kv_bytes == r.end_formula_bytes for r in ok))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="runs")
@@ -73,6 +86,7 @@ def main() -> int:
         static = list(engine.generate(lm, replace(cfg, cache_backend="static")))
         check(f"{dtype}: static cache reservation is real",
               all(e.blocks.contiguous_is_real and e.kv_bytes == e.blocks.contiguous_bytes for e in static))
+    check_sweep(models.load_model(ModelSpec(device="cuda", dtype="bfloat16")))
     print(f"{len(FAILURES)} failed" if FAILURES else "all CUDA checks passed")
     return 1 if FAILURES else 0
 
