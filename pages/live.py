@@ -15,7 +15,7 @@ generate = go.button("Generate", type="primary", disabled=lm is None, key="gener
 stopped = stop.button("Stop", key="stop")
 status = st.empty()
 if lm is not None:
-    info.caption(f"{lm.label} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
+    info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"weights {lm.weight_bytes / 2**20:,.0f} MiB")
 if generate and lm is not None:
     panels.run_live(lm, cfg, opts, status)

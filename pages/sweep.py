@@ -64,7 +64,7 @@ too_many = total > rules.cap("sweep_points", total)
 run_col, stop_col, info_col = st.columns([1.5, 1, 5], vertical_alignment="center")
 run = run_col.button("Run sweep", type="primary", disabled=not total or too_many, key="sweep_run")
 stopped = stop_col.button("Stop", key="sweep_stop")
-info_col.caption(f"{lm.label} · {device.name} · {str(lm.dtype).removeprefix('torch.')} · "
+info_col.caption(f"{ui.inert(lm.label)} · {device.name} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"{units.fmt_bytes(device.bytes_per_token)} of cache per token")
 status, progress = st.empty(), st.empty()
 results = st.container(key="sweep-results").empty()

@@ -113,3 +113,10 @@ def test_hosted_uploads_have_a_smaller_limit(monkeypatch):
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     with pytest.raises(TraceError, match="limited to 8 MiB here"):
         ui.read_trace(None, Upload(b" " * (9 * 2**20)))
+
+
+def test_trace_origin_line_escapes_the_model_label():
+    from kvviz import ui
+    trace = Trace.load(EXAMPLE)
+    trace.meta["model_label"] = "[phish](https://example.invalid)"
+    assert "\\[phish\\]\\(https\\://example\\.invalid\\)" in ui.trace_origin(trace)
