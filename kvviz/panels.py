@@ -46,7 +46,7 @@ class LiveView:
     def __init__(self, meta: dict, max_new_tokens: int, race_on: bool, show_tokens: bool):
         self.meta, self.race_on, self.show_tokens = meta, race_on, show_tokens
         self.last_chart_t = 0.0
-        self.metric_row = st.empty()
+        self.metric_slots = [col.empty() for col in st.columns(7)]
         left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
         self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
@@ -56,6 +56,8 @@ class LiveView:
             self.parity_slot = right.empty()
         self.max_new_tokens = max_new_tokens
         self.specs: dict | None = None  # built from the first data, then only re-fed
+        self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
+        self.figure_updates = 0
         self.slots = chart_slots(LAYOUT + ((RACE_ROW,) if race_on else ()))
 
     def update(self, trace: Trace, final: bool = False) -> None:
@@ -69,12 +71,13 @@ class LiveView:
             self.draw_figures(trace, cached, recompute, final)
 
     def draw_figures(self, trace: Trace, cached, recompute, final: bool) -> None:
+        self.figure_updates += 1
         self.draw_metrics(summary(trace), cached[-1])
         data = live_charts.chart_data(self.meta, cached, recompute)
         if self.specs is None:
             self.specs = build_specs(self.meta, self.max_new_tokens, data)
         for name, df in data.items():
-            if name in self.slots:
+            if name in self.slots and self.needs_redraw(name, cached[-1], final):
                 self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
@@ -84,10 +87,21 @@ class LiveView:
         for name, text in texts.items():
             self.slots[f"{name}_caption"].caption(text)
 
+    def needs_redraw(self, name: str, last, final: bool) -> bool:
+        """Block charts change only when a block fills; the heatmap is redrawn at half rate."""
+        if name in ("grid", "reservation"):
+            key = (last.blocks, last.seq_len) if name == "reservation" else last.blocks
+        elif name == "layer_times" and not final:
+            key = self.figure_updates // 2
+        else:
+            return True
+        changed = self.drawn.get(name, object()) != key
+        self.drawn[name] = key
+        return changed
+
     def draw_metrics(self, sums: dict, last) -> None:
-        with self.metric_row.container():
-            for col, (label, value, help_text) in zip(st.columns(7), captions.headline(self.meta, sums, last)):
-                col.metric(label, value, help=help_text)
+        for slot, (label, value, help_text) in zip(self.metric_slots, captions.headline(self.meta, sums, last)):
+            slot.metric(label, value, help=help_text)
 
 
 def titled_box(column, title: str, key: str):
