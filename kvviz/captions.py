@@ -1,7 +1,7 @@
 """Plain-language captions and headline figures, carrying the live numbers. Pure functions."""
 from __future__ import annotations
 
-from kvviz import race
+from kvviz import capacity, race
 from kvviz.events import StepEvent
 from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
 
@@ -81,13 +81,8 @@ def timings_caption(meta: dict, cached: list[StepEvent]) -> str:
     return text + " The heatmap shows each layer's share of every step."
 
 
-def achieved_bandwidth(weight_bytes: int, cache_bytes: int, step_ms: float) -> float:
-    """Bytes per second a decode step must at least move: (weights + cache) read once / step time."""
-    return (weight_bytes + cache_bytes) / (step_ms / 1000)
-
-
 def bandwidth_sentence(meta: dict, cache_bytes: int, step_ms: float) -> str:
-    rate = achieved_bandwidth(meta["weight_bytes"], cache_bytes, step_ms)
+    rate = capacity.achieved_bandwidth_bytes_per_s(meta["weight_bytes"], cache_bytes, step_ms) or 0.0
     return (f"Reading the weights ({fmt_bytes(meta['weight_bytes'])}) and the cache "
             f"({fmt_bytes(cache_bytes)}) once per step at that pace is ≈ {rate / 1e9:.1f} GB/s achieved; "
             f"a small model rarely nears the device's peak: per-kernel launch and framework overhead "
@@ -133,8 +128,10 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
     text = (f"Both runs take turns on one device and each clock counts only its own steps. "
             f"Without a cache: {tokens(len(recompute))} in {fmt_ms(done_ms)}; "
             f"with it: {tokens(len(cached))} in {fmt_ms(cached_ms)}.")
+    if not final or len(recompute) >= len(cached):
+        return text
     estimate = race.extrapolate_total_ms(recompute, [e.seq_len - 1 for e in cached])
-    if final and estimate and len(recompute) < len(cached):
+    if estimate:
         text += (f" Finishing all {len(cached)} tokens without a cache would take ≈ {fmt_ms(estimate)} "
                  f"(extrapolated from {len(recompute)} measured steps): "
                  f"{fmt_ratio(estimate / cached_ms)} the cached time.")

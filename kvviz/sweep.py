@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from kvviz import capacity, engine, probe
+from kvviz.capacity import achieved_bandwidth_bytes_per_s
 from kvviz.config import RunConfig
 from kvviz.events import StepEvent
 from kvviz.models import LoadedModel
@@ -334,14 +335,6 @@ def eta_s(rows: Iterable[SweepRow], remaining: Iterable[Point], new_tokens: int)
         return None
     per_position_s = sum(r.wall_s for r in measured) / work
     return per_position_s * sum(point_work(p, b, new_tokens) for p, b in remaining)
-
-
-def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int,
-                                   step_ms: float) -> float | None:
-    """(weights + cache read) / step time: the memory traffic a decode step must at least cause."""
-    if step_ms <= 0:
-        return None
-    return (weight_bytes + cache_bytes_read) / (step_ms / 1000)
 
 
 def decode_bandwidths(events: Iterable[StepEvent], weight_bytes: int) -> list[float]:

@@ -1,5 +1,5 @@
 """Captions and headline figures carry the right live numbers."""
-from kvviz import captions
+from kvviz import capacity, captions
 from kvviz.events import BlockStat, LayerStat, StepEvent
 
 META = {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 2, "bytes_per_token": 23_040,
@@ -34,7 +34,7 @@ def test_parity_reports_first_divergence():
 
 
 def test_achieved_bandwidth_is_bytes_over_time():
-    assert captions.achieved_bandwidth(1_000_000_000, 0, 100.0) == 1e10  # 1 GB in 0.1 s
+    assert capacity.achieved_bandwidth_bytes_per_s(1_000_000_000, 0, 100.0) == 1e10  # 1 GB in 0.1 s
 
 
 def test_race_caption_extrapolates_only_when_final_and_behind():
