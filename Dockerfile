@@ -44,7 +44,7 @@ RUN pip install --no-deps . \
  && HF_HUB_OFFLINE=1 python -c "from kvviz.models import convert_default_model; convert_default_model()"
 
 COPY --chown=user app.py ./
-COPY --chown=user pages ./pages
+COPY --chown=user app_pages ./app_pages
 COPY --chown=user assets ./assets
 COPY --chown=user .streamlit ./.streamlit
 

@@ -7,10 +7,10 @@ st.set_page_config(page_title="kvviz", page_icon=":material/memory:", layout="wi
                    initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
 ui.presenter_style()
 page = st.navigation([
-    st.Page("pages/live.py", title="Live", icon=":material/bolt:", default=True),
-    st.Page("pages/replay.py", title="Replay", icon=":material/replay:"),
-    st.Page("pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
-    st.Page("pages/serving.py", title="Serving", icon=":material/view_module:"),
-    st.Page("pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
+    st.Page("app_pages/live.py", title="Live", icon=":material/bolt:", default=True),
+    st.Page("app_pages/replay.py", title="Replay", icon=":material/replay:"),
+    st.Page("app_pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
+    st.Page("app_pages/serving.py", title="Serving", icon=":material/view_module:"),
+    st.Page("app_pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
 ])
 page.run()

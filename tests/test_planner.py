@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from kvviz import capacity, planner_charts, planner_frames as pf
 from kvviz.units import fmt_bytes
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "planner.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "planner.py")
 H100 = capacity.find_gpu("H100 SXM")
 BUDGET = 80 * 10**9 - 16_060_522_496 - 8 * 10**9
 SMOLLM2_CONFIG = json.dumps({  # HuggingFaceTB/SmolLM2-135M-Instruct config.json, abridged

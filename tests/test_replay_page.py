@@ -13,7 +13,7 @@ EXAMPLE = sorted((ROOT / "assets" / "traces").glob("*.json"))[0]
 
 @pytest.fixture()
 def page():
-    return AppTest.from_file(str(ROOT / "pages" / "replay.py"), default_timeout=120)
+    return AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120)
 
 
 def test_example_trace_draws_every_panel(page):

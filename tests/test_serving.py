@@ -10,7 +10,7 @@ from kvviz import charts, serving
 from kvviz import serving_charts as sc
 from kvviz.blocks import cdiv
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "serving.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "serving.py")
 PROMPTS = ["Hello there, how are you?", "Attention reads the cache instead of recomputing the whole prefix.",
            "Tell me a story."]
 PREFIX = "The key value cache keeps the keys and values of every past token. "

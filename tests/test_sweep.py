@@ -10,7 +10,7 @@ from tiny import tiny_lm
 from kvviz import engine, sweep, sweep_charts
 from kvviz.sweep import SweepRow, SweepSettings
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "sweep.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "sweep.py")
 TINY_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4  # K and V x 2 layers x 2 KV heads x head_dim 16 x fp32
 
 

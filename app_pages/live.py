@@ -4,7 +4,7 @@ import streamlit as st
 from kvviz import panels, ui
 
 spec, cfg, opts = ui.sidebar()
-st.sidebar.page_link("pages/replay.py", label="Or replay a recorded run (no model needed)",
+st.sidebar.page_link("app_pages/replay.py", label="Or replay a recorded run (no model needed)",
                      icon=":material/replay:")
 st.title("kvviz · the KV cache, live")
 st.caption("Every number below is measured from the running model unless labelled modelled.")
