@@ -1,0 +1,247 @@
+"""The only place that knows which cache each decoder layer keeps (transformers 5.24).
+
+A transformers config becomes one `LayerSpec` per decoder layer. The layer kinds come from
+transformers' own resolution (`cache_utils.get_layer_types_and_kwargs`, the function
+`DynamicCache(config=...)` uses to pick each layer's class, applied after the config class has
+filled in its defaults, e.g. Gemma 3's 5:1 and Cohere2's 3:1 local:global patterns), so kvviz
+never keeps a second set of rules. What this module adds is the size of each kind:
+
+| kind      | vLLM spec                    | transformers layer class       | per token per sequence  |
+|-----------|------------------------------|--------------------------------|-------------------------|
+| full      | FullAttentionSpec            | DynamicLayer                   | 2 × kv_heads × head_dim |
+| sliding W | SlidingWindowSpec            | DynamicSlidingWindowLayer      | same, capped at W − 1   |
+| chunked C | ChunkedLocalAttentionSpec    | DynamicSlidingWindowLayer      | same, capped at C − 1   |
+| latent    | MLAAttentionSpec             | DynamicLayer (one "head")      | kv_lora_rank + rope dim |
+| state     | MambaSpec                    | LinearAttentionLayer           | 0 (fixed state values)  |
+| shared ←j | (KV sharing)                 | DummyLayer                     | 0 (reuses layer j)      |
+
+Values are elements; multiply by the element size of the cache (the model's dtype). Some
+recurrent states are kept in float32 whatever the model dtype (`state_float32_values`).
+No torch here: only transformers' config classes and its layer-type resolution.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from transformers import AutoConfig
+from transformers.cache_utils import get_layer_types_and_kwargs
+
+FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED = "full", "sliding", "chunked", "latent", "state", "shared"
+KINDS = (FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """What one decoder layer caches, in vLLM's vocabulary.
+
+    full → FullAttentionSpec, sliding → SlidingWindowSpec, chunked → ChunkedLocalAttentionSpec,
+    latent → MLAAttentionSpec, state → MambaSpec, shared → a layer reading another layer's KV.
+    A hybrid layer (attention and a recurrent state in one layer, e.g. Falcon-H1) has an attention
+    kind and `state_values` > 0.
+    """
+
+    kind: str  # one of KINDS
+    kv_heads: int  # heads cached per token (1 for latent; 0 for state/shared)
+    values_per_token: int  # K+V values one token of one sequence adds (0 for state/shared)
+    token_cap: int | None  # sliding window / chunk size; None = grows without bound
+    state_values: int  # fixed values per sequence in the model's dtype (state layers), else 0
+    shared_with: int | None  # SHARED: the layer whose KV it reuses
+    state_float32_values: int = 0  # fixed values per sequence kept in float32 whatever the dtype
+    state_known: bool = True  # False: a state layer of a family whose state size kvviz does not know
+    latent_rope: int = 0  # LATENT: the rope-key part of values_per_token (the rest is kv_lora_rank)
+
+    def label(self) -> str:
+        """"full", "sliding 4096", "chunked 8192", "latent 512+64", "state", "shared ← 18"."""
+        if self.kind == SHARED:
+            return f"shared ← {self.shared_with}"
+        if self.kind == LATENT:
+            return f"latent {self.values_per_token - self.latent_rope}+{self.latent_rope}"
+        base = f"{self.kind} {self.token_cap}" if self.kind in (SLIDING, CHUNKED) else self.kind
+        hybrid = self.kind != STATE and (self.has_state or not self.state_known)
+        return base + " + state" if hybrid else base
+
+    @property
+    def has_state(self) -> bool:
+        return self.state_values > 0 or self.state_float32_values > 0
+
+
+# --- building configs ----------------------------------------------------------------------------
+
+def config_from_dict(d: dict):
+    """A transformers config from published config.json values (`model_type` picks the class).
+
+    Raises ValueError with a message naming the problem for an unknown model type or a field the
+    config class refuses.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"a model config must be a JSON object, got {type(d).__name__}")
+    fields = dict(d)
+    model_type = fields.pop("model_type", None)
+    if not isinstance(model_type, str) or not model_type:
+        raise ValueError("the config has no 'model_type' (e.g. \"llama\"): kvviz cannot tell the architecture")
+    fields.pop("auto_map", None)  # remote code is never run
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # noqa: BLE001 - config classes raise many types; all mean "bad input"
+        if "Unrecognized model identifier" in str(exc):
+            raise ValueError(f"unknown model_type {model_type!r}: transformers has no such architecture") from None
+        raise ValueError(f"{model_type} config: {_config_problem(exc)}") from None
+
+
+def _config_problem(exc: Exception) -> str:
+    """The most specific line of a config error (strict-dataclass errors wrap the real cause)."""
+    cause = exc.__cause__ or exc
+    text = str(cause).strip()
+    return text.splitlines()[-1].strip() if text else type(cause).__name__
+
+
+# --- config → layer specs ------------------------------------------------------------------------
+
+def layer_specs(config) -> tuple[LayerSpec, ...]:
+    """One LayerSpec per decoder layer, from a transformers config (the text config of multimodal ones)."""
+    text = config.get_text_config(decoder=True)
+    if text.model_type == "minimax":
+        types = list(text.layer_types)  # MiniMaxCache: its own cache, not DynamicCache's resolution
+        kwargs = [{} for _ in types]
+    else:
+        types, kwargs = get_layer_types_and_kwargs(text)
+    layer_configs = list(getattr(text, "per_layer_config", None) or [text] * len(types))
+    shared = _shared_sources(text, types)
+    return tuple(_spec(text, lc, t, kw, shared.get(i)) for i, (t, kw, lc)
+                 in enumerate(zip(types, kwargs, layer_configs)))
+
+
+def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None) -> LayerSpec:
+    if layer_type == "dummy":
+        return LayerSpec(SHARED, 0, 0, None, 0, source)
+    if layer_type in ("linear_attention", "conv"):
+        return _state_spec(text, None)
+    if layer_type in ("hybrid", "hybrid_sliding"):
+        return _state_spec(text, _attention_spec(layer_config, "sliding_attention"
+                                                 if layer_type == "hybrid_sliding" else "full_attention", kwargs))
+    if layer_type in ("full_attention", "sliding_attention", "chunked_attention"):
+        return _attention_spec(layer_config, layer_type, kwargs)
+    raise ValueError(f"{text.model_type}: layer type {layer_type!r} is not modelled by kvviz")
+
+
+def _attention_spec(c, layer_type: str, kwargs: dict) -> LayerSpec:
+    cap = kwargs.get("sliding_window")
+    kind = {"full_attention": FULL, "sliding_attention": SLIDING, "chunked_attention": CHUNKED}[layer_type]
+    if kind == FULL:
+        cap = None
+    rank, rope = getattr(c, "kv_lora_rank", None), getattr(c, "qk_rope_head_dim", None)
+    if rank and rope and kind == FULL:  # MLA: latent as "keys", rope key as "values", one head each
+        return LayerSpec(LATENT, 1, rank + rope, None, 0, None, latent_rope=rope)
+    heads = c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    return LayerSpec(kind, kv_heads, 2 * kv_heads * head_dim, cap, 0, None)
+
+
+def _shared_sources(text, types: list[str]) -> dict[int, int]:
+    """Layer i → the layer whose KV it reuses, for transformers' KV-sharing configs (Gemma 3n)."""
+    modes = getattr(text, "kv_sharing_modes", None)
+    if not modes:
+        return {}
+    pattern = list(getattr(text, "layer_types", None) or [])
+    first = next((i for i, m in enumerate(modes) if m == "reuse"), len(modes))
+    sources = {}
+    for i, mode in enumerate(modes):
+        if mode == "reuse" and i < len(pattern):
+            producers = [j for j in range(first) if pattern[j] == pattern[i]]
+            sources[i] = producers[-1] if producers else None
+    return sources
+
+
+# --- recurrent state sizes -----------------------------------------------------------------------
+
+def _state_spec(text, attention: LayerSpec | None) -> LayerSpec:
+    sizes = _STATE_SIZES.get(text.model_type)
+    plain, f32 = sizes(text) if sizes else (0, 0)
+    if attention is None:
+        return LayerSpec(STATE, 0, 0, None, plain, None, f32, sizes is not None)
+    return LayerSpec(attention.kind, attention.kv_heads, attention.values_per_token, attention.token_cap,
+                     plain, None, f32, sizes is not None)
+
+
+def _mamba1_state(c) -> tuple[int, int]:
+    """Jamba's Mamba layers: conv (intermediate × d_conv) + SSM (intermediate × d_state)."""
+    inner = c.mamba_expand * c.hidden_size
+    return inner * c.mamba_d_conv + inner * c.mamba_d_state, 0
+
+
+def _mamba2_state(c) -> tuple[int, int]:
+    """Mamba-2 layers: conv ((inner + 2 × groups × d_state) × d_conv) + SSM (heads × d_head × d_state)."""
+    inner = int(c.mamba_expand * c.hidden_size)
+    conv = (inner + 2 * c.mamba_n_groups * c.mamba_d_state) * c.mamba_d_conv
+    return conv + c.mamba_n_heads * c.mamba_d_head * c.mamba_d_state, 0
+
+
+def _gated_delta_state(c) -> tuple[int, int]:
+    """Qwen3-Next's Gated DeltaNet: conv over q, k, v (× kernel) + a float32 state per value head."""
+    key_dim = c.linear_num_key_heads * c.linear_key_head_dim
+    value_dim = c.linear_num_value_heads * c.linear_value_head_dim
+    conv = (2 * key_dim + value_dim) * c.linear_conv_kernel_dim
+    return conv, c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim
+
+
+def _short_conv_state(c) -> tuple[int, int]:
+    """LFM2's short convolution: hidden × conv_L_cache."""
+    return c.hidden_size * c.conv_L_cache, 0
+
+
+def _lightning_state(c) -> tuple[int, int]:
+    """MiniMax's lightning attention: one head_dim × head_dim float32 state per head."""
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return 0, c.num_attention_heads * head_dim * head_dim
+
+
+_STATE_SIZES = {"jamba": _mamba1_state, "bamba": _mamba2_state, "qwen3_next": _gated_delta_state,
+                "lfm2": _short_conv_state, "minimax": _lightning_state}
+
+
+# --- arithmetic on specs -------------------------------------------------------------------------
+
+def layer_tokens_held(spec: LayerSpec, tokens: int) -> int:
+    """Tokens transformers' dynamic cache holds for that layer after `tokens` positions.
+
+    A sliding or chunked layer keeps the last `cap - 1` tokens (with the next token that is the
+    window); state and shared layers hold no tokens.
+    """
+    if spec.kind in (STATE, SHARED):
+        return 0
+    return tokens if spec.token_cap is None else min(tokens, spec.token_cap - 1)
+
+
+def layer_formula_bytes(spec: LayerSpec, tokens: int, batch: int, elem_bytes: float) -> int:
+    """One layer's cache after `tokens` positions: held tokens × values × batch × bytes + state."""
+    kv = spec.values_per_token * layer_tokens_held(spec, tokens) * batch * elem_bytes
+    state = (spec.state_values * elem_bytes + spec.state_float32_values * 4) * batch if tokens > 0 else 0
+    return int(kv + state)
+
+
+def formula_bytes(specs, tokens: int, batch: int, elem_bytes: float) -> int:
+    """The live formula, per layer summed (state layers: their fixed state × batch × bytes)."""
+    return sum(layer_formula_bytes(s, tokens, batch, elem_bytes) for s in specs)
+
+
+def bytes_per_token(specs, elem_bytes: float) -> float:
+    """Cache growth per token per sequence across all layers, ignoring caps."""
+    return sum(s.values_per_token for s in specs) * elem_bytes
+
+
+def state_bytes(specs, elem_bytes: float) -> float:
+    """Fixed bytes per sequence that do not grow with tokens (recurrent / conv states)."""
+    return sum(s.state_values * elem_bytes + s.state_float32_values * 4 for s in specs)
+
+
+def kinds_summary(specs) -> str:
+    """"30 × full", "52 × sliding 1024, 10 × full": layer counts per label, most common first."""
+    counts = Counter(s.label() if s.kind != SHARED else "shared" for s in specs)
+    return ", ".join(f"{n} × {label}" for label, n in counts.most_common())
+
+
+def unknown_states(specs) -> bool:
+    """Whether some state layer's size is not modelled (its bytes are missing from the formula)."""
+    return any(not s.state_known for s in specs)
