@@ -8,6 +8,7 @@ saves. With greedy decoding both modes produce the same tokens.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
@@ -16,7 +17,7 @@ import torch
 import transformers
 from transformers import DynamicCache, StaticCache
 
-from kvviz import probe
+from kvviz import layout, probe
 from kvviz.blocks import BlockPool, cdiv
 from kvviz.config import RunConfig
 from kvviz.events import BlockStat, StepEvent
@@ -68,11 +69,24 @@ def position_ids(mask: torch.Tensor) -> torch.Tensor:
 
 
 def make_cache(model, backend: str, max_len: int):
+    """The cache the model's forward expects: its own class when its module ships one (MiniMax's
+    `MiniMaxCache`), else a DynamicCache laid out from the config (sliding, shared, linear layers)."""
     if backend == "static":
         return StaticCache(config=model.config, max_cache_len=max_len)
     if backend != "dynamic":
         raise ValueError(f"unknown cache backend {backend!r}: use 'dynamic' or 'static'")
-    return DynamicCache(config=model.config)
+    own = model_cache_class(model)
+    return own() if own is not None else DynamicCache(config=model.config)
+
+
+def model_cache_class(model):
+    """A DynamicCache subclass defined by the model's own modeling module, if any."""
+    module = sys.modules.get(type(model).__module__)
+    for value in vars(module).values() if module else ():
+        if (isinstance(value, type) and issubclass(value, DynamicCache) and value is not DynamicCache
+                and value.__module__ == module.__name__):
+            return value
+    return None
 
 
 def forward(model, ids, mask, positions, cache) -> torch.Tensor:
@@ -202,20 +216,45 @@ class RunPlan:
     """What a run needs before its first step; also the trace's metadata."""
 
     batch: Batch
-    facts: probe.KVFacts
+    specs: tuple[layout.LayerSpec, ...]  # what each decoder layer caches (kvviz.layout)
     elem_bytes: int  # bytes per cached element (the model's dtype)
     max_len: int  # prompt + max_new_tokens: what a contiguous reservation holds
 
+    @property
+    def bytes_per_token(self) -> int:
+        """Cache growth per token per sequence, all layers, caps ignored."""
+        return int(layout.bytes_per_token(self.specs, self.elem_bytes))
+
     def meta(self, lm: LoadedModel, cfg: RunConfig) -> dict:
         return {"model": lm.name, "model_label": lm.label, "device": str(lm.device),
-                "dtype": str(lm.dtype).removeprefix("torch."), "num_layers": self.facts.num_layers,
-                "num_kv_heads": self.facts.num_kv_heads, "head_dim": self.facts.head_dim,
-                "windows": list(self.facts.windows), "elem_bytes": self.elem_bytes,
-                "bytes_per_token": self.facts.bytes_per_token(self.elem_bytes),
+                "dtype": str(lm.dtype).removeprefix("torch."), **layout_meta(self.specs),
+                "elem_bytes": self.elem_bytes, "bytes_per_token": self.bytes_per_token,
+                "state_bytes": int(layout.state_bytes(self.specs, self.elem_bytes)),
+                "attn_implementation": attention_implementation(lm.model),
                 "weight_bytes": lm.weight_bytes, "prompt_tokens": self.batch.prompt_len,
                 "batch": len(self.batch.generated), "max_len": self.max_len,
                 "config": {k: v for k, v in asdict(cfg).items() if k != "extra"},
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+
+
+def layout_meta(specs) -> dict:
+    """The trace's description of the cache layout: per-layer kinds, labels and caps.
+
+    num_kv_heads / head_dim describe the widest attention layer (a latent layer: 1 head of
+    rank + rope values); layer_kinds / layer_labels / windows have one entry per decoder layer.
+    """
+    widest = max(specs, key=lambda s: s.values_per_token, default=None)
+    heads = widest.kv_heads if widest else 0
+    head_dim = widest.values_per_token if widest else 0
+    if heads and widest.kind != layout.LATENT:
+        head_dim //= 2 * heads
+    return {"num_layers": len(specs), "num_kv_heads": heads, "head_dim": head_dim,
+            "windows": [s.token_cap for s in specs], "layer_kinds": [s.kind for s in specs],
+            "layer_labels": [s.label() for s in specs], "layout": layout.kinds_summary(specs)}
+
+
+def attention_implementation(model) -> str:
+    return str(getattr(model.config, "_attn_implementation", None) or "unknown")
 
 
 def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
@@ -229,7 +268,7 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
         raise ValueError(f"prompt ({batch.prompt_len} tokens) + max new tokens ({cfg.max_new_tokens})"
                          f" = {max_len} exceeds this model's context of {limit} tokens")
     elem = torch.finfo(lm.dtype).bits // 8
-    return RunPlan(batch, probe.kv_facts(lm.model.config), elem, max_len)
+    return RunPlan(batch, layout.layer_specs(lm.model.config), elem, max_len)
 
 
 def run_step(model, batch: Batch, cache, step: int) -> torch.Tensor:
@@ -238,14 +277,34 @@ def run_step(model, batch: Batch, cache, step: int) -> torch.Tensor:
     return prefill(model, batch, cache) if step == 0 else decode_step(model, batch, cache)
 
 
-def measure_cache(cache, plan: RunPlan, forward_ms: list[float]) -> tuple:
-    """(layer stats, measured bytes, formula bytes) after a step; all zero without a cache."""
+@dataclass
+class Measured:
+    """The cache after one step: per-layer stats and totals (all zero / None without a cache)."""
+
+    layers: tuple
+    kv_bytes: int = 0  # logical bytes: numel x element size, K + V + state
+    formula_bytes: int = 0
+    storage_bytes: int | None = None  # allocations pinned, each storage once
+    note: str = ""  # why the cache could not be read, else ""
+
+
+def measure_cache(cache, plan: RunPlan, forward_ms: list[float]) -> Measured:
+    """Read the cache after a step and put the layout's formula beside it.
+
+    A cache kvviz cannot read yields a note naming its class and zero bytes: the run goes on.
+    """
     if cache is None:
-        return probe.empty_layer_stats(forward_ms), 0, 0
-    layers = probe.cache_layer_stats(cache, forward_ms)
+        return Measured(probe.empty_layer_stats(forward_ms))
     tokens = plan.batch.ids.shape[1] - 1  # the newest token is not in the cache yet
-    formula = plan.facts.formula_bytes(tokens, len(plan.batch.generated), plan.elem_bytes)
-    return layers, sum(s.k_bytes + s.v_bytes for s in layers), formula
+    size = len(plan.batch.generated)
+    formula = layout.formula_bytes(plan.specs, tokens, size, plan.elem_bytes)
+    try:
+        read = probe.read_cache(cache, len(plan.specs))
+    except probe.UnreadableCache as exc:
+        return Measured(probe.empty_layer_stats(forward_ms), 0, formula, None, str(exc))
+    layers = probe.cache_layer_stats(read, plan.specs, tokens, size, plan.elem_bytes, forward_ms)
+    kv_bytes = sum(s.k_bytes + s.v_bytes + s.state_bytes for s in layers)
+    return Measured(layers, kv_bytes, formula, probe.storage_bytes(read))
 
 
 def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
@@ -259,8 +318,8 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     pool = BlockPool(size * cdiv(plan.max_len, cfg.block_size), cfg.block_size)
     generator = torch.Generator().manual_seed(cfg.seed)
     eos = eos_token_ids(lm) if cfg.stop_on_eos else set()
-    per_token = plan.facts.bytes_per_token(plan.elem_bytes)
-    layers = find_decoder_layers(model, plan.facts.num_layers)
+    per_token = plan.bytes_per_token
+    layers = find_decoder_layers(model, len(plan.specs))
     with timed_layers(layers, lm.device.type == "cuda") as timer:
         for step in range(cfg.max_new_tokens):
             if should_stop is not None and should_stop():
@@ -270,14 +329,15 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
                 next_ids = sample(run_step(model, batch, cache, step), cfg, generator)
             tokens, texts = append_tokens(batch, next_ids, lm.tokenizer, eos,
                                           last=step == cfg.max_new_tokens - 1)
-            stats, kv_bytes, formula = measure_cache(cache, plan, timer.take_ms())
+            m = measure_cache(cache, plan, timer.take_ms())
             blocks = None
             if cache is not None:
-                static = kv_bytes if probe.is_static(cache) else None
+                static = m.kv_bytes if probe.is_static(cache) else None
                 blocks = block_stat(pool, batch.ids.shape[1] - 1, size, per_token, plan.max_len, static)
             yield StepEvent(mode, "prefill" if step == 0 else "decode", step, tokens, texts,
                             tuple(batch.finished), clock.ms, batch.ids.shape[1], fed * size,
-                            kv_bytes, formula, stats, blocks, *cuda_memory(lm.device))
+                            m.kv_bytes, m.formula_bytes, m.layers, blocks, *cuda_memory(lm.device),
+                            m.storage_bytes, m.note)
             if all(batch.finished):
                 return
 

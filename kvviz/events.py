@@ -17,6 +17,9 @@ class LayerStat:
     v_bytes: int  # bytes held by this layer's value tensor(s)
     tokens: int  # token positions this layer's cache holds (capped at the window when sliding)
     forward_ms: float  # this layer's forward time within the step (forward hooks)
+    state_bytes: int = 0  # conv / recurrent state tensors of a linear-attention or state-space layer
+    storage_bytes: int | None = None  # allocations its tensors pin, each storage once (None: not recorded)
+    formula_bytes: int | None = None  # what kvviz.layout predicts for this layer (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,11 @@ class StepEvent:
     step_ms: float  # wall time of the forward pass and sampling (CUDA events on CUDA)
     seq_len: int  # tokens per sequence after this step (prompt + generated, padded)
     positions: int  # token positions the forward pass processed, whole batch
-    kv_bytes: int  # cache bytes measured from the tensors after the step
-    formula_bytes: int  # 2 x layers x kv_heads x head_dim x tokens x batch x bytes
+    kv_bytes: int  # cache bytes measured from the tensors after the step (numel x element size)
+    formula_bytes: int  # kvviz.layout's formula: per layer, held tokens x values x batch x bytes + state
     layers: tuple[LayerStat, ...]  # per decoder layer
     blocks: BlockStat | None  # paged accounting (None in recompute mode: nothing is cached)
     cuda_allocated_bytes: int | None = None  # torch.cuda.memory_allocated after the step
     cuda_reserved_bytes: int | None = None  # torch.cuda.memory_reserved after the step
+    storage_bytes: int | None = None  # allocations the cache pins, each storage once (None: not recorded)
+    cache_note: str = ""  # why the cache could not be measured (e.g. an unknown layer class), else ""

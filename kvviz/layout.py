@@ -16,7 +16,8 @@ never keeps a second set of rules. What this module adds is the size of each kin
 | shared ←j | (KV sharing)                 | DummyLayer                     | 0 (reuses layer j)      |
 
 Values are elements; multiply by the element size of the cache (the model's dtype). Some
-recurrent states are kept in float32 whatever the model dtype (`state_float32_values`).
+recurrent states are kept in float32 whatever the model dtype (`state_float32_values`: the SSM
+states of Jamba / Bamba, Qwen3-Next's delta-rule state; measured in bf16).
 No torch here: only transformers' config classes and its layer-type resolution.
 """
 from __future__ import annotations
@@ -166,16 +167,17 @@ def _state_spec(text, attention: LayerSpec | None) -> LayerSpec:
 
 
 def _mamba1_state(c) -> tuple[int, int]:
-    """Jamba's Mamba layers: conv (intermediate × d_conv) + SSM (intermediate × d_state)."""
+    """Jamba's Mamba layers: conv (intermediate × d_conv) + a float32 SSM state (intermediate × d_state)."""
     inner = c.mamba_expand * c.hidden_size
-    return inner * c.mamba_d_conv + inner * c.mamba_d_state, 0
+    return inner * c.mamba_d_conv, inner * c.mamba_d_state
 
 
 def _mamba2_state(c) -> tuple[int, int]:
-    """Mamba-2 layers: conv ((inner + 2 × groups × d_state) × d_conv) + SSM (heads × d_head × d_state)."""
+    """Mamba-2 layers: conv ((inner + 2 × groups × d_state) × d_conv) + a float32 SSM state
+    (heads × d_head × d_state)."""
     inner = int(c.mamba_expand * c.hidden_size)
     conv = (inner + 2 * c.mamba_n_groups * c.mamba_d_state) * c.mamba_d_conv
-    return conv + c.mamba_n_heads * c.mamba_d_head * c.mamba_d_state, 0
+    return conv, c.mamba_n_heads * c.mamba_d_head * c.mamba_d_state
 
 
 def _gated_delta_state(c) -> tuple[int, int]:
@@ -192,9 +194,9 @@ def _short_conv_state(c) -> tuple[int, int]:
 
 
 def _lightning_state(c) -> tuple[int, int]:
-    """MiniMax's lightning attention: one head_dim × head_dim float32 state per head."""
+    """MiniMax's lightning attention: one head_dim × head_dim state per head."""
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return 0, c.num_attention_heads * head_dim * head_dim
+    return c.num_attention_heads * head_dim * head_dim, 0
 
 
 _STATE_SIZES = {"jamba": _mamba1_state, "bamba": _mamba2_state, "qwen3_next": _gated_delta_state,

@@ -1,81 +1,132 @@
-"""The only place that knows the Hugging Face cache object's layout (transformers 5.x).
+"""The only place that reads the Hugging Face cache object (transformers 5.x): bytes per layer.
 
-A `Cache` holds one layer object per decoder layer, each with `.keys` / `.values` tensors of
-shape (B, kv_heads, tokens, head_dim). Dynamic layers grow by reallocation; sliding-window
-layers keep at most `sliding_window - 1` tokens between steps; static layers preallocate
-`max_cache_len` tokens on their first update.
+A `Cache` holds one layer object per decoder layer. What each keeps is modelled in
+`kvviz.layout`; this module measures it, two ways:
+
+- logical bytes: numel × element size of the tensors the layer keeps (K, V, and the conv /
+  recurrent states of linear-attention layers);
+- storage bytes: the allocations those tensors pin, each underlying storage counted once (by
+  data pointer). They differ when a tensor is a view of a larger buffer: a sliding-window layer
+  keeps a slice of the freshly concatenated keys (W − 1 of W tokens, or of the whole prompt right
+  after a long prefill).
+
+Layer classes read: DynamicLayer, DynamicSlidingWindowLayer, the static layers, the quantized
+layers (their `keys` / `values`), LinearAttentionLayer and the hybrid linear+attention layers,
+DummyLayer (a layer that reuses another layer's KV: it holds nothing), and MiniMax's own cache
+(`linear_cache`). Any other layer class raises `UnreadableCache` naming it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+from transformers.cache_utils import (CacheLayerMixin, DummyLayer, LinearAttentionCacheLayerMixin,
+                                      StaticLayer)
 
+from kvviz import layout
 from kvviz.events import LayerStat
 
 
-@dataclass(frozen=True)
-class KVFacts:
-    """What the textbook formula needs, read from the model's config."""
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    windows: tuple[int | None, ...]  # per layer: sliding window, or None for full attention
-
-    def layer_tokens(self, layer: int, tokens: int) -> int:
-        """Tokens a dynamic cache keeps for `layer` after `tokens` positions.
-
-        A sliding layer keeps `window - 1` past tokens: with the next token that is the window.
-        """
-        window = self.windows[layer]
-        return tokens if window is None else min(tokens, window - 1)
-
-    def formula_bytes(self, tokens: int, batch: int, elem_bytes: int) -> int:
-        """2 x layers x kv_heads x head_dim x tokens x batch x bytes (windows applied per layer)."""
-        per_token = 2 * self.num_kv_heads * self.head_dim * batch * elem_bytes
-        return sum(per_token * self.layer_tokens(i, tokens) for i in range(self.num_layers))
-
-    def bytes_per_token(self, elem_bytes: int) -> int:
-        """Cache bytes one token of one sequence adds across all layers, ignoring windows."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * elem_bytes
+class UnreadableCache(Exception):
+    """A cache layer class kvviz cannot read; the message names the class."""
 
 
-def kv_facts(config) -> KVFacts:
-    """Layers, KV heads, head_dim and per-layer windows from a transformers config."""
-    text = config.get_text_config(decoder=True)
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    n = text.num_hidden_layers
-    window = getattr(text, "sliding_window", None)
-    types = getattr(text, "layer_types", None) or ["full_attention"] * n
-    windows = tuple(window if t == "sliding_attention" and window else None for t in types)
-    return KVFacts(n, kv_heads, head_dim, windows)
+@dataclass
+class LayerBytes:
+    """What one cache layer holds right now."""
+
+    k_bytes: int = 0
+    v_bytes: int = 0
+    state_bytes: int = 0  # conv + recurrent states (linear-attention / state-space layers)
+    tokens: int = 0  # token positions of K/V held
+    storages: dict[int, int] = field(default_factory=dict)  # data pointer -> storage bytes
 
 
-def tensor_bytes(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.numel() * t.element_size()
+def tensor_bytes(t) -> int:
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
 
 
-def layer_tokens_held(layer) -> int:
-    """Token positions a cache layer holds right now."""
-    if not getattr(layer, "is_initialized", False) or layer.keys is None:
-        return 0
-    if hasattr(layer, "max_cache_len"):  # static: preallocated, filled up to the seq length
-        filled = int(layer.get_seq_length())
-        return min(filled, layer.keys.shape[-2])
-    return layer.keys.shape[-2]
+def _pin(storages: dict[int, int], t) -> None:
+    if isinstance(t, torch.Tensor) and t.numel():
+        s = t.untyped_storage()
+        storages[s.data_ptr()] = s.nbytes()
 
 
-def cache_layer_stats(cache, forward_ms: list[float]) -> tuple[LayerStat, ...]:
-    """Per-layer bytes and tokens of a cache, with each layer's forward time attached."""
+def _read_kv(layer, out: LayerBytes) -> None:
+    if not getattr(layer, "is_initialized", False):
+        return
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    out.k_bytes, out.v_bytes = tensor_bytes(keys), tensor_bytes(values)
+    out.tokens = keys.shape[-2] if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else 0
+    if isinstance(layer, StaticLayer):  # preallocated: filled up to the sequence length
+        out.tokens = min(int(layer.get_seq_length()), out.tokens)
+    _pin(out.storages, keys)
+    _pin(out.storages, values)
+
+
+def _read_states(layer, out: LayerBytes) -> None:
+    for states in (layer.conv_states, layer.recurrent_states):
+        for t in states.values():
+            out.state_bytes += tensor_bytes(t)
+            _pin(out.storages, t)
+
+
+def read_layer(layer) -> LayerBytes:
+    """Bytes, tokens and pinned storages of one cache layer; UnreadableCache for unknown classes."""
+    try:
+        return _read_layer(layer)
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__} "
+                              f"({type(exc).__name__}: {exc})") from exc
+
+
+def _read_layer(layer) -> LayerBytes:
+    out = LayerBytes()
+    if isinstance(layer, DummyLayer):
+        return out
+    known = isinstance(layer, (CacheLayerMixin, LinearAttentionCacheLayerMixin))
+    if not known:
+        raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__}")
+    if isinstance(layer, LinearAttentionCacheLayerMixin):
+        _read_states(layer, out)
+    if isinstance(layer, CacheLayerMixin):
+        _read_kv(layer, out)
+    return out
+
+
+def read_cache(cache, num_layers: int) -> list[LayerBytes]:
+    """One LayerBytes per decoder layer (MiniMax's `linear_cache` counted as state)."""
+    if cache is None:
+        raise UnreadableCache("the model returned no cache object")
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise UnreadableCache(f"kvviz cannot read caches of class {type(cache).__name__}")
+    read = [read_layer(layer) for layer in layers[:num_layers]]
+    read += [LayerBytes() for _ in range(num_layers - len(read))]
+    for i, state in enumerate(getattr(cache, "linear_cache", None) or []):
+        if isinstance(state, torch.Tensor) and i < num_layers:
+            read[i].state_bytes += tensor_bytes(state)
+            _pin(read[i].storages, state)
+    return read
+
+
+def storage_bytes(read: list[LayerBytes]) -> int:
+    """Bytes the whole cache pins, each storage once even when layers share it."""
+    pinned: dict[int, int] = {}
+    for r in read:
+        pinned.update(r.storages)
+    return sum(pinned.values())
+
+
+def cache_layer_stats(read: list[LayerBytes], specs, tokens: int, batch: int, elem_bytes: int,
+                      forward_ms: list[float]) -> tuple[LayerStat, ...]:
+    """Per-layer measured bytes beside the layout's formula, with each layer's forward time."""
     stats = []
-    for i, layer in enumerate(cache.layers):
-        keys = getattr(layer, "keys", None) if layer.is_initialized else None
-        values = getattr(layer, "values", None) if layer.is_initialized else None
+    for i, (r, spec) in enumerate(zip(read, specs)):
         ms = forward_ms[i] if i < len(forward_ms) else 0.0
-        stats.append(LayerStat(i, tensor_bytes(keys), tensor_bytes(values), layer_tokens_held(layer), ms))
+        formula = layout.layer_formula_bytes(spec, tokens, batch, elem_bytes)
+        stats.append(LayerStat(i, r.k_bytes, r.v_bytes, r.tokens, ms, r.state_bytes,
+                               sum(r.storages.values()), formula))
     return tuple(stats)
 
 
@@ -85,4 +136,4 @@ def empty_layer_stats(forward_ms: list[float]) -> tuple[LayerStat, ...]:
 
 
 def is_static(cache) -> bool:
-    return any(hasattr(layer, "max_cache_len") for layer in cache.layers)
+    return any(isinstance(layer, StaticLayer) for layer in getattr(cache, "layers", ()))

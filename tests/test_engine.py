@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kvviz import engine, probe
+from kvviz import engine, layout
 from kvviz.config import RunConfig
 from kvviz.events import BlockStat, LayerStat, StepEvent
 from tiny import tiny_lm
@@ -43,13 +43,15 @@ def test_greedy_tokens_identical_cached_recompute_and_generate(kind, prompts):
 @pytest.mark.parametrize("kind", KINDS)
 def test_measured_layer_bytes_equal_formula_every_step(kind):
     lm = tiny_lm(kind)
-    facts = probe.kv_facts(lm.model.config)
+    specs = layout.layer_specs(lm.model.config)
     events = run(lm, prompts=PROMPTS[1][:2], batch=2, max_new_tokens=16)
     for e in events:
         tokens = e.seq_len - 1  # the newest token is not cached yet
         for stat in e.layers:  # kv_heads x head_dim x tokens x batch 2 x 4 bytes (fp32)
-            expected = facts.num_kv_heads * facts.head_dim * facts.layer_tokens(stat.layer, tokens) * 2 * 4
+            spec = specs[stat.layer]
+            expected = spec.values_per_token // 2 * layout.layer_tokens_held(spec, tokens) * 2 * 4
             assert stat.k_bytes == stat.v_bytes == expected
+            assert stat.k_bytes + stat.v_bytes == stat.formula_bytes
         assert e.kv_bytes == e.formula_bytes == sum(s.k_bytes + s.v_bytes for s in e.layers)
 
 
@@ -91,7 +93,7 @@ def test_events_hold_no_tensors():
 
 def test_block_accounting_follows_tokens():
     events = run(tiny_lm(), block_size=4, max_new_tokens=10)
-    per_token = probe.kv_facts(tiny_lm().model.config).bytes_per_token(4)
+    per_token = layout.bytes_per_token(layout.layer_specs(tiny_lm().model.config), 4)
     for e in events:
         b: BlockStat = e.blocks
         tokens = e.seq_len - 1
