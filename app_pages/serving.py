@@ -1,16 +1,18 @@
 """Serving: several requests share one real paged KV cache (transformers' continuous batching).
 
 Widgets and placeholders only: the run is kvviz.serving's, the charts kvviz.serving_charts'.
-A run records one snapshot per forward pass, then the page replays them into placeholders.
+Each forward pass's snapshot is drawn as transformers' loop produces it (slow motion pauses the
+loop itself after each step); a finished run can be scrubbed step by step.
 """
 import time
 
 import streamlit as st
 
-from kvviz import charts, serving, ui
+from kvviz import charts, panels, serving, ui
 from kvviz import serving_charts as sc
 
 COLUMNS = 16  # blocks per row of the grid
+LIVE_INTERVAL_S = 0.1  # without slow motion, redraw at most ten times a second while running
 DEFAULT_REQUESTS = "\n".join([
     "What is a KV cache?",
     "Why does my chatbot get slower and use more memory as the conversation gets longer?",
@@ -18,6 +20,10 @@ DEFAULT_REQUESTS = "\n".join([
     "between programs, and why fixed-size pages avoid fragmentation.",
     "Hi!",
 ])
+REQUEST_COLUMNS = {"request_id": ("request", "text"), "prompt_tokens": ("prompt tokens", "count"),
+                   "reused_tokens": ("reused tokens", "count"), "new_tokens": ("new tokens", "count"),
+                   "queued_ms": ("queued", "ms"), "ttft_ms": ("time to first token", "ms"),
+                   "total_ms": ("total", "ms")}
 SYSTEM = ui.prompt_presets()["Chat with a long system prompt"]["system"]
 rules = ui.policy()  # hosted caps (no-ops when not hosted)
 
@@ -40,30 +46,40 @@ max_new = c3.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 2
 every = c4.slider("A new request every … steps", 0, 16, 2, key="srv_every",
                   help="0: all arrive at once (deduplicated after prefill, no prefill saved); later "
                        "arrivals find the prefix already cached and skip computing it")
-delay_ms = c5.slider("Replay delay (ms per step)", 0, 1000, 150, 50, key="srv_delay")
+delay_ms = c5.slider("Slow motion (ms pause per step)", 0, 1000, 150, 50, key="srv_delay",
+                     help="Holds the batching loop after every step so each one can be followed; "
+                          "pauses are left out of every time shown")
 run = st.button("Run", type="primary", disabled=lm is None, key="srv_run")
 status = st.empty()
+metrics_slot, scrub_slot, header = st.empty(), st.empty(), st.empty()
 
 
-def execute() -> serving.ServingResult | None:
-    """Run the requests on the device (one session at a time); None if refused."""
-    cfg = serving.ServingConfig(block_size=block_size, num_blocks=int(num_blocks), max_new_tokens=max_new,
-                                arrival_every=every, time_limit_s=rules.max_run_s if rules.enabled else None)
+def serving_config() -> serving.ServingConfig:
+    return serving.ServingConfig(block_size=block_size, num_blocks=int(num_blocks), max_new_tokens=max_new,
+                                 arrival_every=every, step_delay_ms=delay_ms,
+                                 time_limit_s=rules.max_run_s if rules.enabled else None)
+
+
+def execute(view: "StepView") -> serving.ServingResult | None:
+    """Run the requests on the device (one session at a time), drawing every step as it happens."""
+    cfg = serving_config()
     try:
         prompts = serving.parse_requests(prompts_text, rules.cap("batch", serving.MAX_REQUESTS))
         ids = serving.encode_requests(lm.tokenizer, prompts, system if share else "")
         for row in ids:
             rules.check_prompt_tokens(len(row))
         serving.check_fits(ids, cfg)
-        with ui.device_turn(status), st.spinner("Running the requests through continuous batching…"):
-            result = serving.run_serving(lm, ids, cfg, on_step=lambda s: status.caption(
-                f"step {s.step}: {s.num_used_blocks} of {s.num_blocks} blocks in use"))
+        view.expect(serving.request_ids(len(ids)), serving.expected_steps(ids, cfg),
+                    serving.unshared_blocks_bound(ids, cfg))
+        with ui.device_turn(status):
+            status.caption("Running the requests through continuous batching…")
+            result = stream(serving.serve(lm, ids, cfg), view)
         status.empty()
         return result
     except ValueError as exc:
         status.error(ui.inert(exc))
     except TimeoutError as exc:
-        status.warning(f"Nothing to show: the run {exc}.")
+        status.warning(f"Stopped: the run {exc}. Steps drawn so far stay above.")
     except RuntimeError as exc:
         status.error("Continuous batching failed" + ("." if rules.enabled else "; transformers said:"))
         if not rules.enabled:  # hosted visitors get no internals
@@ -71,9 +87,20 @@ def execute() -> serving.ServingResult | None:
     return None
 
 
+def stream(steps, view: "StepView") -> serving.ServingResult:
+    """Draw each snapshot as transformers' loop produces it; the run's result at the end."""
+    try:
+        while True:
+            view.draw_live(next(steps))
+    except StopIteration as done:
+        return done.value
+    finally:
+        steps.close()  # a Stop click lands here: the manager is stopped and destroyed
+
+
 def show_metrics(result: serving.ServingResult) -> None:
     saved = result.prefill_ms_saved
-    cols = st.columns(5)
+    cols = metrics_slot.container().columns(5)
     cols[0].metric("Steps (forward passes)", len(result.snapshots))
     cols[1].metric("Peak blocks in use", f"{result.peak_used_blocks} / {result.num_blocks}")
     cols[2].metric("Prefix blocks reused", result.prefix_blocks_reused,
@@ -84,57 +111,85 @@ def show_metrics(result: serving.ServingResult) -> None:
                    help="Evicted when the pool was full; their blocks were freed and recomputed later")
 
 
-def show_steps(result: serving.ServingResult, animate: bool) -> None:
-    """The grid, usage and request lanes at one step; replayed step by step right after a run."""
-    steps, specs = result.snapshots, step_specs(result)
-    scrub, header = st.empty(), st.empty()
-    grid_col, usage_col = st.columns([3, 2])
-    with grid_col:
-        st.subheader("The block pool")
-        grid_slot = st.empty()
-        st.caption("Each cell is one block of `block size` token slots. A number: the request holding it; "
-                   "S: shared by several requests (a common prefix); c: no longer referenced but kept "
-                   "cached for reuse until the pool needs it; blank: free."
-                   + (" **Modelled** with kvviz.blocks (no sharing shown)." if result.source != "real" else ""))
-        st.subheader("Requests")
-        lanes_slot = st.empty()
-    with usage_col:
-        st.subheader("Pool usage over time")
-        usage_slot = st.empty()
-        st.caption("Blocks held by requests and kept cached, read from the allocator; dashed red: the "
-                   "blocks the same requests would hold without prefix sharing (**modelled**: "
-                   "⌈tokens ÷ block size⌉ each).")
-    if animate:
-        for snap in steps:
-            draw(specs, snap, steps, header, grid_slot, usage_slot, lanes_slot)
-            time.sleep(delay_ms / 1000)
-    pick = scrub.slider("Step", 1, len(steps), len(steps), key=f"srv_step_{st.session_state['serving_run']}")
-    draw(specs, steps[pick - 1], steps, header, grid_slot, usage_slot, lanes_slot)
+class StepView:
+    """The grid, usage and request lanes at one step: drawn live during a run, scrubbed after.
+
+    Specs are built once per shape (pool size, requests, step axis) and only their data swapped;
+    the step axis starts at an estimate of the run's length and widens if the run goes past it.
+    """
+
+    def __init__(self):
+        grid_col, usage_col = st.columns([3, 2], gap="large")
+        with grid_col:
+            st.subheader("The block pool")
+            self.grid_slot, self.grid_caption = st.empty(), st.empty()
+            st.subheader("Requests")
+            self.lanes_slot = st.empty()
+        with usage_col:
+            st.subheader("Pool usage over time")
+            self.usage_slot = st.empty()
+            st.caption("Blocks held by requests and kept cached, read from the allocator; dashed red: the "
+                       "blocks the same requests would hold without prefix sharing (**modelled**: "
+                       "⌈tokens ÷ block size⌉ each).")
+        self.ids, self.max_step, self.top_blocks, self.specs, self.shown = [], 2, 0, None, []
+        self.last_draw_s = 0.0
+
+    def expect(self, ids: list[str], steps: int, top_blocks: int) -> None:
+        """Before a run: its requests, estimated steps and most blocks any series can reach."""
+        self.ids, self.max_step, self.top_blocks, self.specs = ids, max(steps, 2), top_blocks, None
+
+    def draw_live(self, snap) -> None:
+        """One more step of a running run (redrawn at most every LIVE_INTERVAL_S)."""
+        self.shown.append(snap)
+        now = time.monotonic()
+        if now - self.last_draw_s >= LIVE_INTERVAL_S or delay_ms > 0:
+            self.last_draw_s = now
+            self.draw(snap, self.shown, block_size)
+
+    def draw(self, snap, steps, size: int) -> None:
+        if snap.step > self.max_step:
+            self.max_step, self.specs = int(snap.step * 1.5), None
+        if self.specs is None:
+            top = max([snap.num_blocks, self.top_blocks] + [s.unshared_blocks for s in steps]) + 2
+            self.specs = step_specs(self.ids, snap, self.max_step, top)
+        header.caption(f"Step {snap.step} · {snap.time_s:.2f} s · {snap.num_used_blocks} blocks held, "
+                       f"{snap.num_shared_blocks} shared, {snap.num_cached_blocks} cached, "
+                       f"{snap.num_free_blocks} free ({snap.source})")
+        self.grid_caption.caption(grid_caption(size, snap.source))
+        self.grid_slot.vega_lite_chart(charts.spec_with_data(self.specs["grid"], sc.grid_frame(snap, COLUMNS)))
+        upto = [s for s in steps if s.step <= snap.step]
+        self.usage_slot.vega_lite_chart(charts.spec_with_data(self.specs["usage"], sc.usage_frame(upto)))
+        self.lanes_slot.vega_lite_chart(charts.spec_with_data(self.specs["lanes"], sc.timeline_frame(upto)))
+
+    def show_result(self, result: serving.ServingResult) -> None:
+        """The finished run, with a scrubber over its steps."""
+        steps = result.snapshots
+        self.ids, self.max_step, self.specs = [r.request_id for r in result.requests], len(steps), None
+        self.top_blocks = 0
+        pick = scrub_slot.slider("Step", 1, len(steps), len(steps),
+                                 key=f"srv_step_{st.session_state['serving_run']}")
+        self.draw(steps[pick - 1], steps, result.config.block_size)
 
 
-def step_specs(result: serving.ServingResult) -> dict:
-    """The three replayed charts' specs, built once per run with axes fixed to the run."""
-    ids, steps = [r.request_id for r in result.requests], result.snapshots
-    top = max([result.num_blocks] + [s.unshared_blocks for s in steps]) + 2
-    grid = sc.pool_grid_chart(sc.grid_frame(steps[0], COLUMNS), ids, result.num_blocks, COLUMNS)
-    usage = sc.usage_chart(sc.usage_frame([]), result.num_blocks, len(steps), top)
-    lanes = sc.timeline_chart(sc.timeline_frame([]), ids, len(steps))
+def grid_caption(size: int, source: str) -> str:
+    return (f"Each cell is one block of {size} token slots. A number: the request holding it; "
+            "S: shared by several requests (a common prefix); c: no longer referenced but kept "
+            "cached for reuse until the pool needs it; blank: free."
+            + (" **Modelled** with kvviz.blocks (no sharing shown)." if source != "real" else ""))
+
+
+def step_specs(ids: list[str], snap, max_step: int, top_blocks: int) -> dict:
+    """The three step charts' specs, with axes fixed to the run (or to its estimated length)."""
+    grid = sc.pool_grid_chart(sc.grid_frame(snap, COLUMNS), ids, snap.num_blocks, COLUMNS)
+    usage = sc.usage_chart(sc.usage_frame([]), snap.num_blocks, max_step, top_blocks)
+    lanes = sc.timeline_chart(sc.timeline_frame([]), ids, max_step)
     return {"grid": charts.to_spec(grid), "usage": charts.to_spec(usage), "lanes": charts.to_spec(lanes)}
-
-
-def draw(specs, snap, steps, header, grid_slot, usage_slot, lanes_slot) -> None:
-    header.caption(f"Step {snap.step} · {snap.time_s:.2f} s · {snap.num_used_blocks} blocks held, "
-                   f"{snap.num_shared_blocks} shared, {snap.num_cached_blocks} cached, "
-                   f"{snap.num_free_blocks} free ({snap.source})")
-    grid_slot.vega_lite_chart(charts.spec_with_data(specs["grid"], sc.grid_frame(snap, COLUMNS)))
-    usage_slot.vega_lite_chart(charts.spec_with_data(specs["usage"], sc.usage_frame(steps[:snap.step])))
-    lanes_slot.vega_lite_chart(charts.spec_with_data(specs["lanes"], sc.timeline_frame(steps[:snap.step])))
 
 
 def show_requests(result: serving.ServingResult) -> None:
     st.subheader("Prefix reuse")
     st.altair_chart(sc.reuse_chart(sc.reuse_frame(result)), key="srv_reuse_chart")
-    st.dataframe(sc.requests_frame(result), hide_index=True, key="srv_requests_table")
+    panels.people_table(sc.requests_frame(result), REQUEST_COLUMNS, key="srv_requests_table")
     st.caption("Times from the step clock: submitted → first step that computed the request (queued), "
                "→ end of the step that produced its first token (TTFT), → finished (total).")
     with st.expander("Outputs (model text, shown verbatim)"):
@@ -143,17 +198,20 @@ def show_requests(result: serving.ServingResult) -> None:
             st.code(r.text or " ", language=None, wrap_lines=True)
 
 
-fresh = execute() if run and lm is not None else None
+view = StepView()
+requests_slot = st.container()
+fresh = execute(view) if run and lm is not None else None
 if fresh is not None:
     st.session_state["serving_result"] = fresh
     st.session_state["serving_run"] = st.session_state.get("serving_run", 0) + 1
-if "serving_result" in st.session_state:
+if "serving_result" in st.session_state and not (run and fresh is None):
     result = st.session_state["serving_result"]
     if result.source != "real":
-        st.warning("transformers' block tables could not be read here: the pool is modelled from the "
-                   "scheduler's token counts.")
+        status.warning("transformers' block tables could not be read here: the pool is modelled from the "
+                       "scheduler's token counts.")
     show_metrics(result)
-    show_steps(result, animate=fresh is not None)
-    show_requests(result)
+    view.show_result(result)
+    with requests_slot:
+        show_requests(result)
 elif not run:
     status.info("Press **Run** to send the requests through one shared paged cache.")

@@ -59,6 +59,7 @@ class ServingConfig:
     max_batch_tokens: int = 256  # tokens one forward pass may take; longer prefills are chunked
     prefix_sharing: bool = True  # let a request reuse the full blocks of a prefix already cached
     time_limit_s: float | None = None  # give up (TimeoutError) past this wall-clock time
+    step_delay_ms: float = 0.0  # slow motion: pause the loop this long after each step (not timed)
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,19 @@ def check_fits(token_ids: list[list[int]], cfg: ServingConfig) -> None:
                              f"pool has {cfg.num_blocks}: enlarge the pool or shorten the prompt")
 
 
+def expected_steps(token_ids: list[list[int]], cfg: ServingConfig) -> int:
+    """About how many forward passes the run takes without preemption: the last arrival (or the
+    prompt chunks of all at once) plus the decode steps. Only sizes a chart's axis up front."""
+    arrivals = (len(token_ids) - 1) * cfg.arrival_every
+    prefill = cdiv(sum(len(ids) for ids in token_ids), cfg.max_batch_tokens)
+    return max(arrivals, prefill) + cfg.max_new_tokens + 1
+
+
+def unshared_blocks_bound(token_ids: list[list[int]], cfg: ServingConfig) -> int:
+    """Most blocks the requests could hold together without sharing (every one at full length)."""
+    return sum(cdiv(len(ids) + cfg.max_new_tokens, cfg.block_size) for ids in token_ids)
+
+
 def request_ids(n: int) -> list[str]:
     return [f"r{i}" for i in range(n)]
 
@@ -258,6 +272,11 @@ class StepRecorder:
         self.last_batch: dict[str, bool] = {}  # request id -> step produced a token for it
         self.step, self.source, self.model = 0, "real", None
         self.t0 = self.t_last = time.perf_counter()
+        self.paused_s = 0.0  # slow-motion pauses, left out of every time reported
+
+    def clock_s(self) -> float:
+        """Seconds since the run started, pauses excluded."""
+        return time.perf_counter() - self.t0 - self.paused_s
 
     def install(self) -> None:
         update = self.proc.update_batch
@@ -286,7 +305,7 @@ class StepRecorder:
             due = self.upcoming[:1]
         for rid in due:
             self.upcoming.remove(rid)
-            self.submitted_s[rid] = time.perf_counter() - self.t0
+            self.submitted_s[rid] = self.clock_s()
             self.manager.add_request(self.ids[rid], request_id=rid, max_new_tokens=self.cfg.max_new_tokens)
 
     def after_step(self, batch: dict[str, int]) -> None:
@@ -295,10 +314,18 @@ class StepRecorder:
         step_ms = (now - self.t_last) * 1000
         try:
             self.submit_due()
-            self.out.put(self.snapshot(batch, step_ms, now - self.t0))
+            self.out.put(self.snapshot(batch, step_ms, self.clock_s()))
         except Exception as exc:  # noqa: BLE001 - reported to the caller, generation goes on
             self.out.put(exc)
+        self.pause()
         self.t_last = time.perf_counter()
+
+    def pause(self) -> None:
+        """Slow motion: hold the loop after a step, so a watcher sees each one (not timed)."""
+        if self.cfg.step_delay_ms > 0:
+            started = time.perf_counter()
+            time.sleep(self.cfg.step_delay_ms / 1000)
+            self.paused_s += time.perf_counter() - started
 
     def snapshot(self, batch: dict[str, int], step_ms: float, time_s: float) -> StepSnapshot:
         sched = self.proc.scheduler
@@ -395,7 +422,7 @@ def serve(lm: LoadedModel, token_ids: list[list[int]], cfg: ServingConfig,
         manager.destroy()
     for snap in take_snapshots(out, snapshots):
         yield snap
-    return build_result(lm, cfg, recorder, snapshots, outputs, time.perf_counter() - start)
+    return build_result(lm, cfg, recorder, snapshots, outputs, time.perf_counter() - start - recorder.paused_s)
 
 
 def check_time(cfg: ServingConfig, start: float) -> None:

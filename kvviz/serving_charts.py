@@ -22,6 +22,10 @@ REQUEST_STATE_COLORS = {"waiting": "#BDBDBD", "preempted": "#E45756", "prefillin
 USAGE_COLORS = {"held by requests": "#4C78A8", "without prefix sharing (modelled)": "#E45756",
                 "kept cached for reuse": "#9E9AC8"}
 REUSE_COLORS = {"reused from cached blocks": "#6A3D9A", "computed": "#D5D5D5"}
+POOL_SERIES = "pool size"  # the usage chart's rule, named in its legend
+# The grid legend: every owner with the letter its cells show (r0 … rN, S, c, free).
+OWNER_LEGEND_EXPR = ("datum.label == 'shared' ? 'S: shared' : datum.label == 'cached' ? "
+                     "'c: cached' : datum.label")
 
 
 def owner_colors(request_ids: list[str]) -> dict[str, str]:
@@ -54,8 +58,10 @@ def pool_grid_chart(df: pd.DataFrame, request_ids: list[str], num_blocks: int, c
         x=alt.X("col:O", axis=None, scale=alt.Scale(domain=list(range(columns)))),
         y=alt.Y("row:O", axis=None, scale=alt.Scale(domain=rows)),
     )
+    legend = alt.Legend(orient="bottom", direction="horizontal", columns=min(len(colors), 8),
+                        labelExpr=OWNER_LEGEND_EXPR, symbolType="square")
     cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
-        color=alt.Color("owner:N", title="block held by",
+        color=alt.Color("owner:N", title="block held by", legend=legend,
                         scale=alt.Scale(domain=list(colors), range=list(colors.values()))),
         tooltip=["block:Q", alt.Tooltip("owner:N", title="held by")],
     )
@@ -74,27 +80,29 @@ def usage_frame(snapshots) -> pd.DataFrame:
 
 
 def usage_chart(df: pd.DataFrame, num_blocks: int, max_step: int, max_blocks: int | None = None) -> alt.LayerChart:
-    """Blocks in use per step against the pool's size (a labelled rule).
+    """Blocks in use per step against the pool's size (a rule, named in the legend).
 
     Input columns (usage_frame): step, series, blocks. x domain [1, max_step]; y domain
-    [0, max_blocks], by default 1.1 x the pool.
+    [0, max_blocks], by default 1.1 x the pool. The legend lists its entries one per line below
+    the plot, so the chart never grows wider than its column.
     """
     top = max_blocks or max(1, int(num_blocks * 1.1))
+    pool_name = f"{POOL_SERIES}: {num_blocks} blocks"
+    names, hues = [*USAGE_COLORS, pool_name], [*USAGE_COLORS.values(), RULE_COLOR]
+    color_scale = alt.Scale(domain=names, range=hues)
+    legend = alt.Legend(orient="bottom", columns=1, labelLimit=400, symbolType="stroke")
     lines = alt.Chart().mark_line(point=True, clip=True, interpolate="step-after").encode(
-        x=alt.X("step:Q", title="step (forward pass)", scale=alt.Scale(domain=[1, max(max_step, 2)], nice=False)),
+        x=alt.X("step:Q", title="step (forward pass)", scale=alt.Scale(domain=[1, max(max_step, 2) + 0.5], nice=False)),
         y=alt.Y("blocks:Q", title="blocks", scale=alt.Scale(domain=[0, top], nice=False)),
-        color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(USAGE_COLORS),
-                                                                 range=list(USAGE_COLORS.values())),
-                        legend=alt.Legend(orient="bottom")),
+        color=alt.Color("series:N", title=None, scale=color_scale, legend=legend),
         strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
             domain=list(USAGE_COLORS), range=[[1, 0], [6, 4], [2, 2]])),
         tooltip=["step:Q", "series:N", "blocks:Q"],
     )
-    pool = alt.Chart(alt.InlineData(values=[{"blocks": num_blocks, "label": f"pool: {num_blocks} blocks"}]))
-    rule = pool.mark_rule(color=RULE_COLOR, strokeWidth=1.5).encode(y="blocks:Q")
-    label = pool.mark_text(align="left", baseline="bottom", dx=4, dy=-3, color="#555555").encode(
-        y="blocks:Q", x=alt.value(0), text="label:N")
-    return alt.layer(lines, rule, label, data=df)  # the rows at the top level: swappable
+    pool = alt.Chart(alt.InlineData(values=[{"blocks": num_blocks, "series": pool_name}]))
+    rule = pool.mark_rule(strokeWidth=1.5).encode(
+        y="blocks:Q", color=alt.Color("series:N", scale=color_scale, legend=legend))
+    return alt.layer(lines, rule, data=df)  # the rows at the top level: swappable
 
 
 def timeline_frame(snapshots) -> pd.DataFrame:

@@ -132,7 +132,8 @@ def test_charts_have_stable_specs(shared):
     assert grid["layer"][0]["mark"]["type"] == "rect"
     assert grid["layer"][0]["encoding"]["color"]["scale"]["domain"] == ids + ["shared", "cached", "free"]
     usage = sc.usage_chart(sc.usage_frame(steps), result.num_blocks, len(steps)).to_dict()
-    assert usage["layer"][0]["encoding"]["x"]["scale"]["domain"] == [1, len(steps)]
+    assert usage["layer"][0]["encoding"]["x"]["scale"]["domain"] == [1, len(steps) + 0.5]
+    assert usage["layer"][1]["encoding"]["color"]["scale"]["domain"][-1] == f"pool size: {result.num_blocks} blocks"
     assert set(sc.usage_frame(steps)["series"]) == set(sc.USAGE_COLORS)
     lanes = sc.timeline_chart(sc.timeline_frame(steps), ids, len(steps)).to_dict()
     assert lanes["encoding"]["y"]["scale"]["domain"] == ids
