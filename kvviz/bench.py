@@ -155,12 +155,12 @@ class BareDecodeLoop:
     per step (cache probe, block accounting, text, events); `step_ms` times one decode step."""
 
     def __init__(self, lm, cfg):
-        from kvviz import engine, probe
+        from kvviz import engine, layout
         from kvviz.hooks import find_decoder_layers
         self.lm, self.engine = lm, engine
         self.batch = engine.encode_prompts(lm.tokenizer, cfg, lm.device)
         self.cache = engine.make_cache(lm.model, "dynamic", self.batch.prompt_len + cfg.max_new_tokens)
-        self.layers = find_decoder_layers(lm.model, probe.kv_facts(lm.model.config).num_layers)
+        self.layers = find_decoder_layers(lm.model, len(layout.layer_specs(lm.model.config)))
         self.next_ids = engine.prefill(lm.model, self.batch, self.cache).argmax(-1)  # (B,)
 
     def step_ms(self, hooked: bool) -> float:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator
 import pandas as pd
 import torch
 
-from kvviz import capacity, engine, probe
+from kvviz import capacity, engine, layout
 from kvviz.capacity import achieved_bandwidth_bytes_per_s
 from kvviz.config import RunConfig
 from kvviz.events import StepEvent
@@ -215,11 +215,11 @@ def first_line(exc: BaseException) -> str:
 
 def formula_fields(lm: LoadedModel, prompt_tokens: int, batch: int, new_tokens: int) -> dict:
     """Textbook bytes after the prefill and at the end (known even for points that fail)."""
-    facts = probe.kv_facts(lm.model.config)
+    specs = layout.layer_specs(lm.model.config)
     elem_bytes = torch.finfo(lm.dtype).bits // 8
-    return {"prefill_formula_bytes": facts.formula_bytes(prompt_tokens, batch, elem_bytes),
-            "end_formula_bytes": facts.formula_bytes(prompt_tokens + new_tokens - 1, batch,
-                                                     elem_bytes)}
+    return {"prefill_formula_bytes": layout.formula_bytes(specs, prompt_tokens, batch, elem_bytes),
+            "end_formula_bytes": layout.formula_bytes(specs, prompt_tokens + new_tokens - 1, batch,
+                                                      elem_bytes)}
 
 
 def measured_fields(events: list[StepEvent], weight_bytes: int) -> dict:
@@ -282,7 +282,7 @@ def max_positions(lm: LoadedModel) -> int | None:
 
 def bytes_per_token(lm: LoadedModel) -> int:
     """Cache bytes one token of one sequence adds, every layer (windows ignored)."""
-    return probe.kv_facts(lm.model.config).bytes_per_token(torch.finfo(lm.dtype).bits // 8)
+    return int(layout.bytes_per_token(layout.layer_specs(lm.model.config), torch.finfo(lm.dtype).bits // 8))
 
 
 # ---------------------------------------------------------------- pure helpers

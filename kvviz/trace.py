@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from kvviz.events import StepEvent
 
 FORMAT = "kvviz-trace"
-VERSION = 1
+VERSION = 2  # 2: LayerStat state_bytes/storage_bytes/formula_bytes, StepEvent storage_bytes/cache_note
 MAX_TRACE_BYTES = 64 * 1024 * 1024
 MODES = ("cached", "recompute")
 PHASES = ("prefill", "decode")

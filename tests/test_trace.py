@@ -75,7 +75,7 @@ def test_file_shape_is_documented_and_one_event_per_line():
     text = sample_trace().to_json()
     d = json.loads(text)
     assert list(d) == ["format", "version", "meta", "events"]
-    assert d["format"] == "kvviz-trace" and d["version"] == tr.VERSION == 1
+    assert d["format"] == "kvviz-trace" and d["version"] == tr.VERSION == 2
     assert len(text.splitlines()) == 2 + 1 + len(d["events"]) + 1
     assert Trace.from_json(text.encode()) == Trace.from_json(text)
 
@@ -178,7 +178,7 @@ def test_future_version():
     d = doc()
     d["version"] = 3
     msg = expect(json.dumps(d), "written by a newer kvviz (format version 3)")
-    assert "this kvviz reads version 1" in msg
+    assert "this kvviz reads version 2" in msg
 
 
 def test_bad_version():
