@@ -1,10 +1,11 @@
-"""`kvviz record`, `kvviz plan`, `kvviz bench`: the headless side of kvviz."""
+"""`kvviz record`, `kvviz plan`, `kvviz bench`, `kvviz watch`: the headless side of kvviz."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from kvviz import plan_cli
+from kvviz.vllm import cli as vllm_cli
 
 
 def add_record(sub) -> None:
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_record(sub)
     plan_cli.add_parser(sub)
+    vllm_cli.add_parser(sub)
     try:
         from kvviz import bench
         bench.add_parser(sub)

@@ -1,0 +1,137 @@
+"""One engine's prefix cache rebuilt from its KV events: which blocks are cached, and their tree.
+
+vLLM names a full block by a hash chained over its tokens and its parent block's hash, so the
+events' `(parent_block_hash, block_hashes)` edges form a forest: each root-to-leaf path is one
+token sequence (a prompt and what was generated), and a node with several children is a prefix
+that several sequences share. `CachedBlocks` applies events in sequence order and keeps counts:
+
+- a hash is counted once per physical block holding it (vLLM may briefly keep two copies);
+- a `BlockStored` whose blocks are all cached already, starting from a root, is vLLM reporting a
+  prefix-cache hit (requests sent with `kv_cache_report_mode="full"`), not new memory;
+- a sequence number lower than the last one seen means the server restarted: state is reset.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kvviz.vllm.events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEventBatch
+
+
+@dataclass
+class Block:
+    """A cached block: its parent in the prefix tree and the tokens it holds."""
+
+    parent: BlockHash | None
+    token_ids: tuple[int, ...]
+    stored_s: float  # server time of the batch that stored it
+    depth: int  # 0 for a block that starts a sequence
+
+
+@dataclass
+class PoolCounts:
+    """Cumulative counts since the reader attached (events, never the server's own counters)."""
+
+    num_stored: int = 0  # blocks newly cached
+    num_removed: int = 0  # blocks evicted
+    num_cleared: int = 0  # AllBlocksCleared events
+    num_reused: int = 0  # blocks reported reused (prefix hits, report mode "full")
+    reused_tokens: int = 0
+    num_batches: int = 0
+    num_restarts: int = 0  # sequence numbers went back: the server restarted
+
+
+@dataclass
+class CachedBlocks:
+    """The cached blocks of one engine (one DP rank), as its events describe them."""
+
+    blocks: dict[BlockHash, Block] = field(default_factory=dict)
+    copies: Counter = field(default_factory=Counter)  # hash -> physical blocks holding it
+    counts: PoolCounts = field(default_factory=PoolCounts)
+    last_seq: int | None = None
+    last_ts: float = 0.0  # server time of the last batch applied
+    block_size: int | None = None
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Physical blocks holding a cached prefix (held by a request or free to evict)."""
+        return sum(self.copies.values())
+
+    def apply(self, seq: int, batch: KVEventBatch) -> None:
+        """Apply one batch in sequence order. A batch numbered at or below the last one is a
+        duplicate (replay overlapping the live stream) unless it is newer on the server's clock:
+        then the server restarted (its numbers start again at 0) and the state starts over."""
+        if self.last_seq is not None and seq <= self.last_seq:
+            if batch.ts <= self.last_ts:
+                return
+            self.restart()
+        self.last_seq, self.last_ts = seq, batch.ts
+        self.counts.num_batches += 1
+        for event in batch.events:
+            self.apply_event(event, batch.ts)
+
+    def restart(self) -> None:
+        restarts = self.counts.num_restarts + 1
+        self.blocks.clear()
+        self.copies.clear()
+        self.counts = PoolCounts(num_restarts=restarts)
+        self.last_seq = None
+
+    def apply_event(self, event, ts: float) -> None:
+        if isinstance(event, BlockStored):
+            self.store(event, ts)
+        elif isinstance(event, BlockRemoved):
+            self.remove(event.block_hashes)
+        elif isinstance(event, AllBlocksCleared):
+            self.blocks.clear()
+            self.copies.clear()
+            self.counts.num_cleared += 1
+
+    def store(self, event: BlockStored, ts: float) -> None:
+        self.block_size = event.block_size
+        if event.parent_block_hash is None and all(h in self.copies for h in event.block_hashes):
+            self.counts.num_reused += len(event.block_hashes)
+            self.counts.reused_tokens += len(event.token_ids)
+            return
+        parent = event.parent_block_hash
+        depth = self.blocks[parent].depth + 1 if parent in self.blocks else 0
+        size = event.block_size
+        for i, block_hash in enumerate(event.block_hashes):
+            tokens = tuple(event.token_ids[i * size:(i + 1) * size])
+            self.blocks.setdefault(block_hash, Block(parent, tokens, ts, depth + i))
+            self.copies[block_hash] += 1
+            parent = block_hash
+        self.counts.num_stored += len(event.block_hashes)
+
+    def remove(self, hashes: list[BlockHash]) -> None:
+        for block_hash in hashes:
+            if self.copies[block_hash] <= 0:
+                del self.copies[block_hash]  # stored before we attached: nothing to forget
+                continue
+            self.copies[block_hash] -= 1
+            self.counts.num_removed += 1
+            if self.copies[block_hash] == 0:
+                del self.copies[block_hash]
+                self.blocks.pop(block_hash, None)
+
+    def children(self) -> dict[BlockHash | None, list[BlockHash]]:
+        """parent -> cached children, in storing order (None: the roots)."""
+        kids: dict[BlockHash | None, list[BlockHash]] = {}
+        for block_hash, block in self.blocks.items():
+            parent = block.parent if block.parent in self.blocks else None
+            kids.setdefault(parent, []).append(block_hash)
+        return kids
+
+    def leaves(self) -> list[BlockHash]:
+        """The last cached block of every sequence still (partly) in the cache."""
+        has_child = {b.parent for b in self.blocks.values()}
+        return [h for h in self.blocks if h not in has_child]
+
+    def path(self, leaf: BlockHash) -> list[BlockHash]:
+        """Root-to-leaf hashes of the sequence ending at `leaf` (cut where a parent is gone)."""
+        out = []
+        node: BlockHash | None = leaf
+        while node in self.blocks and len(out) <= len(self.blocks):
+            out.append(node)
+            node = self.blocks[node].parent
+        return out[::-1]

@@ -1,0 +1,128 @@
+"""A watch of vLLM engines on file: the trace kind `kvviz-vllm-watch` (docs/trace-format.md).
+
+It holds what was received, in arrival order: every KV-event batch (decoded, with its sequence
+number and the engine it came from), every `/metrics` scrape (parsed per engine) and the notes
+shown to the user (disconnects, restarts). Replaying it through `kvviz.vllm.state` rebuilds the
+very states the live page showed. Loading is strict: anything else is a `TraceError`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import msgspec
+
+from kvviz.trace import MAX_TRACE_BYTES, TraceError
+from kvviz.vllm.events import KVEventBatch
+from kvviz.vllm.metrics import EngineMetrics
+from kvviz.vllm.state import EngineState, apply_batch, apply_scrape
+
+FORMAT = "kvviz-vllm-watch"
+VERSION = 1
+
+
+class BatchRecord(msgspec.Struct):
+    t_s: float  # seconds since the watch started, on kvviz's clock
+    url: str
+    rank: int
+    seq: int
+    batch: KVEventBatch
+
+
+class ScrapeRecord(msgspec.Struct):
+    t_s: float
+    url: str
+    engines: dict[str, EngineMetrics]
+
+
+class NoteRecord(msgspec.Struct):
+    t_s: float
+    url: str
+    text: str
+
+
+class _Doc(msgspec.Struct, forbid_unknown_fields=True):
+    format: str
+    version: int
+    meta: dict
+    batches: list[BatchRecord]
+    scrapes: list[ScrapeRecord]
+    notes: list[NoteRecord]
+
+
+@dataclass
+class Recording:
+    meta: dict = field(default_factory=dict)
+    batches: list[BatchRecord] = field(default_factory=list)
+    scrapes: list[ScrapeRecord] = field(default_factory=list)
+    notes: list[NoteRecord] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        times = [r.t_s for r in (self.batches[-1:] + self.scrapes[-1:])]
+        return max(times, default=0.0)
+
+    def to_json(self) -> bytes:
+        doc = _Doc(FORMAT, VERSION, self.meta, self.batches, self.scrapes, self.notes)
+        return msgspec.json.encode(doc)
+
+    def save(self, path: str | os.PathLike) -> None:
+        data = self.to_json()
+        if len(data) > MAX_TRACE_BYTES:
+            raise TraceError(f"the watch is {len(data) // 2**20} MiB; traces are limited to "
+                             f"{MAX_TRACE_BYTES // 2**20} MiB (watch for fewer seconds)")
+        tmp = f"{os.fspath(path)}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise TraceError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Recording:
+        if len(data) > MAX_TRACE_BYTES:
+            raise TraceError(f"the file is over {MAX_TRACE_BYTES // 2**20} MiB")
+        head = peek_format(data)
+        if head != FORMAT:
+            raise TraceError(f"the file is not a kvviz vLLM watch (format {head!r})")
+        try:
+            doc = msgspec.json.decode(data, type=_Doc)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise TraceError(f"the vLLM watch file is invalid: {exc}") from None
+        if doc.version > VERSION:
+            raise TraceError(f"this watch was written by a newer kvviz (format version {doc.version}); "
+                             f"this kvviz reads version {VERSION}")
+        return cls(doc.meta, doc.batches, doc.scrapes, doc.notes)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Recording:
+        try:
+            with open(path, "rb") as f:
+                return cls.from_json(f.read(MAX_TRACE_BYTES + 1))
+        except OSError as exc:
+            raise TraceError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
+
+
+def peek_format(data: bytes | str) -> str | None:
+    """The `format` field of a JSON trace, or None if it is not a JSON object with one."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return doc.get("format") if isinstance(doc, dict) else None
+
+
+def states_at(recording: Recording, upto_s: float | None = None) -> dict[str, EngineState]:
+    """The engine states after everything recorded up to `upto_s` (all of it when None)."""
+    states: dict[str, EngineState] = {}
+    records = sorted(recording.batches + recording.scrapes, key=lambda r: r.t_s)
+    for record in records:
+        if upto_s is not None and record.t_s > upto_s:
+            break
+        if isinstance(record, BatchRecord):
+            apply_batch(states, record.url, record.rank, record.seq, record.batch)
+        else:
+            apply_scrape(states, record.url, record.engines, record.t_s)
+    return states

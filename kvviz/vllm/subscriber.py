@@ -1,0 +1,148 @@
+"""One vLLM KV-event publisher (one engine / DP rank) read over ZMQ: a SUB socket and a replay DEALER.
+
+Socket roles follow vLLM's publisher: it BINDS its PUB socket only for a wildcard (`*`, `::`),
+ipc:// or inproc:// endpoint and CONNECTS for a concrete address such as tcp://127.0.0.1:5557,
+so kvviz binds its SUB socket there (one subscriber per engine can then listen). The replay
+ROUTER is always bound by vLLM: a DEALER sends `[b"", start_seq]` and receives `[b"", topic, seq,
+payload]` per buffered batch, then an end marker whose seq is -1.
+
+Sockets are not thread-safe: a Subscriber lives and dies on the thread that opened it.
+"""
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+
+import zmq
+
+from kvviz.vllm.client import EngineError, is_loopback
+from kvviz.vllm.events import END_SEQ, Message, SchemaMismatch, decode_message
+
+REPLAY_TIMEOUT_MS = 3000
+MAX_DRAIN = 1000  # messages handled per receive call, so a flood cannot starve the caller
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """Where one engine's events come from, resolved against the server's host."""
+
+    rank: int  # data-parallel rank
+    sub_address: str
+    sub_binds: bool  # True: kvviz binds (vLLM's PUB connects to a concrete address)
+    replay_address: str | None
+    topic: str = ""
+
+
+def publisher_binds(endpoint: str) -> bool:
+    """vLLM's own rule for its PUB socket (ZmqEventPublisher._is_bind_endpoint)."""
+    return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
+def on_host(endpoint: str, host: str) -> str:
+    """tcp://*:5557 -> tcp://host:5557: the address to connect to a wildcard-bound socket."""
+    port = endpoint.rsplit(":", 1)[-1]
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def endpoint_host(endpoint: str) -> str:
+    return urllib.parse.urlsplit(endpoint.replace("tcp://", "http://", 1)).hostname or ""
+
+
+def resolve_source(rank: str | int, settings: dict, server_host: str) -> EventSource:
+    """An EventSource for `/kv_event_sources`' entry; EngineError if it needs a host not allowed
+    (only loopback and the server's own host are contacted)."""
+    endpoint = str(settings.get("endpoint") or "")
+    replay = settings.get("replay_endpoint")
+    if not endpoint.startswith(("tcp://", "ipc://")):
+        raise EngineError(f"rank {rank} publishes KV events at {endpoint!r}; kvviz reads tcp:// "
+                          "or ipc:// endpoints (inproc:// is only visible inside vLLM)")
+    binds = publisher_binds(endpoint)
+    if not binds and is_loopback(endpoint_host(endpoint)) and not is_loopback(server_host):
+        raise EngineError(f"rank {rank} publishes KV events to its own loopback ({endpoint}), which "
+                          "kvviz cannot reach from another machine; start vLLM with the endpoint "
+                          "tcp://*:5557 (it binds) or tcp://<this machine>:5557 (kvviz binds)")
+    sub_address = on_host(endpoint, server_host) if binds and "*" in endpoint else endpoint
+    return EventSource(int(rank), sub_address, not binds,
+                       replay_address(str(replay), server_host, rank) if replay else None,
+                       str(settings.get("topic") or ""))
+
+
+def replay_address(endpoint: str, server_host: str, rank) -> str | None:
+    if "*" in endpoint or "::" in endpoint:
+        return on_host(endpoint, server_host)
+    host = endpoint_host(endpoint)
+    if is_loopback(host) and not is_loopback(server_host):
+        return None  # the server's own loopback: unreachable from here, so no replay
+    if endpoint.startswith("tcp://") and not (is_loopback(host) or host == server_host):
+        raise EngineError(f"rank {rank}'s replay endpoint {endpoint} is on another host than the "
+                          f"server ({server_host}); kvviz contacts only loopback and that host")
+    return endpoint
+
+
+class Subscriber:
+    """The SUB socket and (optionally) the replay socket of one EventSource."""
+
+    def __init__(self, source: EventSource, ctx: zmq.Context | None = None):
+        self.source = source
+        self.ctx = ctx or zmq.Context.instance()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
+        try:
+            if source.sub_binds:
+                self.sub.bind(source.sub_address)
+            else:
+                self.sub.connect(source.sub_address)
+        except zmq.ZMQError as exc:
+            self.sub.close(linger=0)
+            raise EngineError(sub_error(source, exc)) from None
+
+    def receive(self, timeout_ms: int) -> list[Message]:
+        """Messages waiting now (after at most `timeout_ms` for the first); SchemaMismatch on a bad one."""
+        out: list[Message] = []
+        if not self.sub.poll(timeout_ms):
+            return out
+        while len(out) < MAX_DRAIN and self.sub.poll(0):
+            out.append(decode_message(self.sub.recv_multipart()))
+        return out
+
+    def replay(self, start_seq: int, timeout_ms: int = REPLAY_TIMEOUT_MS) -> list[Message]:
+        """Buffered batches from `start_seq` on ([] without a replay endpoint); EngineError on timeout."""
+        if not self.source.replay_address:
+            return []
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        try:
+            dealer.connect(self.source.replay_address)
+            dealer.send_multipart([b"", start_seq.to_bytes(8, "big")])
+            return read_replay(dealer, timeout_ms, self.source.replay_address)
+        finally:
+            dealer.close(linger=0)
+
+    def close(self) -> None:
+        self.sub.close(linger=0)
+
+
+def read_replay(dealer: zmq.Socket, timeout_ms: int, address: str) -> list[Message]:
+    out: list[Message] = []
+    while True:
+        if not dealer.poll(timeout_ms):
+            raise EngineError(f"the replay endpoint {address} did not answer within "
+                              f"{timeout_ms / 1000:g} s")
+        frames = dealer.recv_multipart()
+        if len(frames) != 4:
+            raise SchemaMismatch(f"a replayed message has {len(frames)} frames, expected 4")
+        if int.from_bytes(frames[2], "big", signed=True) == END_SEQ:
+            return out
+        out.append(decode_message(frames[1:]))
+
+
+def sub_error(source: EventSource, exc: zmq.ZMQError) -> str:
+    if source.sub_binds and exc.errno == zmq.EADDRINUSE:
+        return (f"cannot listen at {source.sub_address}: the address is in use. vLLM's publisher "
+                "connects to one address, so only one subscriber can listen there (another kvviz "
+                "page or `kvviz watch` may hold it)")
+    if source.sub_binds:
+        return (f"cannot listen at {source.sub_address} ({exc}); vLLM's publisher connects there, "
+                "so it must be an address of this machine")
+    return f"cannot subscribe to {source.sub_address}: {exc}"
