@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
@@ -21,7 +22,7 @@ from kvviz import layout, probe
 from kvviz.blocks import BlockPool, cdiv
 from kvviz.config import RunConfig
 from kvviz.events import BlockStat, StepEvent
-from kvviz.hooks import find_decoder_layers, timed_layers
+from kvviz.hooks import attention_rows, find_decoder_layers, timed_layers
 from kvviz.models import LoadedModel
 
 MODES = ("cached", "recompute")
@@ -39,10 +40,15 @@ class Batch:
     finished: list[bool] = field(default_factory=list)
 
 
+def uses_chat_template(tokenizer, cfg: RunConfig) -> bool:
+    """Whether the prompts go through the tokenizer's chat template (asked for and available)."""
+    return bool(cfg.chat_template and getattr(tokenizer, "chat_template", None))
+
+
 def render_prompts(tokenizer, cfg: RunConfig) -> list[str]:
     """Each prompt as the model will read it (chat template applied when asked and available)."""
     prompts = cfg.prompt_list()
-    if not cfg.chat_template or not getattr(tokenizer, "chat_template", None):
+    if not uses_chat_template(tokenizer, cfg):
         return [f"{cfg.system}\n\n{p}" if cfg.system else p for p in prompts]
     system = [{"role": "system", "content": cfg.system}] if cfg.system else []
     return [tokenizer.apply_chat_template(system + [{"role": "user", "content": p}], tokenize=False,
@@ -54,7 +60,10 @@ def encode_prompts(tokenizer, cfg: RunConfig, device: torch.device) -> Batch:
     if any(not p.strip() for p in cfg.prompt_list()):
         raise ValueError("the prompt is empty: type something for the model to continue")
     texts = render_prompts(tokenizer, cfg)
-    rows = [tokenizer(t, add_special_tokens=not cfg.chat_template)["input_ids"] for t in texts]
+    # A chat template writes its own special tokens; plain text gets the tokenizer's (BOS), as
+    # `model.generate` callers' `tokenizer(text)` would.
+    special = not uses_chat_template(tokenizer, cfg)
+    rows = [tokenizer(t, add_special_tokens=special)["input_ids"] for t in texts]
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
@@ -231,8 +240,10 @@ class RunPlan:
                 "elem_bytes": self.elem_bytes, "bytes_per_token": self.bytes_per_token,
                 "state_bytes": int(layout.state_bytes(self.specs, self.elem_bytes)),
                 "attn_implementation": attention_implementation(lm.model),
+                **({"attn_fallback": lm.attn_fallback} if lm.attn_fallback else {}),
                 "weight_bytes": lm.weight_bytes, "prompt_tokens": self.batch.prompt_len,
                 "batch": len(self.batch.generated), "max_len": self.max_len,
+                "prompt_pieces": prompt_pieces(lm.tokenizer, self.batch),
                 "config": {k: v for k, v in asdict(cfg).items() if k != "extra"},
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
 
@@ -253,6 +264,17 @@ def layout_meta(specs) -> dict:
             "layer_labels": [s.label() for s in specs], "layout": layout.kinds_summary(specs)}
 
 
+def prompt_pieces(tokenizer, batch: Batch) -> list[list[str | None]]:
+    """Each prompt position's text, per sequence (None where left padding sits): the cache map's hover."""
+    ids, mask = batch.ids[:, :batch.prompt_len].tolist(), batch.mask[:, :batch.prompt_len].tolist()
+    decoded: dict[tuple, list[str]] = {}  # batch rows are often copies of one prompt
+    for row in ids:
+        if tuple(row) not in decoded:
+            decoded[tuple(row)] = tokenizer.batch_decode([[t] for t in row])
+    return [[text if real else None for text, real in zip(decoded[tuple(row)], keep)]
+            for row, keep in zip(ids, mask)]
+
+
 def attention_implementation(model) -> str:
     return str(getattr(model.config, "_attn_implementation", None) or "unknown")
 
@@ -267,6 +289,9 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
     if limit and max_len > limit:
         raise ValueError(f"prompt ({batch.prompt_len} tokens) + max new tokens ({cfg.max_new_tokens})"
                          f" = {max_len} exceeds this model's context of {limit} tokens")
+    if cfg.attention and attention_implementation(lm.model) != "eager":
+        raise ValueError("attention over the cache needs the model loaded with eager attention; this "
+                         f"one uses {attention_implementation(lm.model)}, which returns no weights")
     elem = torch.finfo(lm.dtype).bits // 8
     return RunPlan(batch, layout.layer_specs(lm.model.config), elem, max_len)
 
@@ -320,7 +345,8 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     eos = eos_token_ids(lm) if cfg.stop_on_eos else set()
     per_token = plan.bytes_per_token
     layers = find_decoder_layers(model, len(plan.specs))
-    with timed_layers(layers, lm.device.type == "cuda") as timer:
+    capture = attention_rows(layers) if cfg.attention and cache is not None else nullcontext()
+    with timed_layers(layers, lm.device.type == "cuda") as timer, capture as attention:
         for step in range(cfg.max_new_tokens):
             if should_stop is not None and should_stop():
                 return
@@ -337,7 +363,8 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
             yield StepEvent(mode, "prefill" if step == 0 else "decode", step, tokens, texts,
                             tuple(batch.finished), clock.ms, batch.ids.shape[1], fed * size,
                             m.kv_bytes, m.formula_bytes, m.layers, blocks, *cuda_memory(lm.device),
-                            m.storage_bytes, m.note)
+                            m.storage_bytes, m.note, attention=attention and attention.take(
+                                batch.ids.shape[1] - 1, probe.is_static(cache)))
             if all(batch.finished):
                 return
 

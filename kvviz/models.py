@@ -48,6 +48,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     load_s: float  # seconds the load took (conversion excluded)
+    attn_fallback: str = ""  # "sdpa → eager: why" when the asked-for attention was refused, else ""
 
     @property
     def weight_bytes(self) -> int:
@@ -190,15 +191,40 @@ def load_model(spec: ModelSpec, progress: Progress | None = None) -> LoadedModel
     try:
         pinned = {"revision": spec.revision, "trust_remote_code": False}
         tok = AutoTokenizer.from_pretrained(source, **pinned)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, attn_implementation=spec.attn_implementation, **pinned)
+        model, fallback = load_weights(source, dtype, spec.attn_implementation, pinned)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load {spec.name!r}: {str(exc).splitlines()[0]}") from exc
     model.to(device).eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     warm_up(model, device)
-    return LoadedModel(model, tok, spec.name, label, device, dtype, time.perf_counter() - start)
+    return LoadedModel(model, tok, spec.name, label, device, dtype, time.perf_counter() - start, fallback)
+
+
+FALLBACK_ATTENTION = "eager"
+
+
+def load_weights(source: str, dtype: torch.dtype, attn: str, pinned: dict) -> tuple:
+    """(model, fallback note): the asked-for attention, or eager when the model refuses it.
+
+    gpt-oss, for one, "does not support an attention implementation through
+    scaled_dot_product_attention yet"; eager attention computes the same thing.
+    """
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn,
+                                                    **pinned), ""
+    except ValueError as exc:
+        if attn == FALLBACK_ATTENTION or not refuses_attention(exc):
+            raise
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype,
+                                                     attn_implementation=FALLBACK_ATTENTION, **pinned)
+        return model, f"{attn} → {FALLBACK_ATTENTION}: {str(exc).splitlines()[0].split('. ')[0]}"
+
+
+def refuses_attention(exc: Exception) -> bool:
+    """Whether transformers refused the attention implementation (not some other config problem)."""
+    text = str(exc)
+    return "does not support an attention implementation" in text or "attn_implementation" in text
 
 
 def warm_up(model: torch.nn.Module, device: torch.device) -> None:

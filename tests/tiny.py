@@ -6,8 +6,9 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
+from tokenizers import processors
+from transformers import (AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 
 from kvviz.models import LoadedModel
 
@@ -67,5 +68,94 @@ def tiny_lm(kind: str = "llama") -> LoadedModel:
 def save_tiny(folder: Path, kind: str = "llama") -> Path:
     """A loadable local model folder (config, weights, tokenizer)."""
     tiny_model(kind).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@lru_cache(maxsize=1)
+def tiny_bos_tokenizer() -> PreTrainedTokenizerFast:
+    """Like `tiny_tokenizer`, but with a BOS token its post-processor adds, and no chat template."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>", "<pad>", "<bos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                       special_tokens=[("<bos>", 2)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>")
+
+
+# --- one tiny model per attention family -------------------------------------------------------
+# Sizes are tiny (hidden 64, 2-6 layers); windows and chunks are 6 tokens, so that a short prompt
+# plus a few new tokens crosses them. Each entry: (model_type, config fields over ARCH_COMMON).
+ARCH_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, max_position_embeddings=256, eos_token_id=0, pad_token_id=1,
+                   bos_token_id=0, tie_word_embeddings=False)
+WINDOW = 6
+ARCHS = {
+    "llama": ("llama", {}),  # GQA, full attention
+    "qwen3": ("qwen3", dict(head_dim=16)),
+    "qwen3_moe": ("qwen3_moe", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                    moe_intermediate_size=32)),
+    "mistral": ("mistral", dict(sliding_window=WINDOW)),  # a window on every layer, no layer_types
+    "phi3": ("phi3", dict(sliding_window=WINDOW)),  # likewise (Phi-3-mini: 2047)
+    "gemma3_text": ("gemma3_text", dict(num_hidden_layers=6, head_dim=16, sliding_window=WINDOW)),  # 5:1 default
+    "cohere2": ("cohere2", dict(num_hidden_layers=4, sliding_window=WINDOW)),  # 3:1 default
+    "gpt_oss": ("gpt_oss", dict(head_dim=16, sliding_window=WINDOW, num_local_experts=4,
+                                num_experts_per_tok=2)),  # sliding/full alternating; sdpa refused
+    "deepseek_v3": ("deepseek_v3", dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32,
+                                        qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                        moe_intermediate_size=32, first_k_dense_replace=1)),  # MLA
+    "llama4_text": ("llama4_text", dict(num_hidden_layers=4, head_dim=16, attention_chunk_size=WINDOW,
+                                        num_local_experts=2, intermediate_size_mlp=128)),  # 3 chunked : 1 full
+    "qwen3_next": ("qwen3_next", dict(num_hidden_layers=4, head_dim=16, linear_key_head_dim=8,
+                                      linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+                                      num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=32)),  # 3 gated-delta : 1 full
+    "lfm2": ("lfm2", dict(num_hidden_layers=3, layer_types=["conv", "full_attention", "conv"])),
+    "jamba": ("jamba", dict(attn_layer_period=2, attn_layer_offset=1, num_experts=2, expert_layer_period=2,
+                            expert_layer_offset=1, mamba_d_state=8)),  # Mamba + attention
+    "bamba": ("bamba", dict(attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=32, mamba_d_state=8,
+                            mamba_chunk_size=8)),  # Mamba-2 + attention
+    "gemma3n_text": ("gemma3n_text", dict(num_hidden_layers=4, head_dim=16, sliding_window=WINDOW,
+                                          num_kv_shared_layers=2, hidden_size_per_layer_input=8,
+                                          layer_types=["sliding_attention", "full_attention"] * 2,
+                                          laurel_rank=4, altup_num_inputs=2, intermediate_size=[128] * 4,
+                                          activation_sparsity_pattern=[0.0] * 4)),  # KV sharing
+    "gpt2": ("gpt2", {}),  # MHA
+    "minimax": ("minimax", dict(head_dim=16, num_local_experts=2, num_experts_per_tok=1,
+                                block_size=4)),  # lightning attention: MiniMaxCache
+}
+
+
+def arch_config(name: str):
+    model_type, fields = ARCHS[name]
+    vocab = len(tiny_tokenizer())
+    if model_type == "gpt2":
+        return GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=256,
+                          eos_token_id=0, bos_token_id=0, pad_token_id=1)
+    extra = {"vocab_size_per_layer_input": vocab} if model_type == "gemma3n_text" else {}
+    return AutoConfig.for_model(model_type, vocab_size=vocab, **{**ARCH_COMMON, **extra, **fields})
+
+
+@lru_cache(maxsize=None)
+def arch_lm(name: str) -> LoadedModel:
+    """A tiny random model of architecture `name` (built once per session), sdpa or eager."""
+    torch.manual_seed(0)
+    config = arch_config(name)
+    try:
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    except ValueError:  # e.g. gpt-oss refuses sdpa
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    return LoadedModel(model.eval(), tiny_tokenizer(), f"tiny-{name}", f"tiny {name}",
+                       torch.device("cpu"), torch.float32, 0.0)
+
+
+def save_arch(folder: Path, name: str) -> Path:
+    """A loadable local folder of architecture `name` (config, weights, tokenizer)."""
+    arch_lm(name).model.save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     return folder

@@ -1,0 +1,142 @@
+"""Every attention family transformers 5.24 ships, on tiny random models: the live numbers hold.
+
+For each architecture in `tiny.ARCHS` (full, GQA/MHA, sliding without layer_types, 5:1 and 3:1
+default patterns, MLA latent, chunked, KV-shared, Mamba / Mamba-2 / gated-delta / short-conv
+state layers, MiniMax's own cache), one recorded cached run and one recompute run (built once):
+
+- per layer and per step, measured bytes (numel × element size, K + V + state) == the layout formula;
+- cached == recompute == `model.generate` greedy tokens;
+- storage pinned: never below the logical bytes, and never above what an uncapped layer holding
+  every position seen would pin (plus its state); equal to the logical bytes except in
+  sliding / chunked layers, whose tensors are views of a larger buffer;
+- `layout.bytes_per_token(specs)` == the live growth of one decode step while no cap is reached.
+
+Prompts are 3 tokens and 8 tokens are generated: windows and chunks of 6 are crossed mid-run.
+"""
+from functools import lru_cache
+
+import pytest
+import torch
+
+from kvviz import engine, layout
+from kvviz.config import RunConfig
+from kvviz.trace import Trace
+from tiny import ARCHS, WINDOW, arch_lm
+
+NEW_TOKENS = 8
+PROMPTS = ("Hello there", "Attention reads")
+
+
+def run_config() -> RunConfig:
+    return RunConfig(prompts=PROMPTS, batch=2, max_new_tokens=NEW_TOKENS, chat_template=False,
+                     stop_on_eos=False)
+
+
+@lru_cache(maxsize=None)
+def recorded(name: str) -> Trace:
+    """One recorded run of `name` with the recompute contrast, as `kvviz record` writes it."""
+    lm = arch_lm(name)
+    trace = Trace(engine.run_meta(lm, run_config()))
+    for mode in engine.MODES:
+        for event in engine.generate(lm, run_config(), mode):
+            trace.append(event)
+    return Trace.from_json(trace.to_json())  # what a saved file holds
+
+
+def hf_generate_tokens(name: str) -> list[tuple]:
+    lm = arch_lm(name)
+    plan = engine.plan_run(lm, run_config())
+    with torch.inference_mode():
+        out = lm.model.generate(plan.batch.ids, attention_mask=plan.batch.mask, do_sample=False,
+                                max_new_tokens=NEW_TOKENS, eos_token_id=None,
+                                pad_token_id=lm.tokenizer.pad_token_id)
+    return [tuple(col) for col in out[:, plan.batch.prompt_len:].T.tolist()]
+
+
+def specs_of(name: str):
+    return layout.layer_specs(arch_lm(name).model.config)
+
+
+NAMES = list(ARCHS)
+
+
+def test_at_least_fourteen_architectures_cover_every_layer_kind():
+    kinds = {s.kind for name in NAMES for s in specs_of(name)}
+    assert len(NAMES) >= 14 and kinds == set(layout.KINDS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_measured_equals_formula_per_layer_every_step(name):
+    specs = specs_of(name)
+    events = recorded(name).events_of("cached")
+    assert len(events) == NEW_TOKENS and all(e.cache_note == "" for e in events)
+    for e in events:
+        tokens = e.seq_len - 1  # the newest token is not cached yet
+        for stat, spec in zip(e.layers, specs, strict=True):
+            measured = stat.k_bytes + stat.v_bytes + stat.state_bytes
+            expected = layout.layer_formula_bytes(spec, tokens, 2, 4)
+            assert measured == stat.formula_bytes == expected, (e.step, stat.layer, spec.label())
+            assert stat.tokens == layout.layer_tokens_held(spec, tokens)
+        assert e.kv_bytes == e.formula_bytes == layout.formula_bytes(specs, tokens, 2, 4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cached_recompute_and_generate_give_the_same_tokens(name):
+    trace = recorded(name)
+    cached = [e.token_ids for e in trace.events_of("cached")]
+    recompute = [e.token_ids for e in trace.events_of("recompute")]
+    assert cached == recompute == hf_generate_tokens(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_storage_bytes_within_bound_of_logical(name):
+    specs = specs_of(name)
+    for e in recorded(name).events_of("cached"):
+        seen = e.seq_len - 1
+        for stat, spec in zip(e.layers, specs):
+            logical = stat.k_bytes + stat.v_bytes + stat.state_bytes
+            uncapped = spec.values_per_token * seen * 2 * 4 + stat.state_bytes
+            assert logical <= stat.storage_bytes <= uncapped, (e.step, stat.layer)
+            if spec.token_cap is None:
+                assert stat.storage_bytes == logical, (e.step, stat.layer)
+        assert e.storage_bytes == sum(s.storage_bytes for s in e.layers)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_layout_bytes_per_token_equals_live_growth(name):
+    specs = specs_of(name)
+    first, second = recorded(name).events_of("cached")[:2]
+    assert first.seq_len - 1 < WINDOW - 1  # no cap reached yet: every attention layer grows
+    growth = (second.kv_bytes - first.kv_bytes) / 2  # per sequence of the batch
+    assert growth == layout.bytes_per_token(specs, 4) == recorded(name).meta["bytes_per_token"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trace_meta_names_each_layer_kind(name):
+    meta, specs = recorded(name).meta, specs_of(name)
+    assert meta["layer_kinds"] == [s.kind for s in specs]
+    assert meta["layer_labels"] == [s.label() for s in specs]
+    assert meta["layout"] == layout.kinds_summary(specs)
+    assert meta["attn_implementation"] in ("sdpa", "eager")
+
+
+def test_caps_are_crossed_and_state_layers_stay_flat():
+    """Gemma 3's local layers cap while its global layer grows; Qwen3-Next's state layers stay flat."""
+    gemma = recorded("gemma3_text").events_of("cached")
+    local = [e.layers[0].tokens for e in gemma]
+    assert local[0] < WINDOW - 1 and local[-1] == WINDOW - 1
+    assert gemma[-1].layers[5].tokens == gemma[-1].seq_len - 1 > WINDOW
+    qwen = recorded("qwen3_next").events_of("cached")
+    assert {e.layers[0].state_bytes for e in qwen} == {qwen[0].layers[0].state_bytes} != {0}
+    assert qwen[-1].layers[3].k_bytes > qwen[0].layers[3].k_bytes
+
+
+def test_sliding_views_pin_more_than_they_hold():
+    """A sliding layer keeps W - 1 tokens of a freshly concatenated W-token buffer."""
+    last = recorded("mistral").events_of("cached")[-1]
+    for stat in last.layers:
+        assert stat.storage_bytes > stat.k_bytes + stat.v_bytes
+
+
+def test_gpt_oss_runs_with_eager_and_the_trace_says_so():
+    assert recorded("gpt_oss").meta["attn_implementation"] == "eager"
