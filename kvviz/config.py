@@ -29,6 +29,7 @@ class RunConfig:
     seed: int = 0  # seeds the sampler's own generator, so sampled runs repeat
     block_size: int = 16  # token slots per block in the paged accounting
     cache_backend: str = "dynamic"  # "dynamic" (grows each step) or "static" (preallocated)
+    attention: bool = False  # record the newest token's attention per layer (needs eager attention)
     extra: dict = field(default_factory=dict, compare=False)  # free-form notes saved in traces
 
     @property

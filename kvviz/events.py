@@ -57,3 +57,6 @@ class StepEvent:
     cuda_reserved_bytes: int | None = None  # torch.cuda.memory_reserved after the step
     storage_bytes: int | None = None  # allocations the cache pins, each storage once (None: not recorded)
     cache_note: str = ""  # why the cache could not be measured (e.g. an unknown layer class), else ""
+    # [sequence][layer][position]: the newest token's attention over the positions each layer read,
+    # averaged over heads; a row's last entry is the newest position (RunConfig.attention; else None)
+    attention: tuple[tuple[tuple[float, ...], ...], ...] | None = None

@@ -1,0 +1,211 @@
+"""The cache map's frames and chart specs (pure), and the engine's attention rows (tiny models)."""
+from __future__ import annotations
+
+import json
+
+import altair as alt
+import pytest
+
+from kvviz import cache_map as cm
+from kvviz import cache_map_charts as cc
+from kvviz import charts
+from kvviz.events import LayerStat, StepEvent
+
+
+def event(step: int, seq_len: int, tokens: list[int], text: str = "x", attention=None) -> StepEvent:
+    layers = tuple(LayerStat(i, 8 * t, 8 * t, t, 0.1) for i, t in enumerate(tokens))
+    return StepEvent("cached", "prefill" if step == 0 else "decode", step, (5,), (text,), (False,),
+                     1.0, seq_len, 1, 0, 0, layers, None, attention=attention)
+
+
+def run(meta: dict, steps: int, cap: list[int | None]) -> list[StepEvent]:
+    """A run of `steps` events over layers capped at `cap` (None: full)."""
+    prompt = meta["prompt_tokens"]
+    return [event(s, prompt + s + 1, [prompt + s if c is None else min(prompt + s, c) for c in cap],
+                  text=f"<g{s}>") for s in range(steps)]
+
+
+META = {"num_layers": 2, "prompt_tokens": 4, "max_len": 12, "windows": [None, 3],
+        "prompt_pieces": [[None, "a", "b\n", "c"]]}
+
+
+def spans(df, layer: int, row: int = 0) -> list[tuple]:
+    part = df[(df.layer == layer) & (df.tensor_row == row)]
+    return list(zip(part.status, part.pos_start, part.pos_end))
+
+
+def test_full_layer_holds_every_written_position_split_at_the_prompt():
+    events = run(META, 3, [None, 3])
+    cells = cm.cells_frame(META, events[-1])
+    # 3 steps: positions 0..5 are cached (the token sampled at step 2 is not yet); 0 is padding.
+    assert spans(cells, 0) == [("padding", 0, 1), ("prompt", 1, 4), ("generated", 4, 6)]
+    assert set(cells[cells.layer == 0].shade) == {"padding", "K", "V"}
+    assert (cells.positions == cells.pos_end - cells.pos_start).all()
+
+
+def test_sliding_layer_drops_its_oldest_positions_as_the_run_grows():
+    events = run(META, 6, [None, 3])
+    early = spans(cm.cells_frame(META, events[0]), 1)
+    late = spans(cm.cells_frame(META, events[-1]), 1)
+    assert early == [("dropped", 0, 1), ("prompt", 1, 4)]  # 4 written, 3 held
+    assert late == [("dropped", 0, 6), ("generated", 6, 9)]  # 9 written, the newest 3 held
+    dropped = cm.cells_frame(META, events[-1]).query("status == 'dropped'")
+    assert set(dropped.shade) == {"dropped"} and set(dropped.layer) == {1}
+
+
+def test_k_and_v_are_separate_rows_and_latent_state_shared_have_their_own_shades():
+    meta = {**META, "num_layers": 4, "windows": [None] * 4,
+            "layer_kinds": ["full", "latent", "state", "shared"],
+            "layer_labels": ["full", "latent 512+64", "state", "shared ← 0"]}
+    cells = cm.cells_frame(meta, event(2, 7, [6, 6, 0, 0]))
+    shade = lambda layer, row: set(cells[(cells.layer == layer) & (cells.tensor_row == row)].shade)  # noqa: E731
+    assert shade(0, 0) >= {"K"} and shade(0, 1) >= {"V"}
+    assert shade(1, 0) >= {"latent (MLA)"} and shade(1, 1) >= {"rope key (MLA)"}
+    assert spans(cells, 2) == [("state", 0, 6)]  # one band over everything written, whatever tokens says
+    assert shade(3, 0) - {"padding"} == {"shared"}
+    assert [k.label for k in cm.layer_kinds(meta)] == ["full", "latent 512+64", "state", "shared ← 0"]
+
+
+def test_kinds_fall_back_to_windows_and_uniform_models_say_so():
+    assert [k.label for k in cm.layer_kinds(META)] == ["full", "sliding 3"]
+    assert cm.uniform_label(cm.layer_kinds(META)) is None
+    assert cm.uniform_label(cm.layer_kinds({"num_layers": 30, "windows": [None] * 30})) == "full"
+
+
+def test_columns_carry_token_text_and_tell_prompt_from_generated():
+    events = run(META, 3, [None, 3])
+    cols = cm.columns_frame(META, events, width=1)
+    assert list(cols.text) == ["", "a", "b⏎", "c", "<g0>", "<g1>"]  # untrusted text kept verbatim
+    assert list(cols.part) == ["padding", "prompt", "prompt", "prompt", "generated", "generated"]
+
+
+def test_wide_runs_are_binned_to_at_most_max_columns():
+    meta = {"num_layers": 30, "prompt_tokens": 500, "max_len": 1024, "windows": [None] * 30}
+    events = run(meta, 40, [None] * 30)
+    cols = cm.columns_frame(meta, events)
+    width = cm.bin_width(1024)
+    assert width == 7 and len(cols) <= cm.MAX_COLUMNS
+    assert cols.positions.sum() == 539 and (cols.positions <= width).all()
+    assert cols[cols.pos_start == 497].part.item() == "prompt + generated"
+    assert len(cm.cells_frame(meta, events[-1])) == 30 * 2 * 2  # runs, not positions: prompt + generated
+    assert cm.bin_width(100) == 1
+
+
+def test_map_frame_holds_cells_and_columns_in_one_table():
+    events = run(META, 3, [None, 3])
+    df = cm.map_frame(META, events)
+    assert set(df.row) == {"cell", "column"}
+    assert len(df) == len(cm.cells_frame(META, events[-1])) + len(cm.columns_frame(META, events))
+    assert list(cm.map_frame(META, []).columns) == ["row", *cm.MAP_COLUMNS]
+
+
+def test_attention_frame_maps_rows_onto_the_newest_positions_and_sums_per_column():
+    # 5 positions written after this event; layer 0 read all 5, the sliding layer its last 3.
+    attention = (((0.5, 0.1, 0.1, 0.1, 0.2), (0.2, 0.3, 0.5)),)
+    ev = event(1, 6, [5, 3], attention=attention)
+    att = cm.attention_frame(META, [event(0, 5, [4, 3]), ev], width=2)
+    layer0 = att[att.layer == 0]
+    assert list(layer0.pos_start) == [0, 2, 4] and layer0.share.tolist() == pytest.approx([0.6, 0.2, 0.2])
+    layer1 = att[att.layer == 1]
+    assert list(layer1.pos_start) == [2, 4] and layer1.share.tolist() == pytest.approx([0.5, 0.5])
+    assert cm.attention_frame(META, [event(0, 5, [4, 3])]).empty
+
+
+def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
+    events = run(META, 3, [None, 3])
+    kinds = cm.layer_kinds(META)
+    spec = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
+    assert "<g" not in json.dumps(spec)  # token text travels only as data
+    fed = charts.spec_with_data(spec, cm.map_frame(META, events))
+    assert {k: v for k, v in fed.items() if k != "datasets"} == {k: v for k, v in spec.items() if k != "datasets"}
+    chart = alt.Chart.from_dict({**spec, "datasets": {**spec["datasets"], charts.TABLE: []}})
+    assert chart is not None
+    layers = spec["layer"]
+    cells = layers[0]["encoding"]
+    assert cells["x"]["scale"]["domain"] == [0, 12] and cells["yOffset"]["field"] == "tensor_row"
+    assert cells["color"]["scale"]["domain"] == ["K", "V", "dropped", "padding"]
+    assert "sliding 3" in cells["y"]["axis"]["labelExpr"]  # a mixed model names each layer's kind
+    tooltip = [t["field"] for t in layers[-1]["encoding"]["tooltip"]]
+    assert tooltip == ["where", "part", "text"]
+
+
+def test_uniform_models_get_plain_layer_numbers_and_unsafe_labels_are_cleaned():
+    uniform = cm.layer_kinds({"num_layers": 3, "windows": [None] * 3})
+    assert "labelExpr" not in cc.layer_axis(uniform).to_dict()
+    odd = [cm.LayerKind("sliding", "sliding 8'];alert(1);//", 8), cm.LayerKind("full", "full")]
+    assert "'" not in cc.layer_axis(odd).to_dict()["labelExpr"].replace("' · '", "")
+
+
+def test_attention_spec_renders_share_on_a_fixed_scale():
+    spec = charts.to_spec(cc.attention_chart(cm.attention_frame(META, []), cm.layer_kinds(META), 12, 4))
+    color = spec["layer"][0]["encoding"]["color"]
+    assert color["field"] == "share" and color["scale"]["domain"] == [0, 1]
+
+
+# --- the engine's attention rows (tiny random models, eager attention) ---------------------------
+
+def eager_lm(kind: str):
+    from tiny import tiny_lm
+
+    lm = tiny_lm(kind)
+    lm.model.set_attn_implementation("eager")
+    return lm
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "sliding"])
+def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind):
+    from kvviz import engine
+    from kvviz.config import RunConfig
+
+    lm = eager_lm(kind)
+    cfg = RunConfig(prompts=("Hello there", "The key value cache keeps"), max_new_tokens=12,
+                    stop_on_eos=False, attention=True)
+    events = list(engine.generate(lm, cfg))
+    assert len(events) == 12
+    for ev in events:
+        assert len(ev.attention) == 2 and all(len(rows) == 2 for rows in ev.attention)  # [seq][layer]
+        for seq_rows in ev.attention:
+            for layer, row in enumerate(seq_rows):
+                assert sum(row) == pytest.approx(1.0, abs=0.01)
+                held = ev.layers[layer].tokens
+                # a sliding layer reads its window (held + the newest) once the prompt is cached
+                sliding = kind == "sliding" and ev.phase == "decode"
+                assert len(row) == (min(cm.written(ev), held + 1) if sliding else cm.written(ev))
+    padded = events[0].attention[0][0]  # sequence 0 is the shorter prompt: left padding
+    pieces = engine.run_meta(lm, cfg)["prompt_pieces"]
+    assert pieces[0][0] is None and pieces[1][0] is not None
+    assert padded[0] == 0.0  # padding is never attended to
+    assert list(events) and list(engine.generate(lm, RunConfig(max_new_tokens=2)))[-1].attention is None
+
+
+def test_attention_is_cut_to_the_written_positions_of_a_static_cache():
+    from kvviz import engine
+    from kvviz.config import RunConfig
+
+    cfg = RunConfig(max_new_tokens=4, stop_on_eos=False, attention=True, cache_backend="static")
+    last = list(engine.generate(eager_lm("llama"), cfg))[-1]
+    assert len(last.attention[0][0]) == cm.written(last)
+    assert sum(last.attention[0][0]) == pytest.approx(1.0, abs=0.01)
+
+
+def test_attention_needs_eager_and_says_so():
+    from tiny import tiny_lm
+
+    from kvviz import engine
+    from kvviz.config import RunConfig
+
+    with pytest.raises(ValueError, match="eager attention"):
+        engine.run_meta(tiny_lm("llama"), RunConfig(attention=True))
+
+
+def test_a_trace_with_attention_round_trips():
+    from kvviz import engine
+    from kvviz.config import RunConfig
+    from kvviz.trace import Trace
+
+    lm = eager_lm("llama")
+    cfg = RunConfig(max_new_tokens=3, stop_on_eos=False, attention=True)
+    trace = Trace(engine.run_meta(lm, cfg), list(engine.generate(lm, cfg)))
+    again = Trace.from_json(trace.to_json())
+    assert again.events[-1].attention == trace.events[-1].attention
+    assert not cm.attention_frame(again.meta, again.events).empty
