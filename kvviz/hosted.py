@@ -19,6 +19,7 @@ class Policy:
     enabled: bool = False
     models: dict[str, str | None] = field(default_factory=lambda: {DEFAULT_MODEL: None})  # name -> revision
     max_prompt_tokens: int = 1024  # after the chat template
+    max_prompt_chars: int = 4000  # what the prompt and system boxes accept (each)
     max_new_tokens: int = 128
     max_batch: int = 4
     max_sweep_points: int = 8
@@ -34,10 +35,29 @@ class Policy:
             raise ValueError(f"this hosted kvviz only runs {', '.join(sorted(self.models))}")
         return self.models[name]
 
+    def check_run(self, model: str, cfg) -> None:
+        """Where a run starts, on the server: the model allowlisted and every cap respected
+        (widgets cap their values too, but a crafted request could bypass them). ValueError."""
+        if not self.enabled:
+            return
+        self.check_model(model)
+        for name, value in (("new_tokens", cfg.max_new_tokens), ("batch", cfg.batch)):
+            if value > getattr(self, f"max_{name}"):
+                raise ValueError(f"{name.replace('_', ' ')} is {value}; this hosted kvviz allows "
+                                 f"{getattr(self, f'max_{name}')}")
+        longest = max(len(text) for text in (cfg.system, *cfg.prompts))
+        if longest > self.max_prompt_chars:
+            raise ValueError(f"the prompt is {longest:,} characters; this hosted kvviz allows "
+                             f"{self.max_prompt_chars:,}")
+
     def check_prompt_tokens(self, tokens: int) -> None:
         if self.enabled and tokens > self.max_prompt_tokens:
             raise ValueError(f"the prompt is {tokens} tokens; this hosted kvviz allows "
                              f"{self.max_prompt_tokens}")
+
+    def upload_limit_bytes(self, unhosted_bytes: int) -> int:
+        """The largest upload accepted: the hosted cap, or `unhosted_bytes` on your own machine."""
+        return self.max_upload_bytes if self.enabled else unhosted_bytes
 
     def cap(self, name: str, value: int) -> int:
         """`value` limited by the hosted cap `max_<name>` (unchanged when not hosted)."""
@@ -62,3 +82,13 @@ def policy_from_env(env: dict | None = None) -> Policy:
     if env.get("KVVIZ_HOSTED", "") not in ("1", "true", "yes"):
         return Policy()
     return Policy(enabled=True, models=parse_models(env.get("KVVIZ_HOSTED_MODELS", DEFAULT_MODEL)))
+
+
+def engine_urls(env: dict | None = None) -> list[str]:
+    """The vLLM servers a hosted kvviz may watch (`KVVIZ_ENGINE_URLS="http://a:8000,http://b:8000"`).
+
+    Empty means the Engine page is off in hosted mode: visitors never make kvviz contact a host
+    the operator did not name.
+    """
+    env = os.environ if env is None else env
+    return [u.strip().rstrip("/") for u in env.get("KVVIZ_ENGINE_URLS", "").split(",") if u.strip()]
