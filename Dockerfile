@@ -58,6 +58,9 @@ ENV STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=none
 # Streamlit refuses bigger uploads before they reach memory (MB; keep it at or above the upload
 # cap in kvviz/hosted.py, which then validates what it accepts).
 ENV STREAMLIT_SERVER_MAX_UPLOAD_SIZE=8
+# Visitors never see a traceback: an uncaught exception shows a generic message, and its type, text
+# and traceback go to the container log only (hosted mode also sets this at start-up, kvviz/ui.py).
+ENV STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \

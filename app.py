@@ -5,6 +5,7 @@ from kvviz import ui
 
 st.set_page_config(page_title="kvviz", page_icon=":material/memory:", layout="wide",
                    initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
+ui.configure_server()
 ui.presenter_style()
 page = st.navigation([
     st.Page("app_pages/live.py", title="Live", icon=":material/bolt:", default=True),

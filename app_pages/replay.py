@@ -2,7 +2,7 @@
 import streamlit as st
 
 from kvviz import panels, ui
-from kvviz.trace import MAX_TRACE_BYTES, TraceError
+from kvviz.trace import TraceError
 
 st.title("Replay a recorded run")
 st.caption("Traces come from `kvviz record` or the Live page's download. Replaying needs no model.")
@@ -11,8 +11,7 @@ source = st.radio("Trace", list(examples) + ["Upload a file"], horizontal=True, 
                   bind="query-params")
 upload = None
 if source == "Upload a file":
-    upload = st.file_uploader(f"A kvviz trace (JSON, at most {MAX_TRACE_BYTES // 2**20} MiB)",
-                              type=["json"], key="replay_upload")
+    upload = ui.trace_uploader()
 try:
     trace = ui.read_trace(examples.get(source), upload)
 except TraceError as exc:

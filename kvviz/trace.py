@@ -449,11 +449,38 @@ RUN_META_INTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_
                  "weight_bytes", "prompt_tokens", "batch", "max_len")
 
 
+# The range each meta number must fall in before a chart divides by it, sizes an axis or a grid
+# by it, or a replay sleeps for it: generous for any real model, run and machine, and refusing the
+# zeros, the 10⁹-layer models and the hour-long steps a hand-edited or hostile file can carry.
+RUN_META_BOUNDS = {"num_layers": (1, 4096), "num_kv_heads": (0, 4096), "head_dim": (0, 65_536),
+                   "elem_bytes": (1, 8), "bytes_per_token": (0, 2**40), "weight_bytes": (0, 2**50),
+                   "prompt_tokens": (1, 10_000_000), "batch": (1, 4096), "max_len": (1, 10_000_000)}
+MAX_STEP_MS = 600_000.0  # a replay sleeps each step's time: no step over 10 minutes
+MAX_REPLAY_STEPS = 100_000  # events per mode the replay panels draw
+
+
 def check_run_meta(trace: Trace) -> None:
     """The facts the dashboard needs to draw a trace; TraceError naming what is missing."""
     missing = [k for k in RUN_META_INTS if not _is_int(trace.meta.get(k)) or trace.meta[k] < 0]
     if missing:
         raise TraceError(f"this trace's meta lacks whole numbers for {', '.join(missing)}; "
                          "record it with `kvviz record` or the Live page")
+    for key, (low, high) in RUN_META_BOUNDS.items():
+        if not low <= trace.meta[key] <= high:
+            raise TraceError(f"this trace's meta says {key} = {trace.meta[key]:,}; kvviz draws "
+                             f"traces with {key} from {low:,} to {high:,}")
     if not trace.events_of("cached"):
         raise TraceError("this trace has no cached-mode events to show")
+    _check_replayable_events(trace)
+
+
+def _check_replayable_events(trace: Trace) -> None:
+    """Step times a replay can sleep through and step counts its charts can hold."""
+    for mode in trace.modes:
+        if len(trace.events_of(mode)) > MAX_REPLAY_STEPS:
+            raise TraceError(f"this trace has {len(trace.events_of(mode)):,} {mode} steps; kvviz "
+                             f"replays at most {MAX_REPLAY_STEPS:,}")
+    for index, event in enumerate(trace.events):
+        if event.step_ms > MAX_STEP_MS:
+            raise TraceError(f"event {index}: step_ms = {event.step_ms:,.0f}, more than the "
+                             f"{MAX_STEP_MS / 60_000:.0f} minutes a replayed step may take")

@@ -9,19 +9,21 @@ import os
 import re
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import streamlit as st
 
-from kvviz import hosted, models
+from kvviz import hosted, models, threads
 from kvviz.device_queue import DeviceQueue
+from kvviz.model_store import ModelStore
 from kvviz.config import DEFAULT_MODEL, ModelSpec, RunConfig
 from kvviz.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MAX_PROMPT_CHARS = 200_000  # the prompt boxes' cap on your own machine (hosted: kvviz.hosted)
 PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0}
 
 
@@ -43,6 +45,21 @@ def inert(text: str) -> str:
     return MARKDOWN_SPECIALS.sub(r"\\\1", str(text))
 
 
+def configure_server() -> None:
+    """Process-wide settings, applied by app.py on every script run (idempotent, cheap).
+
+    torch's thread policy (kvviz.threads: all cores but one, `KVVIZ_TORCH_THREADS` overrides),
+    and in hosted mode no error details for visitors: an uncaught exception shows a generic
+    message, its type, text and traceback go only to the server log.
+    """
+    try:
+        threads.apply_torch_threads()
+    except ValueError as exc:
+        st.warning(f"Ignoring a setting: {inert(exc)}")
+    if policy().enabled and st.get_option("client.showErrorDetails") != "none":
+        st.set_option("client.showErrorDetails", "none")
+
+
 def presenter_mode() -> bool:
     return os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
 
@@ -51,24 +68,70 @@ def prompt_presets() -> dict:
     return json.loads((ASSETS / "prompts.json").read_text())
 
 
-@st.cache_resource(max_entries=1, show_spinner=False)
-def cached_model(spec: ModelSpec) -> models.LoadedModel:
-    return models.load_model(spec)
+@st.cache_resource(show_spinner=False)
+def model_store() -> ModelStore:
+    """One per server process: the loaded model, shared by every session (kvviz.model_store)."""
+    return ModelStore()
+
+
+def host_default_model() -> str:
+    """The model a page may load without being asked: the host's choice, never a link's."""
+    rules = policy()
+    if rules.enabled:
+        return next(iter(rules.models))
+    return os.environ.get("KVVIZ_MODEL", "").strip() or DEFAULT_MODEL
 
 
 def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
-    """The loaded model, converting the default one first (with a progress bar); None on error."""
+    """The page's model if loaded; else loaded now if it is the host's default or the visitor
+    clicks Load; else None, with the Load button or a message.
+
+    Opening a shared link never downloads or loads a model by itself: a link naming another
+    model shows a button. In hosted mode the load waits its turn in the device queue.
+    """
+    store = model_store()
+    lm = store.get(spec)
+    if lm is not None:
+        return lm
     try:
-        if spec.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
-            bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
-            with conversion_lock():  # sessions opened together convert once
-                models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
-            bar.empty()
-        with st.spinner("Loading the model…"):
-            return cached_model(spec)
+        policy().check_model(spec.name)
+    except ValueError as exc:
+        st.error(f"Cannot load this model: {inert(exc)}")
+        return None
+    if spec.name != host_default_model() and not ask_to_load(spec.name):
+        return None
+    return load_in_turn(store, spec)
+
+
+def ask_to_load(name: str) -> bool:
+    """A button to load a model that a link or the sidebar named; True when clicked."""
+    clicked = st.button(f"Load {inert(name)}", key="load_model", type="primary")
+    if not clicked:
+        st.info(f"{inert(name)} is not loaded. Loading it may download its weights; press "
+                "**Load** to go ahead.")
+    return clicked
+
+
+def load_in_turn(store: ModelStore, spec: ModelSpec) -> models.LoadedModel | None:
+    """Load `spec` into the store (in hosted mode while holding the device queue); None on error."""
+    status = st.empty()
+    try:
+        with device_turn(status) if policy().enabled else nullcontext():
+            return store.load(spec, lambda: load_with_progress(spec))
     except models.ModelLoadError as exc:
         st.error(f"Could not load the model: {inert(exc)}")
     return None
+
+
+def load_with_progress(spec: ModelSpec) -> models.LoadedModel:
+    """Load and warm up `spec`, converting the embedded default first (with a progress bar)."""
+    if spec.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
+        bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
+        with conversion_lock():  # sessions opened together convert once
+            models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
+        bar.empty()
+    with st.spinner("Loading the model…"):
+        return models.load_model(spec)
 
 
 @st.cache_resource(show_spinner=False)
@@ -124,8 +187,11 @@ def prompt_settings() -> tuple[str, str, bool]:
     choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset",
                                   bind="query-params")
     preset = presets.get(choice, {"system": "", "prompt": ""})
-    system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}")
-    prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120)
+    chars = policy().cap("prompt_chars", MAX_PROMPT_CHARS)
+    system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}",
+                                  max_chars=chars)
+    prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120,
+                                  max_chars=chars)
     chat = st.sidebar.toggle("Chat template", value=True, key="chat", bind="query-params")
     return system, prompt, chat
 
@@ -198,8 +264,8 @@ def example_traces() -> dict[str, Path]:
 def read_trace(path: Path | None, upload) -> Trace | None:
     """An example trace or an uploaded file, validated (TraceError says what is wrong)."""
     if upload is not None:
-        limit = policy().max_upload_bytes if policy().enabled else MAX_TRACE_BYTES
-        if upload.size > limit:
+        limit = upload_limit_bytes()
+        if upload.size > limit:  # checked before a byte of the file is read
             raise TraceError(f"the file is {upload.size / 2**20:.1f} MiB; traces are limited to "
                              f"{limit / 2**20:.0f} MiB here")
         trace = Trace.from_json(upload.getvalue())
@@ -209,6 +275,17 @@ def read_trace(path: Path | None, upload) -> Trace | None:
         return None
     check_run_meta(trace)
     return trace
+
+
+def upload_limit_bytes() -> int:
+    return policy().upload_limit_bytes(MAX_TRACE_BYTES)
+
+
+def trace_uploader():
+    """The Replay page's file box; its label states the size cap in force, which it enforces."""
+    limit_mib = upload_limit_bytes() / 2**20
+    return st.file_uploader(f"A kvviz trace (JSON, at most {limit_mib:g} MiB)", type=["json"],
+                            key="replay_upload", max_upload_size=max(1, int(limit_mib)))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

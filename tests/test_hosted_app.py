@@ -7,6 +7,15 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
+@pytest.fixture(autouse=True)
+def error_details_restored():
+    """Hosted mode sets Streamlit's process-wide `client.showErrorDetails`; put it back."""
+    from streamlit import config
+    before = config.get_option("client.showErrorDetails")
+    yield
+    config.set_option("client.showErrorDetails", before)
+
+
 @pytest.fixture()
 def hosted(monkeypatch, default_lm):  # default_lm: the model is converted before the page loads it
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
@@ -31,6 +40,106 @@ def test_hosted_generation_runs_and_long_prompts_are_refused(hosted):
     assert not at.exception and not at.error
     assert {m.label: m.value for m in at.metric}["Tokens"] == "3 × 1"
     at.selectbox(key="preset").set_value("Free text").run()
-    at.text_area(key="prompt-Free text").set_value("word " * 1500).run()
+    at.text_area(key="prompt-Free text").set_value("x " * 1500).run()  # 3,000 characters
     at.button(key="generate").click().run()
-    assert any("allows 1024" in e.value for e in at.error)
+    assert any("allows 1024" in e.value for e in at.error)  # tokens, counted on the server
+
+
+def test_hosted_prompt_boxes_have_a_character_cap(hosted):
+    at = hosted
+    at.selectbox(key="preset").set_value("Free text").run()
+    assert at.text_area(key="prompt-Free text").proto.max_chars == 4000
+    assert at.text_area(key="system-Free text").proto.max_chars == 4000
+
+
+def test_hosted_run_checks_allowlist_and_caps_where_it_starts():
+    from kvviz import hosted
+    from kvviz.config import RunConfig
+    p = hosted.policy_from_env({"KVVIZ_HOSTED": "1"})
+    p.check_run("default", RunConfig(max_new_tokens=128, batch=4))
+    for name, cfg, message in (("evil/model", RunConfig(), "only runs"),
+                               ("default", RunConfig(max_new_tokens=129), "new tokens is 129"),
+                               ("default", RunConfig(batch=5), "batch is 5"),
+                               ("default", RunConfig(prompts=("word " * 1000,)), "5,000 characters"),
+                               ("default", RunConfig(system="s" * 4001), "allows 4,000")):
+        with pytest.raises(ValueError, match=message):
+            p.check_run(name, cfg)
+
+
+def _raise_after_configuring():
+    from kvviz import ui
+    ui.configure_server()
+    raise ValueError("secret internal detail /srv/kvviz")
+
+
+def test_hosted_mode_shows_visitors_no_error_details(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    at = AppTest.from_function(_raise_after_configuring, default_timeout=60).run()
+    (shown,) = at.exception
+    assert "secret" not in shown.message and "ValueError" not in shown.message
+    assert not shown.stack_trace
+
+
+def test_unhosted_errors_keep_their_details(monkeypatch):
+    monkeypatch.delenv("KVVIZ_HOSTED", raising=False)
+    at = AppTest.from_function(_raise_after_configuring, default_timeout=60).run()
+    (shown,) = at.exception
+    assert "secret internal detail" in shown.message and shown.stack_trace
+
+
+def test_docker_image_hides_error_details():
+    dockerfile = (Path(APP).parent / "Dockerfile").read_text()
+    assert "ENV STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none" in dockerfile
+    assert "ENV KVVIZ_HOSTED=1" in dockerfile
+
+
+def test_a_link_naming_another_model_loads_nothing_until_asked(monkeypatch, tiny_dir):
+    from kvviz import ui
+    monkeypatch.delenv("KVVIZ_HOSTED", raising=False)
+    monkeypatch.delenv("KVVIZ_MODEL", raising=False)
+    store = ui.model_store()
+    loads = store.num_loads
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["model"] = str(tiny_dir)
+    at.run()
+    assert not at.exception and store.num_loads == loads and store.get(ui.ModelSpec(str(tiny_dir))) is None
+    assert at.button(key="generate").disabled
+    assert at.button(key="load_model").label.startswith("Load ")
+    at.button(key="load_model").click().run()
+    assert not at.exception and not at.error and store.num_loads == loads + 1
+    assert not at.button(key="generate").disabled
+    at.slider(key="max_new").set_value(2).run()
+    at.button(key="generate").click().run()  # the loaded model stays: no Load button again
+    assert {m.label: m.value for m in at.metric}["Tokens"] == "2 × 1"
+    assert not [b for b in at.button if b.key == "load_model"] and store.num_loads == loads + 1
+
+
+def test_hosted_load_waits_for_the_run_holding_the_device(monkeypatch, default_lm):
+    """A run holds model A on the device; a visitor opening the page (default model) waits in
+    line, and A stays loaded until that run releases the device."""
+    import threading
+    import time
+
+    from kvviz import ui
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    store, queue, run = ui.model_store(), ui.device_queue(), object()
+    store.load("model-a", lambda: "A")
+    queue.join(run)
+    assert queue.try_take(run)
+    seen = []
+
+    def finish_the_run():
+        time.sleep(3)
+        seen.append(store.loaded_key)  # still A: nothing replaced it under the run
+        queue.release(run)
+
+    releaser = threading.Thread(target=finish_the_run)
+    releaser.start()
+    try:
+        at = AppTest.from_file(APP, default_timeout=180).run()
+    finally:
+        queue.release(run)
+        releaser.join()
+    assert seen == ["model-a"]
+    assert not at.exception and not at.error
+    assert store.get(ui.ModelSpec()) is not None and not at.button(key="generate").disabled
