@@ -13,5 +13,6 @@ page = st.navigation([
     st.Page("app_pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
     st.Page("app_pages/serving.py", title="Serving", icon=":material/view_module:"),
     st.Page("app_pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
+    st.Page("app_pages/engine.py", title="vLLM engine", icon=":material/dns:"),
 ])
 page.run()

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from kvviz import panels, ui
+from kvviz.vllm import panels as vllm_panels
 from kvviz.trace import TraceError
 
 st.title("Replay a recorded run")
@@ -13,6 +14,10 @@ upload = None
 if source == "Upload a file":
     upload = ui.trace_uploader()
 try:
+    watch = vllm_panels.read_watch(examples.get(source), upload)  # a vLLM watch: its own panels
+    if watch is not None:
+        vllm_panels.replay_page(watch)
+        st.stop()
     trace = ui.read_trace(examples.get(source), upload)
 except TraceError as exc:
     st.error(f"Cannot replay this file: {ui.inert(exc)}")

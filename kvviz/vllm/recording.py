@@ -114,15 +114,31 @@ def peek_format(data: bytes | str) -> str | None:
     return doc.get("format") if isinstance(doc, dict) else None
 
 
-def states_at(recording: Recording, upto_s: float | None = None) -> dict[str, EngineState]:
-    """The engine states after everything recorded up to `upto_s` (all of it when None)."""
+def replay_frames(recording: Recording, times_s: list[float]):
+    """Yield (t, states) at each of the ascending `times_s`, applying the records in between.
+
+    The states are one dict updated in place: use each before asking for the next.
+    """
     states: dict[str, EngineState] = {}
     records = sorted(recording.batches + recording.scrapes, key=lambda r: r.t_s)
-    for record in records:
-        if upto_s is not None and record.t_s > upto_s:
-            break
-        if isinstance(record, BatchRecord):
-            apply_batch(states, record.url, record.rank, record.seq, record.batch)
-        else:
-            apply_scrape(states, record.url, record.engines, record.t_s)
-    return states
+    i = 0
+    for t_s in times_s:
+        while i < len(records) and records[i].t_s <= t_s:
+            apply_record(states, records[i])
+            i += 1
+        yield t_s, states
+
+
+def apply_record(states: dict[str, EngineState], record) -> None:
+    if isinstance(record, BatchRecord):
+        apply_batch(states, record.url, record.rank, record.seq, record.batch)
+    else:
+        apply_scrape(states, record.url, record.engines, record.t_s)
+
+
+def states_at(recording: Recording, upto_s: float | None = None) -> dict[str, EngineState]:
+    """The engine states after everything recorded up to `upto_s` (all of it when None)."""
+    end = recording.duration_s if upto_s is None else upto_s
+    for _, states in replay_frames(recording, [end]):
+        return states
+    return {}

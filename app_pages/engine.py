@@ -1,0 +1,55 @@
+"""vLLM engine: attach to running vLLM servers and watch their real KV cache, live."""
+import streamlit as st
+
+from kvviz import hosted, ui
+from kvviz.vllm import panels
+from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
+
+st.title("vLLM engine · a real serving engine's KV cache, live")
+st.caption("kvviz subscribes to the server's KV-cache events (ZMQ; blocks stored, evicted, cleared) "
+           "and reads its Prometheus `/metrics`. Each number says where it comes from: "
+           "**events**, **metrics**, or **derived** from both. Start a server with `make vllm-demo`.")
+rules = ui.policy()
+allowed = hosted.engine_urls()
+if rules.enabled and not allowed:
+    st.info("Watching vLLM servers is off on this hosted kvviz (the host lists none in KVVIZ_ENGINE_URLS).")
+    st.stop()
+if rules.enabled:
+    chosen = st.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted")
+else:
+    typed = st.text_area("vLLM base URLs, one per line (several servers or DP deployments side by side)",
+                         DEFAULT_URL, height=68, key="engine_urls")
+    chosen = [line for line in typed.splitlines() if line.strip()]
+urls = []
+for raw in chosen:
+    try:
+        urls.append(normalize_url(raw))
+    except EngineError as exc:
+        st.error(ui.inert(exc))
+live_col, every_col, stop_col = st.columns([1, 2, 1], vertical_alignment="bottom")
+live = live_col.toggle("Live", value=True, key="engine_live", help="Off: freeze the picture")
+every_s = every_col.select_slider("Refresh every", [1.0, 2.0, 5.0], value=2.0, key="engine_every",
+                                  format_func=lambda s: f"{s:g} s")
+if stop_col.button("Disconnect all", key="engine_disconnect"):
+    for url in urls:
+        panels.watch_for(url).stop()
+    panels.watch_for.clear()
+    st.info("Disconnected. Turn Live off and on, or edit the URLs, to attach again.")
+    st.stop()
+if not urls:
+    st.info("Enter the base URL of a vLLM server, e.g. http://127.0.0.1:8000.")
+    st.stop()
+
+
+@st.fragment(run_every=every_s if live else None)
+def live_panels() -> None:
+    watches = [panels.watch_for(url) for url in urls]
+    for watch in watches:
+        panels.show_status(watch)
+    states, meta, notes = panels.snapshot(watches)
+    panels.show_engines(states, panels.text_fns(meta), "live")
+    panels.show_notes(notes)
+    panels.download(watches)
+
+
+live_panels()

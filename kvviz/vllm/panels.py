@@ -1,0 +1,207 @@
+"""Streamlit panels of watched vLLM engines, shared by the Engine page (live) and Replay.
+
+The only module of kvviz.vllm that imports streamlit. Engines are drawn side by side, each from
+its `EngineState`; every label says whether a number comes from events, metrics, or is derived.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import streamlit as st
+
+from kvviz import ui
+from kvviz.vllm import tokens, views
+from kvviz.vllm.recording import FORMAT, Recording, peek_format, replay_frames
+from kvviz.vllm.state import EngineState
+from kvviz.vllm.watch import EngineWatch
+
+MAX_SIDE_BY_SIDE = 3
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def watch_for(url: str) -> EngineWatch:
+    """One watch per server URL per process: vLLM's publisher feeds one subscriber, so every
+    session looking at the same server shares it."""
+    return EngineWatch([url]).start()
+
+
+def snapshot(watches: list[EngineWatch]):
+    """(states, meta, notes) of all watches, copied under their locks so drawing never races the
+    watch threads."""
+    states, meta, notes = {}, {"servers": {}}, []
+    for watch in watches:
+        with watch.lock:
+            states.update(copy.deepcopy(watch.states))
+            meta["servers"].update(copy.deepcopy(watch.recording.meta.get("servers", {})))
+            notes.extend(watch.recording.notes[-20:])
+    return states, meta, sorted(notes, key=lambda n: n.t_s)
+
+
+def show_status(watch: EngineWatch) -> None:
+    """One line per server: connected (green) or what is wrong and that kvviz keeps retrying."""
+    for conn in watch.connections:
+        line = f"{conn.url}: {conn.status}"
+        if conn.ok:
+            st.success(ui.inert(line), icon=":material/link:")
+        elif conn.status == "connecting…":
+            st.info(ui.inert(line), icon=":material/hourglass_top:")
+        else:
+            st.warning(ui.inert(line), icon=":material/link_off:")
+
+
+def download(watches: list[EngineWatch]) -> None:
+    """A download of each watch so far (kvviz-vllm-watch JSON; Replay plays it)."""
+    for i, watch in enumerate(watches):
+        def data(watch=watch) -> bytes:
+            with watch.lock:
+                recording = copy.deepcopy(watch.recording)
+            recording.meta["seconds"] = round(watch.now_s(), 3)
+            return recording.to_json()
+        st.download_button(f"Download the watch of {watch.urls[0]} (for Replay)", data,
+                           file_name="vllm-watch.json", mime="application/json",
+                           on_click="ignore", key=f"engine_download_{i}")
+
+
+def text_fns(meta: dict) -> dict:
+    """URL -> token-ids-to-text function for servers whose tokenizer is readable here."""
+    out = {}
+    for url, server in (meta.get("servers") or {}).items():
+        fn = tokens.block_text_fn(url, str(server.get("model_root", "")))
+        if fn is not None:
+            out[url] = fn
+    return out
+
+
+def show_engines(states: dict[str, EngineState], texts: dict, key: str) -> None:
+    """Every engine's panels, side by side (a row of at most MAX_SIDE_BY_SIDE)."""
+    if not states:
+        st.info("No engine has reported yet.")
+        return
+    items = sorted(states.items())
+    for start in range(0, len(items), MAX_SIDE_BY_SIDE):
+        row = items[start:start + MAX_SIDE_BY_SIDE]
+        for column, (name, state) in zip(st.columns(len(row)), row):
+            with column:
+                show_engine(state, texts.get(url_of(name)), f"{key}-{start}-{name}")
+
+
+def url_of(engine_key: str) -> str:
+    host = engine_key.split(" · ", 1)[0]
+    return host if "://" in host else "http://" + host
+
+
+def show_engine(state: EngineState, text_fn, key: str) -> None:
+    st.subheader(state.key, divider="gray")
+    show_numbers(state)
+    counts = views.pool_counts(state)
+    if counts is not None:
+        st.caption("Block pool now: held (metrics: usage × usable blocks); cached and free to evict "
+                   "(derived: cached blocks from events less the full blocks running requests hold)")
+        st.altair_chart(views.pool_chart(views.pool_frame(state), state.metrics.num_usable_blocks),
+                        width="stretch")
+    st.altair_chart(views.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks"),
+                    width="stretch")
+    st.altair_chart(views.lines_chart(views.requests_frame(state), "requests", views.REQUEST_COLORS,
+                                      "requests"), width="stretch")
+    show_tree(state, text_fn)
+    left, right = st.columns(2)
+    with left:
+        st.altair_chart(views.histogram_chart(views.histogram_frame(state, "ttft"),
+                                              "time to first token (metrics)"), width="stretch")
+    with right:
+        st.altair_chart(views.histogram_chart(views.histogram_frame(state, "itl"),
+                                              "inter-token latency (metrics)"), width="stretch")
+    with st.expander("Cache config (metrics: vllm:cache_config_info)"):
+        st.dataframe(views.config_frame(state), hide_index=True, width="stretch")
+
+
+def show_numbers(state: EngineState) -> None:
+    pool, m = state.pool, state.metrics
+    a, b, c, d = st.columns(4)
+    a.metric("Cached blocks (events)", f"{pool.num_cached_blocks:,}")
+    b.metric("Stored / evicted (events)", f"{pool.counts.num_stored:,} / {pool.counts.num_removed:,}",
+             help="Blocks newly cached / evicted since kvviz attached (replay included)")
+    rate = m.hit_rate if m else None
+    c.metric("Prefix-cache hit rate (metrics)", f"{rate:.1%}" if rate is not None else "–",
+             help="vllm:prefix_cache_hits / queries, in tokens, since the server started")
+    d.metric("Running / waiting (metrics)",
+             f"{m.num_requests_running:.0f} / {m.num_requests_waiting:.0f}" if m else "–")
+    e, f, g, h = st.columns(4)
+    e.metric("Held by requests (metrics)", f"{m.num_held_blocks} / {m.num_usable_blocks}"
+             if m and m.num_usable_blocks else "–")
+    f.metric("Reused blocks reported (events)", f"{pool.counts.num_reused:,}",
+             help="Prefix hits vLLM reports for requests sent with kv_cache_report_mode=full")
+    g.metric("Preemptions (metrics)", f"{m.num_preemptions:.0f}" if m else "–")
+    h.metric("Cache cleared / restarts (events)", f"{pool.counts.num_cleared} / {pool.counts.num_restarts}")
+
+
+def show_tree(state: EngineState, text_fn) -> None:
+    text = text_fn or views.ids_text
+    df = views.tree_frame(state.pool, text)
+    st.caption("Prefix tree (events): each row is a cached token sequence, each cell a block; the "
+               "colour counts the sequences sharing that block. "
+               + ("Token text decoded with the served model's tokenizer." if text_fn else
+                  "Token ids shown: the served model's tokenizer is not readable here."))
+    if df.empty:
+        st.info("No cached blocks yet: vLLM caches only full blocks.")
+        return
+    st.altair_chart(views.tree_chart(df), width="stretch")
+    with st.expander("Cached blocks, in tree order (events)"):
+        st.dataframe(views.blocks_table(state.pool, text), hide_index=True, width="stretch")
+
+
+def show_notes(notes, limit: int = 6) -> None:
+    """The latest notes (disconnects, restarts, replay gaps), as plain text."""
+    if notes:
+        st.caption("Notes")
+        st.text("\n".join(f"{n.t_s:8.1f} s  {n.url}: {n.text}" for n in notes[-limit:]))
+
+
+def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
+    """A recorded watch through the same panels: at `upto_s`, or played from the start."""
+    texts = text_fns(recording.meta)
+    slot = st.empty()
+    if upto_s is not None:
+        states = dict(replay_frames(recording, [upto_s]))[upto_s]
+        with slot.container():
+            show_engines(states, texts, "replay")
+        show_notes([n for n in recording.notes if n.t_s <= upto_s])
+        return
+    step_s = max(1.0, recording.duration_s / 60)
+    times = [i * step_s for i in range(int(recording.duration_s / step_s) + 2)]
+    for t_s, states in replay_frames(recording, times):
+        with slot.container():
+            st.caption(f"t = {t_s:.1f} s of {recording.duration_s:.1f} s")
+            show_engines(states, texts, f"replay-{t_s}")
+        time.sleep(step_s / max(speed, 0.01) * 0.5)
+
+
+def read_watch(path, upload) -> Recording | None:
+    """A vLLM watch from an example path or an upload; None when the file is another trace kind.
+    TraceError when it is a watch but invalid."""
+    if upload is not None:
+        if upload.size > ui.upload_limit_bytes():
+            return None  # the trace reader refuses it with the size message
+        data = upload.getvalue()
+    elif path is not None:
+        data = open(path, "rb").read()
+    else:
+        return None
+    if peek_format(data) != FORMAT:
+        return None
+    return Recording.from_json(data)
+
+
+def replay_page(recording: Recording) -> None:
+    """The Replay page's controls for a vLLM watch, then the same panels as the Engine page."""
+    servers = ", ".join(recording.meta.get("servers", {}) or recording.meta.get("urls", []))
+    st.caption(f"A vLLM watch of {ui.inert(servers) or 'unknown servers'}, "
+               f"{recording.duration_s:.0f} s, {len(recording.batches)} event batches, "
+               f"{len(recording.scrapes)} metrics scrapes (recorded with `kvviz watch` or the Engine page)")
+    speed_col, time_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
+    speed = speed_col.select_slider("Speed", list(ui.SPEEDS), value="4×", key="watch_speed")
+    end = max(1.0, recording.duration_s)
+    upto = time_col.slider("Time (s)", 0.0, end, end, key="watch_time")
+    play = play_col.button("Play", type="primary", key="watch_play")
+    replay(recording, ui.SPEEDS[speed] or 1000.0, None if play else upto)

@@ -1,0 +1,172 @@
+"""Frames and Altair charts of the Engine page: one watched engine's state in, pictures out. Pure.
+
+Where each number comes from is part of its series name: "(events)" from the KV-event stream,
+"(metrics)" from `/metrics`, "(derived)" computed from both as the docstring says.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import altair as alt
+import pandas as pd
+
+from kvviz.vllm.pool import CachedBlocks
+from kvviz.vllm.state import EngineState
+
+HELD, CACHED_FREE, FREE = "held by running requests (metrics)", "cached, free to evict (derived)", "free (derived)"
+POOL_COLORS = {HELD: "#4C78A8", CACHED_FREE: "#9E9AC8", FREE: "#E4E4E4"}
+OVER_TIME = {"cached blocks (events)": "#6A3D9A", "held by requests (metrics)": "#4C78A8",
+             "stored, cumulative (events)": "#54A24B", "evicted, cumulative (events)": "#E45756"}
+REQUEST_COLORS = {"running (metrics)": "#4C78A8", "waiting (metrics)": "#F58518"}
+MAX_SEQUENCES = 40  # rows of the prefix-tree picture (the most recent sequences)
+MAX_TABLE_BLOCKS = 300
+CONFIG_KEYS = ["block_size", "num_gpu_blocks", "num_gpu_blocks_override", "enable_prefix_caching",
+               "prefix_caching_hash_algo", "cache_dtype", "kv_cache_memory_bytes", "kv_cache_size_tokens",
+               "kv_cache_max_concurrency", "gpu_memory_utilization", "sliding_window"]
+TextFn = Callable[[tuple[int, ...]], str]
+
+
+def pool_counts(state: EngineState) -> dict[str, int] | None:
+    """Blocks of the pool by what holds them; None before the first /metrics scrape.
+
+    held: usage × usable blocks (metrics). cached, free to evict: cached blocks (events) less
+    those a running request holds, taken as every held block but each request's last, partial
+    one (vLLM caches every full block); exact when nothing runs. free: the rest.
+    """
+    m = state.metrics
+    if m is None or m.num_usable_blocks is None:
+        return None
+    usable, held = m.num_usable_blocks, m.num_held_blocks or 0
+    held_full = max(0, held - int(m.num_requests_running))
+    cached_free = min(max(0, state.pool.num_cached_blocks - held_full), usable - held)
+    return {HELD: held, CACHED_FREE: cached_free, FREE: max(0, usable - held - cached_free)}
+
+
+def pool_frame(state: EngineState) -> pd.DataFrame:
+    """Columns: part, blocks, order."""
+    counts = pool_counts(state) or {}
+    return pd.DataFrame({"part": list(counts), "blocks": list(counts.values()),
+                         "order": range(len(counts))}, columns=["part", "blocks", "order"])
+
+
+def pool_chart(df: pd.DataFrame, usable_blocks: int) -> alt.Chart:
+    """One stacked bar of the usable pool (x domain [0, usable_blocks]). Columns: part, blocks, order."""
+    return alt.Chart(df).mark_bar(height=34).encode(
+        x=alt.X("sum(blocks):Q", title=f"blocks (of {usable_blocks} usable)",
+                scale=alt.Scale(domain=[0, max(1, usable_blocks)], nice=False)),
+        color=alt.Color("part:N", title=None, scale=alt.Scale(domain=list(POOL_COLORS), range=list(POOL_COLORS.values())),
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
+        order=alt.Order("order:Q"), tooltip=["part:N", "blocks:Q"],
+    ).properties(height=60)
+
+
+def history_frame(state: EngineState) -> pd.DataFrame:
+    """Columns: t_s, series, blocks: cached / held now and stored / evicted so far, per scrape."""
+    names = dict(zip(OVER_TIME, ["num_cached_blocks", "num_held_blocks", "num_stored", "num_removed"]))
+    rows = [{"t_s": r["t_s"], "series": name, "blocks": r[col]}
+            for r in state.history for name, col in names.items() if r[col] is not None]
+    return pd.DataFrame(rows, columns=["t_s", "series", "blocks"])
+
+
+def requests_frame(state: EngineState) -> pd.DataFrame:
+    """Columns: t_s, series, requests."""
+    names = dict(zip(REQUEST_COLORS, ["num_requests_running", "num_requests_waiting"]))
+    rows = [{"t_s": r["t_s"], "series": name, "requests": r[col]}
+            for r in state.history for name, col in names.items() if r[col] is not None]
+    return pd.DataFrame(rows, columns=["t_s", "series", "requests"])
+
+
+def lines_chart(df: pd.DataFrame, y: str, colors: dict[str, str], y_title: str) -> alt.Chart:
+    """Series over watch time (step lines). Columns: t_s, series, `y`."""
+    return alt.Chart(df).mark_line(interpolate="step-after").encode(
+        x=alt.X("t_s:Q", title="seconds since attached"),
+        y=alt.Y(f"{y}:Q", title=y_title),
+        color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(colors), range=list(colors.values())),
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
+        tooltip=["t_s:Q", "series:N", f"{y}:Q"],
+    ).properties(height=220)
+
+
+def histogram_frame(state: EngineState, name: str) -> pd.DataFrame:
+    """Columns: le, bucket, requests: observations per bucket of a vLLM histogram (metrics)."""
+    hist = state.metrics.histograms.get(name) if state.metrics else None
+    if hist is None:
+        return pd.DataFrame(columns=["le", "bucket", "requests"])
+    counts = hist.per_bucket()
+    used = [i for i, c in enumerate(counts) if c] or [0]
+    keep = range(max(0, used[0] - 1), min(len(counts), used[-1] + 2))  # one empty bucket each side
+    return pd.DataFrame({"le": list(keep), "bucket": [f"≤ {hist.le[i]} s" for i in keep],
+                         "requests": [counts[i] for i in keep]})
+
+
+def histogram_chart(df: pd.DataFrame, title: str) -> alt.Chart:
+    return alt.Chart(df).mark_bar(color="#4C78A8").encode(
+        x=alt.X("bucket:N", sort=alt.SortField("le"), title=title),
+        y=alt.Y("requests:Q", title="count"), tooltip=["bucket:N", "requests:Q"],
+    ).properties(height=200)
+
+
+def sharers(pool: CachedBlocks) -> dict:
+    """hash -> how many cached sequences (root-to-leaf paths) pass through the block."""
+    counts: dict = {}
+    for leaf in pool.leaves():
+        for block_hash in pool.path(leaf):
+            counts[block_hash] = counts.get(block_hash, 0) + 1
+    return counts
+
+
+def ids_text(token_ids: tuple[int, ...]) -> str:
+    return " ".join(map(str, token_ids))
+
+
+def tree_frame(pool: CachedBlocks, text: TextFn = ids_text) -> pd.DataFrame:
+    """Columns: sequence, position, block, shared_by, text: one row per block of each of the
+    most recent cached sequences (root-to-leaf paths of the prefix tree; events)."""
+    shared = sharers(pool)
+    rows = []
+    for i, leaf in enumerate(pool.leaves()[-MAX_SEQUENCES:]):
+        for block_hash in pool.path(leaf):
+            block = pool.blocks[block_hash]
+            rows.append({"sequence": f"seq {i + 1}", "position": block.depth, "block": short_hash(block_hash),
+                         "shared_by": shared.get(block_hash, 1), "text": text(block.token_ids)[:400]})
+    return pd.DataFrame(rows, columns=["sequence", "position", "block", "shared_by", "text"])
+
+
+def tree_chart(df: pd.DataFrame) -> alt.Chart:
+    """Sequences (rows) by block position (columns), coloured by how many sequences share each
+    block: a column of one colour down many rows is a shared prefix. Columns: tree_frame's."""
+    return alt.Chart(df).mark_rect(stroke="white", strokeWidth=1).encode(
+        x=alt.X("position:O", title="block position in the sequence"),
+        y=alt.Y("sequence:N", title=None, sort=None),
+        color=alt.Color("shared_by:Q", title="sequences sharing the block", scale=alt.Scale(scheme="purples")),
+        tooltip=["sequence:N", "position:Q", "block:N", "shared_by:Q", "text:N"],
+    ).properties(height=alt.Step(14))
+
+
+def blocks_table(pool: CachedBlocks, text: TextFn = ids_text) -> pd.DataFrame:
+    """Columns: block, parent, position, shared_by, tokens: the cached blocks in tree order."""
+    shared, kids = sharers(pool), pool.children()
+    rows, stack = [], list(reversed(kids.get(None, [])))
+    while stack and len(rows) < MAX_TABLE_BLOCKS:
+        block_hash = stack.pop()
+        block = pool.blocks[block_hash]
+        rows.append({"block": short_hash(block_hash), "parent": short_hash(block.parent),
+                     "position": block.depth, "shared_by": shared.get(block_hash, 1),
+                     "tokens": text(block.token_ids)})
+        stack.extend(reversed(kids.get(block_hash, [])))
+    return pd.DataFrame(rows, columns=["block", "parent", "position", "shared_by", "tokens"])
+
+
+def short_hash(block_hash) -> str:
+    if block_hash is None:
+        return ""
+    if isinstance(block_hash, bytes):
+        return block_hash.hex()[:8]
+    return f"{block_hash & 0xFFFFFFFF:08x}"
+
+
+def config_frame(state: EngineState) -> pd.DataFrame:
+    """Columns: setting, value: vllm:cache_config_info's labels, the important ones first."""
+    config = state.metrics.cache_config if state.metrics else {}
+    keys = [k for k in CONFIG_KEYS if k in config] + sorted(k for k in config if k not in CONFIG_KEYS)
+    return pd.DataFrame({"setting": keys, "value": [config[k] for k in keys]})
