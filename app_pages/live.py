@@ -1,9 +1,14 @@
 """Live: generate and watch the KV cache grow, beside a run that recomputes without it."""
+from dataclasses import replace
+
 import streamlit as st
 
-from kvviz import panels, ui
+from kvviz import cache_map_panel, panels, ui
 
 spec, cfg, opts = ui.sidebar()
+if st.sidebar.toggle("Attention over the cache", value=False, key="attention", bind="query-params",
+                     help=cache_map_panel.ATTENTION_HELP):
+    spec, cfg = replace(spec, attn_implementation="eager"), replace(cfg, attention=True)
 st.sidebar.page_link("app_pages/replay.py", label="Or replay a recorded run (no model needed)",
                      icon=":material/replay:")
 st.title("kvviz · the KV cache, live")

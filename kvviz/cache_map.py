@@ -28,7 +28,7 @@ from kvviz.events import StepEvent
 MAX_COLUMNS = 160  # hover / attention columns at most; wider runs are binned
 MAX_TEXT_CHARS = 80  # a binned column's text is cut here, with an ellipsis
 NEWLINE = "⏎"
-SAFE_LABEL = re.compile(r"[^A-Za-z0-9 _.·/()+←-]")  # layer labels go into an axis expression
+SAFE_LABEL = re.compile(r"[^A-Za-z0-9 .·/+←-]")  # labels go into an axis expression and captions
 CELL_COLUMNS = ["layer", "tensor_row", "shade", "status", "pos_start", "pos_end", "positions"]
 COLUMN_COLUMNS = ["pos_start", "pos_end", "positions", "part", "text"]
 MAP_COLUMNS = CELL_COLUMNS + [c for c in COLUMN_COLUMNS if c not in CELL_COLUMNS]

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from kvviz import captions, charts, engine, frames, live_charts, race, report, ui
+from kvviz import cache_map_panel, captions, charts, engine, frames, live_charts, race, report, ui
 from kvviz.trace import Trace, summary
 from kvviz.units import fmt_bytes
 
@@ -56,6 +56,7 @@ class LiveView:
             self.race_slot = titled_box(right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
             self.parity_slot = right.empty()
+        self.cache_map = cache_map_panel.CacheMapPanel(st.container(border=True, key="cache-map-panel"), meta)
         self.max_new_tokens = max_new_tokens
         self.specs: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
@@ -81,6 +82,7 @@ class LiveView:
         for name, df in data.items():
             if name in self.slots and self.needs_redraw(name, cached[-1], final):
                 self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
+        self.cache_map.draw(cached, final)
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
             same, line = captions.parity(cached, recompute)
