@@ -9,11 +9,12 @@ spec, cfg, opts = ui.sidebar()
 if st.sidebar.toggle("Attention over the cache", value=False, key="attention", bind="query-params",
                      help=cache_map_panel.ATTENTION_HELP):
     spec, cfg = replace(spec, attn_implementation="eager"), replace(cfg, attention=True)
-st.sidebar.page_link("app_pages/replay.py", label="Or replay a recorded run (no model needed)",
-                     icon=":material/replay:")
+st.sidebar.page_link("app_pages/replay.py", label="Replay a recorded run", icon=":material/replay:",
+                     help="Plays a run recorded earlier through these panels: no model needed")
 st.title("kvviz · the KV cache, live")
 st.caption("Every number below is measured from the running model unless labelled modelled.")
 ui.explainer()
+panels.preload_charts()
 lm = ui.load_model_with_progress(spec)
 go, stop, info = st.columns([1, 1, 6], vertical_alignment="center")
 generate = go.button("Generate", type="primary", disabled=lm is None, key="generate")
@@ -28,5 +29,8 @@ elif "trace" in st.session_state:
     if stopped and not st.session_state.get("run_done", True):
         status.info("Stopped. What was produced is kept below.")
     panels.show_result(st.session_state["trace"], opts.show_tokens)
-else:
+elif lm is not None:
     status.info("Press **Generate** to start. Pick a prompt and settings in the sidebar.")
+else:
+    status.info("Generate is off until a model is loaded: see the message above, and pick another "
+                "model in the sidebar if this one cannot load.")

@@ -17,8 +17,8 @@ def headline(meta: dict, sums: dict, last: StepEvent) -> list[tuple[str, str, st
          "2 × layers × KV heads × head_dim × tokens × batch × bytes per element"),
         ("Time to first token", fmt_ms(c.get("ttft_ms")), "the prefill: the whole prompt in one pass"),
         ("Inter-token (median)", fmt_ms(c.get("itl_median_ms")), "median decode step"),
-        ("Tokens/s", f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") else "–",
-         "tokens × batch / measured step time"),
+        ("Tokens/s", f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") and c.get("new_tokens", 0) > 1
+         else "–", "tokens × batch / measured step time (shown from the first decode step on)"),
         ("vs recompute", fmt_ratio(speedup),
          f"recompute time / cached time over the first {sums['speedup_steps']} steps of both"),
     ]
@@ -95,14 +95,16 @@ def chart_captions(meta: dict, cached: list[StepEvent]) -> dict[str, str]:
             "blocks": blocks_caption(meta, last), "timings": timings_caption(meta, cached)}
 
 
-def parity(cached: list[StepEvent], recompute: list[StepEvent]) -> tuple[bool, str]:
-    """Whether the recompute run chose the very same tokens as the cached run so far."""
+def parity(cached: list[StepEvent], recompute: list[StepEvent], final: bool = False) -> tuple[bool, str]:
+    """Whether the recompute run chose the very same tokens as the cached run (so far, until `final`)."""
     for c, r in zip(cached, recompute):
         if c.token_ids != r.token_ids:
             return False, (f"Tokens differ from step {c.step} on. In half precision the two paths "
                            "round differently, so a near-tie can flip the argmax; in fp32 they agree.")
     if not recompute:
         return True, "Waiting for the first recomputed token…"
+    if final:
+        return True, f"Same tokens: all {tokens(len(recompute))} recomputed match the cached run."
     return True, f"Same tokens: all {tokens(len(recompute))} recomputed so far match the cached run."
 
 

@@ -5,8 +5,10 @@ spec is built once per run and only its data is swapped (kvviz.charts.spec_with_
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pandas as pd
@@ -52,9 +54,11 @@ class LiveView:
         left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
         self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
+        self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
         if right is not None:
             self.race_slot = titled_box(right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
+            self.race_note_slot = right.empty()
             self.parity_slot = right.empty()
         self.cache_map = cache_map_panel.CacheMapPanel(st.container(border=True, key="cache-map-panel"), meta)
         self.max_new_tokens = max_new_tokens
@@ -63,11 +67,29 @@ class LiveView:
         self.figure_updates = 0
         self.slots = chart_slots(LAYOUT + ((RACE_ROW,) if race_on else ()))
 
+    def clear(self) -> None:
+        """Blank text panels before a run's first token (the previous run's text must not linger)."""
+        self.text_slot.code(" ", language=None)
+        if self.race_on:
+            self.race_slot.code(" ", language=None)
+
+    @contextmanager
+    def prefilling(self):
+        """Say what happens while the whole prompt goes through the model in one forward pass."""
+        n, batch = self.meta["prompt_tokens"], self.meta["batch"]
+        with self.note_slot.container(), st.spinner(
+                f"Prefilling {n:,} prompt tokens{f' × batch {batch}' if batch > 1 else ''}: one forward "
+                "pass over the whole prompt; the first token appears when it ends.", show_time=True):
+            yield
+        self.note_slot.empty()
+
     def update(self, trace: Trace, final: bool = False) -> None:
         cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
         self.text_slot.code(text_of(cached, self.show_tokens) or " ", language=None, wrap_lines=True)
         if self.race_on:
             self.race_slot.code(text_of(recompute, self.show_tokens) or " ", language=None, wrap_lines=True)
+            if final:
+                self.race_note_slot.caption(race_stop_note(cached, recompute))
         now = time.monotonic()
         if cached and (final or now - self.last_chart_t >= CHART_INTERVAL_S):
             self.last_chart_t = now
@@ -85,7 +107,7 @@ class LiveView:
         self.cache_map.draw(cached, final)
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
-            same, line = captions.parity(cached, recompute)
+            same, line = captions.parity(cached, recompute, final)
             (self.parity_slot.success if same else self.parity_slot.warning)(line)
             texts |= captions.race_captions(cached, recompute, final)
         for name, text in texts.items():
@@ -106,6 +128,31 @@ class LiveView:
     def draw_metrics(self, sums: dict, last) -> None:
         for slot, (label, value, help_text) in zip(self.metric_slots, captions.headline(self.meta, sums, last)):
             slot.metric(label, value, help=help_text)
+
+
+def race_stop_note(cached, recompute) -> str:
+    """Why the no-cache text ends where it does (mid-word, often) once a run is over."""
+    if len(recompute) >= len(cached):
+        return f"Finished: all {captions.tokens(len(cached))} recomputed."
+    return (f"Stopped when the cached run finished, after {len(recompute)} of "
+            f"{captions.tokens(len(cached))}: the race gives both runs the same time, so the text "
+            "breaks off wherever the no-cache run had got to.")
+
+
+PRELOAD_DESCRIPTION = "kvviz: preloads the chart code"
+PRELOAD_CSS = "<style>.st-key-chart-preload { display: none; }</style>"
+
+
+def preload_charts() -> None:
+    """An invisible empty chart, so the browser fetches its chart code while the page is idle.
+
+    Streamlit loads the Vega-Lite component on first use; until it arrives every chart is a grey
+    placeholder box, which a run's first frames would otherwise show.
+    """
+    st.html(PRELOAD_CSS)  # a fixed stylesheet, never user text
+    with st.container(key="chart-preload"):
+        st.vega_lite_chart({"mark": "point", "description": PRELOAD_DESCRIPTION, "data": {"values": []}},
+                           height=10)
 
 
 def titled_box(column, title: str, key: str):
@@ -166,6 +213,7 @@ def run_live(lm, cfg, opts, status) -> None:
     trace = Trace(meta, [])
     st.session_state["trace"], st.session_state["run_done"] = trace, False
     view = LiveView(meta, cfg.max_new_tokens, opts.race, opts.show_tokens)
+    view.clear()
     with ui.device_turn(status):
         deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
         out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
@@ -190,7 +238,12 @@ def run_live(lm, cfg, opts, status) -> None:
 
 
 def drive(events, trace: Trace, view: LiveView, pace: float) -> None:
-    for event in events:
+    events = iter(events)
+    with view.prefilling():
+        first = next(events, None)
+    if first is None:
+        return
+    for event in itertools.chain([first], events):
         trace.append(event)
         view.update(trace)
         if event.mode == "cached":

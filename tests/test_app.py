@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.ui import inert
+from kvviz.panels import PRELOAD_CSS, PRELOAD_DESCRIPTION
+from kvviz.ui import PRESENTER_CSS, inert
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PROMPT = "prompt-Short question"  # the prompt text_area's key under the default preset
@@ -40,7 +41,8 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 
 def charts(at: AppTest) -> list:
-    return at.main.get("vega_lite_chart")
+    """The page's charts, less the invisible empty one that preloads the chart code."""
+    return [c for c in at.main.get("vega_lite_chart") if PRELOAD_DESCRIPTION not in c.proto.spec]
 
 
 def texts_everywhere(at: AppTest) -> list[str]:
@@ -189,7 +191,8 @@ def test_markup_in_the_prompt_is_shown_inert(at, chat):
     for text in markdown_everywhere(at):
         for fragment in ("<script", "onerror", "**bold**", "javascript:", "<b>"):
             assert fragment not in text
-    assert not at.get("html")  # st.html is only ever the fixed presenter stylesheet
+    # st.html only ever carries kvviz's own fixed stylesheets, never text from the page
+    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, PRESENTER_CSS}
 
 
 def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_dir):
