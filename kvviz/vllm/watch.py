@@ -156,7 +156,9 @@ class EngineWatch:
         with self.lock:
             pool = state_for(self.states, conn.url, rank).pool
             last, last_ts = pool.last_seq, pool.last_ts
-        if last is not None and message.seq > last + 1:
+        if last is None and message.seq > 0:
+            self.fill(conn, sub, 0)
+        elif last is not None and message.seq > last + 1:
             self.fill(conn, sub, last + 1)
         elif last is not None and message.seq <= last and message.batch.ts > last_ts:
             self.note(conn.url, f"rank {rank}: event sequence restarted at {message.seq} "
