@@ -10,21 +10,35 @@ A `Cache` holds one layer object per decoder layer. What each keeps is modelled 
   keeps a slice of the freshly concatenated keys (W − 1 of W tokens, or of the whole prompt right
   after a long prefill).
 
-Layer classes read: DynamicLayer, DynamicSlidingWindowLayer, the static layers, the quantized
-layers (their `keys` / `values`), LinearAttentionLayer and the hybrid linear+attention layers,
-DummyLayer (a layer that reuses another layer's KV: it holds nothing), and MiniMax's own cache
-(`linear_cache`). Any other layer class raises `UnreadableCache` naming it.
+Layer classes read (exactly these, see READABLE): DynamicLayer, DynamicSlidingWindowLayer, the
+static layers, LinearAttentionLayer and the hybrid linear + attention layers, DummyLayer (a layer
+that reuses another layer's KV: it holds nothing), and MiniMax's own cache (its `linear_cache`
+beside plain dynamic layers). Any other layer class raises `UnreadableCache` naming it, and the
+engine shows the run without cache bytes rather than wrong ones.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
-from transformers.cache_utils import (CacheLayerMixin, DummyLayer, LinearAttentionCacheLayerMixin,
-                                      StaticLayer)
+from transformers.cache_utils import (CacheLayerMixin, DummyLayer, DynamicLayer, DynamicSlidingWindowLayer,
+                                      LinearAttentionAndFullAttentionLayer,
+                                      LinearAttentionAndSlidingWindowAttentionLayer,
+                                      LinearAttentionAndStaticFullAttentionLayer,
+                                      LinearAttentionAndStaticSlidingWindowAttentionLayer,
+                                      LinearAttentionCacheLayerMixin, LinearAttentionLayer, StaticLayer,
+                                      StaticSlidingWindowLayer)
 
 from kvviz import layout
 from kvviz.events import LayerStat
+
+
+# Exactly these classes: a subclass (a model's own layer, a quantized or indexed layer) may keep
+# tensors elsewhere, and guessing would show wrong bytes as measured.
+READABLE = (DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer,
+            LinearAttentionLayer, LinearAttentionAndFullAttentionLayer,
+            LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionAndStaticFullAttentionLayer,
+            LinearAttentionAndStaticSlidingWindowAttentionLayer, DummyLayer)
 
 
 class UnreadableCache(Exception):
@@ -82,11 +96,10 @@ def read_layer(layer) -> LayerBytes:
 
 def _read_layer(layer) -> LayerBytes:
     out = LayerBytes()
+    if type(layer) not in READABLE:
+        raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__}")
     if isinstance(layer, DummyLayer):
         return out
-    known = isinstance(layer, (CacheLayerMixin, LinearAttentionCacheLayerMixin))
-    if not known:
-        raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__}")
     if isinstance(layer, LinearAttentionCacheLayerMixin):
         _read_states(layer, out)
     if isinstance(layer, CacheLayerMixin):

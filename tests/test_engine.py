@@ -171,3 +171,30 @@ def test_chat_template_wraps_the_prompt():
 def test_bad_requests_get_clear_errors(cfg, message):
     with pytest.raises(ValueError, match=message):
         list(engine.generate(tiny_lm(), cfg))
+
+
+def opaque_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class OpaqueLayer(DynamicLayer):
+        """A layer class kvviz does not know (a model's own, say): it may keep tensors elsewhere."""
+
+    return OpaqueLayer
+
+
+def test_unknown_cache_layer_class_is_named_and_the_run_goes_on(monkeypatch):
+    from transformers import DynamicCache
+
+    def opaque_cache(model, backend, max_len):
+        cache = DynamicCache(config=model.config)
+        cache.layers = [opaque_layer_class()() for _ in cache.layers]
+        return cache
+
+    monkeypatch.setattr(engine, "make_cache", opaque_cache)
+    lm = tiny_lm()
+    events = run(lm, max_new_tokens=6)
+    plain = [e.token_ids for e in run(lm, "recompute", max_new_tokens=6)]
+    assert [e.token_ids for e in events] == plain and all(e.step_ms > 0 for e in events)
+    assert all(e.cache_note == "kvviz cannot read cache layers of class OpaqueLayer" for e in events)
+    assert all(e.kv_bytes == 0 and e.storage_bytes is None and e.formula_bytes > 0 for e in events)
+    assert all(s.forward_ms > 0 for s in events[-1].layers)

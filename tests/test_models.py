@@ -72,3 +72,31 @@ def test_is_complete_needs_every_recorded_size(tmp_path):
     assert not models.is_complete(tmp_path)
     (tmp_path / models.MARKER).write_text("{not json")
     assert not models.is_complete(tmp_path)
+
+
+def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
+    from kvviz import engine
+    from kvviz.config import RunConfig
+    from tiny import save_arch
+    lm = models.load_model(ModelSpec(name=str(save_arch(tmp_path, "gpt_oss"))))  # asks for sdpa
+    assert lm.model.config._attn_implementation == "eager"
+    assert lm.attn_fallback.startswith("sdpa → eager: ") and "scaled_dot_product_attention" in lm.attn_fallback
+    meta = engine.run_meta(lm, RunConfig(max_new_tokens=2, chat_template=False))
+    assert meta["attn_implementation"] == "eager" and meta["attn_fallback"] == lm.attn_fallback
+
+
+def test_supported_sdpa_is_kept_without_a_fallback_note(tiny_dir):
+    lm = models.load_model(ModelSpec(name=str(tiny_dir)))
+    assert lm.model.config._attn_implementation == "sdpa" and lm.attn_fallback == ""
+
+
+def test_without_a_chat_template_the_prompt_gets_bos_as_generate_callers_do():
+    from kvviz import engine
+    from kvviz.config import RunConfig
+    from tiny import tiny_bos_tokenizer
+    tok = tiny_bos_tokenizer()
+    for chat in (True, False):  # no template: asking for one changes nothing
+        batch = engine.encode_prompts(tok, RunConfig(prompts=("Hello there",), chat_template=chat),
+                                      torch.device("cpu"))
+        assert batch.ids[0].tolist() == tok("Hello there")["input_ids"]
+        assert batch.ids[0, 0].item() == tok.bos_token_id == 2
