@@ -21,7 +21,8 @@ REQUIRED_MODELS = [
     "DeepSeek-V3", "Kimi-K2", "Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-8B", "Qwen3-14B",
     "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "Qwen3-Next-80B-A3B", "gpt-oss-20b",
     "gpt-oss-120b", "Gemma-3-1B", "Gemma-3-4B", "Gemma-3-12B", "Gemma-3-27B", "Llama-3.3-70B",
-    "Llama-4-Scout", "Llama-4-Maverick", "Mistral-7B-v0.1",
+    "Llama-4-Scout", "Llama-4-Maverick", "Mistral-7B-v0.1", "Mistral-Small-3-24B", "Phi-4",
+    "SmolLM3-3B", "Granite-4.0-H-Tiny",
     # kept from the first catalog
     "SmolLM2-135M", "SmolLM2-360M", "SmolLM2-1.7B", "Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.2-1B",
     "Llama-3.2-3B", "Mistral-7B-v0.3", "Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen2.5-14B",
