@@ -239,6 +239,8 @@ class RunPlan:
                 "dtype": str(lm.dtype).removeprefix("torch."), **layout_meta(self.specs),
                 "elem_bytes": self.elem_bytes, "bytes_per_token": self.bytes_per_token,
                 "state_bytes": int(layout.state_bytes(self.specs, self.elem_bytes)),
+                "layer_bytes_per_token": [int(s.values_per_token * self.elem_bytes) for s in self.specs],
+                "layer_state_bytes": [int(layout.state_bytes([s], self.elem_bytes)) for s in self.specs],
                 "attn_implementation": attention_implementation(lm.model),
                 **({"attn_fallback": lm.attn_fallback} if lm.attn_fallback else {}),
                 "weight_bytes": lm.weight_bytes, "prompt_tokens": self.batch.prompt_len,

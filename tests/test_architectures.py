@@ -140,3 +140,25 @@ def test_sliding_views_pin_more_than_they_hold():
 
 def test_gpt_oss_runs_with_eager_and_the_trace_says_so():
     assert recorded("gpt_oss").meta["attn_implementation"] == "eager"
+
+
+@pytest.mark.parametrize("name", ["gemma3_text", "qwen3_next", "deepseek_v3"])
+def test_meta_per_layer_bytes_rebuild_the_formula(name):
+    """A reader of the trace alone (charts, replay) gets each layer's bytes from meta."""
+    meta = recorded(name).meta
+    for e in recorded(name).events_of("cached"):
+        tokens = e.seq_len - 1
+        for stat, per_token, state, cap in zip(e.layers, meta["layer_bytes_per_token"],
+                                               meta["layer_state_bytes"], meta["windows"]):
+            held = tokens if cap is None else min(tokens, cap - 1)
+            assert stat.formula_bytes == (per_token * held + state) * meta["batch"]
+
+
+def test_captions_name_a_mixed_layout():
+    from kvviz import captions
+    trace = recorded("gemma3_text")
+    last = trace.events_of("cached")[-1]
+    assert "Layers: 5 × sliding 6, 1 × full" in captions.layers_caption(trace.meta)
+    assert "the per-layer formula" in captions.total_caption(trace.meta, last)
+    label, value, help_text = captions.cache_figure(last)
+    assert "they pin" in help_text  # sliding views pin more storage than they hold
