@@ -14,7 +14,8 @@ def headline(meta: dict, sums: dict, last: StepEvent) -> list[tuple[str, str, st
         ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
         cache_figure(last),
         ("Formula", fmt_bytes(last.formula_bytes),
-         "2 × layers × KV heads × head_dim × tokens × batch × bytes per element"),
+         "per layer (kvviz.layout): tokens held × K+V values per token × batch × bytes per element, "
+         "a sliding / chunked layer holding at most its window − 1, plus state layers' fixed state"),
         ("Time to first token", fmt_ms(c.get("ttft_ms")), "the prefill: the whole prompt in one pass"),
         ("Inter-token (median)", fmt_ms(c.get("itl_median_ms")), "median decode step"),
         ("Tokens/s", f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") and c.get("new_tokens", 0) > 1
@@ -28,11 +29,35 @@ def cache_figure(last: StepEvent) -> tuple[str, str, str]:
     if last.blocks is not None and last.blocks.contiguous_is_real:
         return ("KV cache (allocated)", fmt_bytes(last.kv_bytes),
                 "StaticCache allocates every token slot up front; the formula counts the tokens held")
-    return "KV cache (measured)", fmt_bytes(last.kv_bytes), "bytes of every layer's K and V tensors"
+    pinned = last.storage_bytes
+    if pinned is not None and pinned != last.kv_bytes:
+        return ("KV cache (measured)", fmt_bytes(last.kv_bytes),
+                f"numel × element size of every layer's K, V and state tensors; they pin {fmt_bytes(pinned)} "
+                "of storage, because a sliding layer keeps a view of a larger concatenated buffer")
+    return ("KV cache (measured)", fmt_bytes(last.kv_bytes),
+            "numel × element size of every layer's K, V and state tensors")
+
+
+def is_uniform(meta: dict) -> bool:
+    """Every layer a full-attention layer (traces from before the layout model count as such)."""
+    return set(meta.get("layer_kinds") or ["full"]) == {"full"}
+
+
+def layout_clause(meta: dict) -> str:
+    """"layers: 52 × sliding 1024, 10 × full; ..." for captions of mixed layouts, else ""."""
+    if is_uniform(meta):
+        return ""
+    state = meta.get("state_bytes") or 0
+    fixed = f"; state layers keep {fmt_bytes(state * meta['batch'])} whatever the length" if state else ""
+    return (f" Layers: {meta.get('layout', '')}; a sliding or chunked layer stops growing at its "
+            f"window − 1 tokens, a shared layer reuses another's cache{fixed}.")
 
 
 def layers_caption(meta: dict) -> str:
     per_token = meta["bytes_per_token"] * meta["batch"]
+    if not is_uniform(meta):
+        return (f"Each new token adds up to {fmt_bytes(per_token)} across {meta['num_layers']} layers"
+                f"{' (batch ' + str(meta['batch']) + ')' if meta['batch'] > 1 else ''}." + layout_clause(meta))
     return (f"Each new token adds {fmt_bytes(per_token)} across {meta['num_layers']} layers "
             f"({fmt_bytes(per_token / meta['num_layers'])} per layer: K and V, each "
             f"{meta['num_kv_heads']} KV heads × {meta['head_dim']} numbers of {meta['elem_bytes']} bytes"
@@ -41,9 +66,11 @@ def layers_caption(meta: dict) -> str:
 
 def total_caption(meta: dict, last: StepEvent) -> str:
     tokens = last.seq_len - 1
-    return (f"Measured {fmt_bytes(last.kv_bytes)}; the formula 2 × {meta['num_layers']} × "
-            f"{meta['num_kv_heads']} × {meta['head_dim']} × {tokens} tokens × {meta['batch']} × "
-            f"{meta['elem_bytes']} B gives {fmt_bytes(last.formula_bytes)}. A contiguous reservation "
+    formula = (f"the formula 2 × {meta['num_layers']} × {meta['num_kv_heads']} × {meta['head_dim']} × "
+               f"{tokens} tokens × {meta['batch']} × {meta['elem_bytes']} B" if is_uniform(meta) else
+               f"the per-layer formula at {tokens} tokens × {meta['batch']} × {meta['elem_bytes']} B")
+    return (f"Measured {fmt_bytes(last.kv_bytes)}; {formula} gives {fmt_bytes(last.formula_bytes)}."
+            f"{layout_clause(meta)} A contiguous reservation "
             f"for {meta['max_len']} tokens holds {fmt_bytes(meta['bytes_per_token'] * meta['max_len'] * meta['batch'])}; "
             f"the weights take {fmt_bytes(meta['weight_bytes'])}, so the cache is "
             f"{last.kv_bytes / max(meta['weight_bytes'], 1):.1%} of them.")
