@@ -159,7 +159,8 @@ def position_texts(meta: dict, events: Sequence[StepEvent], seq: int = 0) -> lis
 
 
 def _column_text(texts: Sequence[str | None]) -> str:
-    joined = "".join(t for t in texts if t).replace("\n", NEWLINE)
+    """The column's text for display: newlines shown, lone surrogates (valid JSON, not UTF-8) as "?"."""
+    joined = "".join(t for t in texts if t).replace("\n", NEWLINE).encode("utf-8", "replace").decode("utf-8")
     return joined if len(joined) <= MAX_TEXT_CHARS else joined[:MAX_TEXT_CHARS - 1] + "…"
 
 

@@ -18,21 +18,25 @@ from kvviz.cache_map import SAFE_LABEL, TENSORS, LayerKind, uniform_label
 
 SHADES = {"K": "#4C78A8", "V": "#F58518", "latent (MLA)": "#B279A2", "rope key (MLA)": "#FF9DA6",
           "state": "#54A24B", "shared": "#9D755D", "dropped": "#D9D9D9", "padding": "#F0F0F0"}
-STATUS_OPACITY = {"prompt": 0.5, "generated": 1.0, "dropped": 1.0, "padding": 1.0, "state": 0.8}
-ROW_PX = 12  # height of one layer (its two tensor rows)
+STATUS_OPACITY = {"prompt": 0.4, "generated": 1.0, "dropped": 1.0, "padding": 1.0, "state": 0.8}
+ROW_PX = 10  # height of one layer (its two tensor rows)
+FRAME_PX = 90  # axes, legend and the boundary label: Streamlit fits the whole chart in its height
 
 
-def shades_for(kinds: Sequence[LayerKind]) -> dict[str, str]:
-    """The legend's entries: the tensors these kinds cache, then dropped / padding."""
+def shades_for(kinds: Sequence[LayerKind], padded: bool = True) -> dict[str, str]:
+    """The legend's entries: the tensors these kinds cache, then dropped (when a layer is capped)
+    and padding (when sequences of a batch may be padded)."""
     names = dict.fromkeys(t for k in kinds for t in TENSORS[k.kind])
     if any(k.kind in ("sliding", "chunked") for k in kinds):
         names["dropped"] = None
-    names["padding"] = None
+    if padded:
+        names["padding"] = None
     return {name: SHADES[name] for name in names}
 
 
 def map_height(num_layers: int) -> int:
-    return max(120, min(480, num_layers * ROW_PX))
+    """The whole chart's height: the plot (capped for very deep models) plus its frame."""
+    return max(60, min(480, num_layers * ROW_PX)) + FRAME_PX
 
 
 def layer_axis(kinds: Sequence[LayerKind]) -> alt.Axis:
@@ -46,7 +50,8 @@ def layer_axis(kinds: Sequence[LayerKind]) -> alt.Axis:
 
 def _x(max_len: int, title: str | None) -> alt.X:
     scale = alt.Scale(domain=[0, max(max_len, 1)], nice=False, zero=True)
-    return alt.X("pos_start:Q", title=title, scale=scale, axis=alt.Axis(format="d", grid=False))
+    return alt.X("pos_start:Q", title=title, scale=scale,
+                 axis=alt.Axis(format="d", grid=False, tickCount=12, tickMinStep=1))
 
 
 def _y(kinds: Sequence[LayerKind]) -> alt.Y:
@@ -75,15 +80,15 @@ def _columns_layer() -> alt.Chart:
 
 
 def cache_map_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
-                    prompt_len: int) -> alt.LayerChart:
+                    prompt_len: int, padded: bool = True) -> alt.LayerChart:
     """Positions (x) × layers (y), two thin rows per layer (K over V, latent over rope key).
 
     Input (map_frame): row, layer, tensor_row, shade, status, pos_start, pos_end, positions, part,
-    text. Colour = what a cell holds; the prompt's cells are paler than generated ones; positions a
+    text. `padded`: whether the legend lists padding (a batch of several sequences). Colour = what a cell holds; the prompt's cells are paler than generated ones; positions a
     sliding / chunked layer has dropped are grey. x domain [0, max_len] fixed, so a column
     appears per step in a still frame.
     """
-    shades = shades_for(kinds)
+    shades = shades_for(kinds, padded)
     opacity = alt.Opacity("status:N", legend=None, scale=alt.Scale(
         domain=list(STATUS_OPACITY), range=list(STATUS_OPACITY.values())))
     cells = alt.Chart().transform_filter(alt.datum.row == "cell").mark_rect().encode(
@@ -91,7 +96,7 @@ def cache_map_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
         yOffset=alt.YOffset("tensor_row:O", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("shade:N", title="cache holds", scale=alt.Scale(
             domain=list(shades), range=list(shades.values())),
-            legend=alt.Legend(orient="bottom", direction="horizontal")),
+            legend=alt.Legend(orient="top", direction="horizontal", titleOrient="left")),
         opacity=opacity)
     return alt.layer(cells, *_boundary(prompt_len), _columns_layer(), data=df).properties(
         height=map_height(len(kinds)))

@@ -19,12 +19,13 @@ ROW_KEY = "cache_map_row"  # session-state key of the batch-row picker
 def map_specs(meta: dict) -> dict[str, dict]:
     """The map's and the attention map's specs for this run shape, built once per process."""
     kinds = cm.layer_kinds(meta)
-    key = (tuple(kinds), int(meta["max_len"]), cm.prompt_len(meta))
+    padded = int(meta.get("batch", 1)) > 1
+    key = (tuple(kinds), int(meta["max_len"]), cm.prompt_len(meta), padded)
     if key not in SPECS:
         if len(SPECS) > 32:
             SPECS.clear()
         args = (kinds, key[1], key[2])
-        SPECS[key] = {"map": charts.to_spec(cc.cache_map_chart(cm.map_frame(meta, []), *args)),
+        SPECS[key] = {"map": charts.to_spec(cc.cache_map_chart(cm.map_frame(meta, []), *args, padded=padded)),
                       "attention": charts.to_spec(cc.attention_chart(cm.attention_frame(meta, []), *args))}
     return SPECS[key]
 
@@ -37,8 +38,9 @@ def attention_recorded(meta: dict) -> bool:
 class CacheMapPanel:
     """One run's cache map. Build it before the first event; call `draw` with the cached events."""
 
-    def __init__(self, container, meta: dict):
+    def __init__(self, container, meta: dict, font_scale: float = 1.0):
         self.meta, self.batch = meta, int(meta.get("batch", 1))
+        self.font_scale = font_scale  # chart text size (presenter mode: charts.with_font_scale)
         self.attention = attention_recorded(meta)
         container.markdown(f"**{TITLE}**")  # a constant title, never user text
         self.picker_slot = container.empty() if self.batch > 1 else None
@@ -54,7 +56,7 @@ class CacheMapPanel:
         self.draws += 1
         if final:
             self.pick_row()
-        specs = map_specs(self.meta)
+        specs = {name: charts.with_font_scale(spec, self.font_scale) for name, spec in map_specs(self.meta).items()}
         self.map_slot.vega_lite_chart(charts.spec_with_data(specs["map"], cm.map_frame(self.meta, cached, self.seq)))
         if self.attention_slot is not None and (final or self.draws % 2):
             frame = cm.attention_frame(self.meta, cached, self.seq)
@@ -73,7 +75,7 @@ class CacheMapPanel:
         self.seq = min(int(self.seq), self.batch - 1)
 
 
-def caption(meta: dict, last: StepEvent, seq: int, final: bool) -> str:
+def caption(meta: dict, last: StepEvent, seq: int, final: bool, hover: bool = True) -> str:
     """What the map shows, in words: kinds, dropped positions, binning, batch row, attention cost."""
     kinds = cm.layer_kinds(meta)
     held = cm.written(last)
@@ -82,9 +84,9 @@ def caption(meta: dict, last: StepEvent, seq: int, final: bool) -> str:
     parts.append(kinds_sentence(kinds))
     width = cm.bin_width(int(meta["max_len"]))
     if width > 1:
-        parts.append(f"Columns of {width} positions (more than {cm.MAX_COLUMNS} would not stay smooth); "
-                     "hover one for its text.")
-    else:
+        parts.append(f"Columns of {width} positions (more than {cm.MAX_COLUMNS} would not stay smooth)"
+                     + ("; hover one for its text." if hover else "."))
+    elif hover:
         parts.append("Hover a column for its token.")
     if int(meta.get("batch", 1)) > 1:
         parts.append(f"Showing sequence {seq + 1} of {meta['batch']}"

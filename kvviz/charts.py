@@ -30,7 +30,7 @@ import altair as alt
 import pandas as pd
 
 # One calm palette for every chart.
-KIND_COLORS = {"K": "#4C78A8", "V": "#F58518"}  # keys blue, values orange
+KIND_COLORS = {"K": "#4C78A8", "V": "#F58518", "state": "#54A24B"}  # keys blue, values orange
 MODE_COLORS = {"cached": "#54A24B", "recompute": "#E45756"}  # fast green, slow red
 STATE_COLORS = {"full": "#4C78A8", "partial": "#9ECAE9", "free": "#E4E4E4"}
 PART_COLORS = {"used": "#4C78A8", "unused": "#D5D5D5"}
@@ -76,6 +76,26 @@ def spec_with_data(spec: dict, df: pd.DataFrame) -> dict:
     return {**spec, "datasets": {**spec.get("datasets", {}), TABLE: df}}
 
 
+# Streamlit's chart theme sizes (px) for each kind of chart text; presenter mode scales them all.
+FONT_PX = {("axis", "labelFontSize"): 12, ("axis", "titleFontSize"): 12, ("legend", "labelFontSize"): 14,
+           ("legend", "titleFontSize"): 14, ("header", "labelFontSize"): 12, ("header", "titleFontSize"): 14,
+           ("title", "fontSize"): 16, ("text", "fontSize"): 11}
+
+
+def with_font_scale(spec: dict, scale: float) -> dict:
+    """`spec` with every chart text `scale` times its usual size (presenter mode), as config.
+
+    Text marks that set their own fontSize keep it. Shallow: `spec` is not mutated.
+    """
+    if scale == 1:
+        return spec
+    config = dict(spec.get("config", {}))
+    for (part, key), px in FONT_PX.items():
+        config[part] = {**config.get(part, {}), key: round(px * scale)}
+    config["axis"] = {**config["axis"], "labelLimit": round(180 * scale)}
+    return {**spec, "config": config}
+
+
 def _nice_step(span: float, ticks: int = 5) -> float:
     """The 1, 2 or 5 x 10^k step that cuts `span` into closest to `ticks` intervals."""
     power = 1.0
@@ -107,27 +127,33 @@ def _domain(low: float, high: float | None) -> alt.Scale:
     return alt.Scale() if high is None else alt.Scale(domain=[low, high], nice=False)
 
 
-def layer_bytes_chart(
-    df: pd.DataFrame, max_bytes: int, num_layers: int | None = None,
-) -> alt.Chart:
-    """Bars of the bytes each decoder layer's K and V hold, side by side per layer.
+def layer_groups_chart(df: pd.DataFrame, max_bytes: int, groups: list[str],
+                       tensors: tuple[str, ...] = ("K", "V")) -> alt.LayerChart:
+    """Bytes one layer of each kind holds (K, V, state side by side), one group per layer kind.
 
-    Input columns (frames.layer_bytes_frame): layer, kind ("K"/"V"), kv_bytes, tokens.
-    max_bytes: top of the y axis, fixed (the largest single K or V tensor of the run, e.g. one
-    layer at max length); num_layers fixes the x axis to layers 0..num_layers-1.
+    Input columns (live_charts.layer_groups_frame): group, kind ("K"/"V"/"state"), kv_bytes (one
+    layer), tokens, layers, group_bytes, cap_bytes (the layer's bytes at its window / chunk, null
+    when it has none), cap_label. `groups` fixes the x axis ("all 30 layers · full", or
+    "10 layers · full", "50 layers · sliding 1024"...); max_bytes fixes the y axis (one tensor of
+    the widest layer at max length); `tensors` the bars per group (K, V, and state for models
+    with state layers). A uniform model is one group: its layers are all alike.
     """
-    x_scale = alt.Scale() if num_layers is None else alt.Scale(domain=list(range(num_layers)))
-    return alt.Chart(df).mark_bar(clip=True).transform_calculate(
-        size=bytes_expr("datum.kv_bytes"),
-    ).encode(
-        x=alt.X("layer:O", title="decoder layer", scale=x_scale, axis=alt.Axis(labelAngle=0)),
-        xOffset=alt.XOffset("kind:N", scale=alt.Scale(domain=list(KIND_COLORS))),
-        y=alt.Y("kv_bytes:Q", title="bytes held", scale=_domain(0, max_bytes),
-                axis=_bytes_axis(max_bytes)),
-        color=_color("kind:N", KIND_COLORS, "tensor"),
-        tooltip=["layer:O", "kind:N", alt.Tooltip("size:N", title="bytes"),
-                 alt.Tooltip("tokens:Q", title="tokens held")],
-    )
+    x = alt.X("group:N", title=None, sort=groups, scale=alt.Scale(domain=groups),
+              axis=alt.Axis(labelAngle=0, labelLimit=260))
+    offset = alt.XOffset("kind:N", scale=alt.Scale(domain=list(tensors)))
+    y = alt.Y("kv_bytes:Q", title="bytes held by one layer", scale=_domain(0, max_bytes),
+              axis=_bytes_axis(max_bytes))
+    bars = alt.Chart().mark_bar(clip=True).transform_calculate(
+        size=bytes_expr("datum.kv_bytes"), total=bytes_expr("datum.group_bytes"),
+    ).encode(x=x, xOffset=offset, y=y, color=_color("kind:N", {t: KIND_COLORS[t] for t in tensors}, "tensor"), tooltip=[
+        "group:N", "kind:N", alt.Tooltip("size:N", title="one layer"),
+        alt.Tooltip("tokens:Q", title="tokens held"), alt.Tooltip("total:N", title="all layers of the group")])
+    cap = alt.Chart().transform_filter("isValid(datum.cap_bytes)").encode(
+        x=x, xOffset=offset, y=alt.Y("cap_bytes:Q"))
+    ticks = cap.mark_tick(color="#333333", thickness=2, clip=True)
+    labels = cap.transform_filter(alt.datum.kind == "K").mark_text(
+        align="left", baseline="bottom", dy=-3, color="#333333", clip=True).encode(text="cap_label:N")
+    return alt.layer(bars, ticks, labels, data=df)
 
 
 def _rules(values: list[dict]) -> list[alt.Chart]:

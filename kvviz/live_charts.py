@@ -5,8 +5,9 @@ Shared by the live panels (which build each spec once and then swap data) and th
 from __future__ import annotations
 
 import altair as alt
+import pandas as pd
 
-from kvviz import charts, frames
+from kvviz import cache_map, charts, frames
 from kvviz.events import StepEvent
 
 WEIGHTS_RULE_MAX = 4  # the weights' rule is left out beyond this x the reservation (caption says it)
@@ -17,13 +18,62 @@ def chart_data(meta: dict, cached: list[StepEvent], recompute: list[StepEvent]) 
     steps = frames.steps_frame(cached + recompute)
     last = cached[-1]
     held = (last.seq_len - 1) * meta["bytes_per_token"] * meta["batch"]  # tokens held x bytes
-    data = {"layers": frames.layer_bytes_frame(last), "total": steps[steps["mode"] == "cached"],
+    data = {"layers": layer_groups_frame(meta, last), "total": steps[steps["mode"] == "cached"],
             "steps": steps, "layer_times": frames.layer_times_frame(cached), "race": steps,
             "positions": steps}
     if last.blocks is not None:
         data["grid"] = frames.block_grid_frame(last.blocks, meta["batch"])
         data["reservation"] = frames.reservation_frame(last.blocks, held)
     return data
+
+
+GROUP_COLUMNS = ["group", "kind", "kv_bytes", "tokens", "layers", "group_bytes", "cap_bytes", "cap_label"]
+
+
+def layer_groups(meta: dict) -> dict[str, list[int]]:
+    """Layers grouped by kind label, in order of first appearance: {"10 layers · full": [0, 3, ...]}.
+
+    One group for a uniform model ("all 30 layers · full"), so that it reads as one fact, not
+    thirty identical bars.
+    """
+    kinds = cache_map.layer_kinds(meta)
+    by_label: dict[str, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        by_label.setdefault(kind.label, []).append(i)
+    if len(by_label) == 1:
+        (label, layers), = by_label.items()
+        return {f"all {len(layers)} layers · {label}": layers}
+    return {f"{len(layers)} layer{'s' if len(layers) > 1 else ''} · {label}": layers
+            for label, layers in by_label.items()}
+
+
+def _cap(kind: cache_map.LayerKind, nbytes: int, tokens: int) -> tuple[float | None, str | None]:
+    """Bytes this tensor reaches at the layer's window / chunk (bytes per token from the measure)."""
+    if kind.token_cap is None or kind.kind not in ("sliding", "chunked") or tokens <= 0:
+        return None, None
+    word = "window" if kind.kind == "sliding" else "chunk"
+    return nbytes / tokens * kind.token_cap, f"{word} {kind.token_cap:,}"
+
+
+def layer_groups_frame(meta: dict, event: StepEvent) -> pd.DataFrame:
+    """Bytes one layer of each group holds after `event`, per tensor (K, V, and state if any).
+
+    Columns: GROUP_COLUMNS. kv_bytes / tokens: the group's largest layer; group_bytes: the sum
+    over the group's layers; cap_bytes / cap_label: where a sliding or chunked layer stops growing.
+    """
+    kinds, stats = cache_map.layer_kinds(meta), {s.layer: s for s in event.layers}
+    with_state = any(s.state_bytes for s in event.layers)
+    rows = []
+    for group, layers in layer_groups(meta).items():
+        held = [stats[i] for i in layers if i in stats]
+        for tensor, read in (("K", lambda s: s.k_bytes), ("V", lambda s: s.v_bytes),
+                             ("state", lambda s: s.state_bytes))[:3 if with_state else 2]:
+            top = max(held, key=read, default=None)
+            nbytes = read(top) if top else 0
+            cap = _cap(kinds[layers[0]], nbytes, top.tokens if top else 0) if tensor != "state" else (None, None)
+            rows.append((group, tensor, nbytes, top.tokens if top else 0, len(layers),
+                         sum(read(s) for s in held), *cap))
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
 def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:
@@ -36,7 +86,8 @@ def build_charts(meta: dict, max_new_tokens: int, data: dict) -> dict[str, alt.T
     layer_max = meta["num_kv_heads"] * meta["head_dim"] * meta["max_len"] * meta["batch"] * meta["elem_bytes"]
     contiguous = meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
     built = {
-        "layers": charts.layer_bytes_chart(data["layers"], layer_max, meta["num_layers"]),
+        "layers": charts.layer_groups_chart(data["layers"], layer_max, list(layer_groups(meta)),
+                                            tensors=tuple(dict.fromkeys(data["layers"]["kind"]))),
         "total": charts.total_cache_chart(data["total"], weights_on_scale(meta["weight_bytes"], contiguous),
                                           contiguous, max_seq_len=meta["max_len"]),
         "steps": charts.step_time_chart(data["steps"], max_step=max_new_tokens),

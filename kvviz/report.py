@@ -22,7 +22,7 @@ from collections.abc import Callable
 import altair as alt
 import pandas as pd
 
-from kvviz import captions, charts, frames, live_charts
+from kvviz import cache_map, cache_map_charts, cache_map_panel, captions, charts, frames, live_charts
 from kvviz.events import StepEvent
 from kvviz.trace import VERSION, Trace, TraceError, check_run_meta, summary
 from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
@@ -31,7 +31,9 @@ CHART_WIDTH = 520  # px; the SVGs scale down with the page (CSS max-width)
 MAX_HEATMAP_CELLS = 30_000  # a layer-time heatmap beyond this would weigh megabytes of SVG
 MAX_VALUE_CHARS = 400  # a meta value longer than this is cut, with an ellipsis
 TITLES = {  # chart name -> section title (the live page's panels, one chart each)
-    "layers": "Cache bytes per layer (K and V), at the last step",
+    "cache_map": "The cache, position by position, at the last step",
+    "attention": "The newest token's attention over the cache (averaged over heads), at the last step",
+    "layers": "Cache bytes per layer, grouped by kind (K and V), at the last step",
     "total": "Whole cache vs the formula",
     "grid": "Blocks: the paged pool (modelled), at the last step",
     "reservation": "Paged (modelled) vs a contiguous max-length reservation",
@@ -109,6 +111,20 @@ def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
         out.pop("layer_times")
     else:
         out["layer_times"] = out["layer_times"].properties(height=300)
+    return {**cache_map_charts_of(trace.meta, cached), **out}
+
+
+def cache_map_charts_of(meta: dict, cached: list[StepEvent]) -> dict[str, alt.TopLevelMixin]:
+    """The cache map at the last step (cells only: a file has no hover), and the attention map
+    when the run recorded it. Token text never reaches these charts."""
+    kinds = cache_map.layer_kinds(meta)
+    args = (kinds, int(meta["max_len"]), cache_map.prompt_len(meta))
+    cells = cache_map.map_frame(meta, cached)
+    out = {"cache_map": cache_map_charts.cache_map_chart(cells[cells["row"] == "cell"], *args,
+                                                          padded=meta["batch"] > 1)}
+    attention = cache_map.attention_frame(meta, cached).drop(columns=["text"])
+    if not attention.empty:
+        out["attention"] = cache_map_charts.attention_chart(attention, *args)
     return out
 
 
@@ -154,7 +170,8 @@ def _chart_captions(trace: Trace) -> dict[str, str]:
     try:
         check_run_meta(trace)
         by_panel = captions.chart_captions(trace.meta, cached)
-        out = {"layers": by_panel["layers"], "total": by_panel["total"],
+        out = {"cache_map": cache_map_panel.caption(trace.meta, cached[-1], 0, True, hover=False),
+               "layers": by_panel["layers"], "total": by_panel["total"],
                "reservation": by_panel["blocks"], "layer_times": by_panel["timings"]}
     except (TraceError, ArithmeticError, KeyError, TypeError):
         pass

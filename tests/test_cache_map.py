@@ -209,3 +209,10 @@ def test_a_trace_with_attention_round_trips():
     again = Trace.from_json(trace.to_json())
     assert again.events[-1].attention == trace.events[-1].attention
     assert not cm.attention_frame(again.meta, again.events).empty
+    from kvviz import report
+
+    doc = report.html_report(again)
+    for name in ("cache_map", "attention"):
+        figure = doc.split(f'id="chart-{name}"', 1)[1].split("</figure>", 1)[0]
+        assert "<svg" in figure and "could not be drawn" not in figure, name
+    assert "eager" in doc.split('id="chart-cache_map"', 1)[1].split("</figure>", 1)[0]

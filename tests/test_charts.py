@@ -1,14 +1,15 @@
 """charts: marks, encoded fields, fixed domains, and that swapping data keeps the spec."""
 import json
+from dataclasses import replace
 
 import altair as alt
 import pandas as pd
 import pytest
 
-from kvviz import charts
+from kvviz import charts, live_charts
 from kvviz.events import BlockStat, LayerStat, StepEvent
 from kvviz.frames import (
-    block_grid_frame, layer_bytes_frame, layer_times_frame, reservation_frame, steps_frame,
+    block_grid_frame, layer_times_frame, reservation_frame, steps_frame,
 )
 
 BLOCKS = BlockStat(block_size=16, num_blocks=12, num_used_blocks=4, num_free_blocks=8,
@@ -63,8 +64,9 @@ def builders():
     """Each chart builder, with its input frame and one with more rows."""
     evs = events(6)
     return {
-        "layer_bytes": (lambda df: charts.layer_bytes_chart(df, 4096, 2),
-                        layer_bytes_frame(evs[0]), layer_bytes_frame(evs[-2])),
+        "layer_groups": (lambda df: charts.layer_groups_chart(df, 4096, ["all 2 layers · full"]),
+                         live_charts.layer_groups_frame(UNIFORM, evs[0]),
+                         live_charts.layer_groups_frame(UNIFORM, evs[-2])),
         "total_cache": (lambda df: charts.total_cache_chart(df, 50_000, 12288, 64),
                         steps_frame(evs[:2]), steps_frame(evs)),
         "block_grid": (charts.block_grid_chart, block_grid_frame(BLOCKS, 2),
@@ -82,18 +84,36 @@ def builders():
     }
 
 
-def test_layer_bytes_chart_bars_by_layer_and_kind_with_fixed_domain():
-    spec = charts.layer_bytes_chart(layer_bytes_frame(events()[2]), 4096, 2).to_dict()
-    assert marks(spec) == ["bar"]
-    enc = spec["encoding"]
-    assert (field(spec, "x"), field(spec, "xOffset"), field(spec, "y")) == (
-        "layer", "kind", "kv_bytes")
-    assert enc["y"]["scale"]["domain"] == [0, 4096]
-    assert enc["x"]["scale"]["domain"] == [0, 1]
-    assert enc["color"]["scale"] == {"domain": ["K", "V"], "range": ["#4C78A8", "#F58518"]}
-    assert enc["y"]["axis"]["values"][-1] == 4096  # ticks on round KiB
-    assert "KiB" in enc["y"]["axis"]["labelExpr"]
-    assert len(rows(spec)) == 4
+UNIFORM = {"num_layers": 2, "windows": [None, None]}
+MIXED = {"num_layers": 3, "windows": [None, 4, 4], "layer_kinds": ["full", "sliding", "sliding"],
+         "layer_labels": ["full", "sliding 4", "sliding 4"]}
+
+
+def test_a_uniform_model_is_one_group_not_a_bar_per_layer():
+    df = live_charts.layer_groups_frame(UNIFORM, events()[2])
+    assert list(df.group) == ["all 2 layers · full"] * 2 and list(df.kind) == ["K", "V"]
+    assert list(df.layers) == [2, 2] and list(df.group_bytes) == [2 * 64 * 5] * 2
+    spec = charts.layer_groups_chart(df, 4096, list(live_charts.layer_groups(UNIFORM))).to_dict()
+    assert marks(spec) == ["bar", "tick", "text"]
+    bars = spec["layer"][0]["encoding"]
+    assert (bars["x"]["field"], bars["xOffset"]["field"], bars["y"]["field"]) == ("group", "kind", "kv_bytes")
+    assert bars["y"]["scale"]["domain"] == [0, 4096] and bars["x"]["scale"]["domain"] == ["all 2 layers · full"]
+    assert bars["color"]["scale"] == {"domain": ["K", "V"], "range": ["#4C78A8", "#F58518"]}
+    assert bars["y"]["axis"]["values"][-1] == 4096  # ticks on round KiB
+    assert "KiB" in bars["y"]["axis"]["labelExpr"]
+
+
+def test_mixed_kinds_get_a_group_each_with_the_window_marked():
+    layers = (LayerStat(0, 640, 640, 10, 0.1), LayerStat(1, 192, 192, 3, 0.1), LayerStat(2, 192, 192, 3, 0.1))
+    ev = replace(events()[2], layers=layers)
+    df = live_charts.layer_groups_frame(MIXED, ev)
+    assert list(live_charts.layer_groups(MIXED)) == ["1 layer · full", "2 layers · sliding 4"]
+    sliding = df[df.group == "2 layers · sliding 4"]
+    assert list(sliding.cap_bytes) == [256, 256]  # 64 B per token x a window of 4
+    assert list(sliding.cap_label) == ["window 4"] * 2 and list(sliding.group_bytes) == [384, 384]
+    assert df[df.group == "1 layer · full"].cap_bytes.isna().all()
+    with_state = replace(ev, layers=(*layers[:2], LayerStat(2, 0, 0, 0, 0.1, state_bytes=900)))
+    assert "state" in set(live_charts.layer_groups_frame(MIXED, with_state).kind)
 
 
 def test_total_cache_chart_measured_solid_formula_dashed_on_top_and_labelled_rules():

@@ -167,7 +167,7 @@ def test_example_report_has_figures_texts_and_settings(example):
 def test_example_report_has_an_svg_per_chart(example):
     t, doc = example
     names = chart_names(t)
-    assert {"layers", "total", "grid", "reservation", "steps", "layer_times", "race"} <= set(names)
+    assert {"cache_map", "layers", "total", "grid", "reservation", "steps", "layer_times", "race"} <= set(names)
     assert doc.count("<svg") == len(names)
     for name in names:
         figure = doc.split(f'id="chart-{name}"', 1)[1].split("</figure>", 1)[0]
@@ -221,8 +221,8 @@ def test_hand_report_figures_and_charts(hand):
     assert "40.0 ms" in doc  # time to first token
     assert "4 KiB" in doc  # 4 tokens held × 256 B × batch 2 at the last cached step
     names = chart_names(t)
-    assert set(names) == {"layers", "total", "grid", "reservation", "steps", "layer_times", "race",
-                          "positions"}
+    assert set(names) == {"cache_map", "layers", "total", "grid", "reservation", "steps", "layer_times",
+                          "race", "positions"}
     assert doc.count("<svg") == len(names)
     assert "sequence 1" in doc  # batch 2: both sequences' texts
 

@@ -1,0 +1,122 @@
+"""The cache map in a real browser: `streamlit run app.py` on port 8630, driven by Chromium.
+
+On the embedded default model (SmolLM2-135M, 30 layers): while a run is going the map is drawn
+and gains columns (one per cached position: this run is short enough not to be binned); hovering
+a column shows its token's text; after the run the map is whole and no error is on the page.
+Screenshots (1600 x 1000) land in test-artifacts/cache-map-*.png.
+
+Uses Debian's /usr/bin/chromium; without it the tests skip, except under CI (env CI set), where
+they fail. Waits are bounded and generous: the machine may be a loaded 2-core box.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+from test_browser import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, LOAD_MS, ROOT, RUN_MS, RUNNING,
+                          STREAMLIT, wait_healthy)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PORT = 8630
+VIEWPORT = {"width": 1600, "height": 1000}
+MAP = ".st-key-cache-map-panel [data-testid='stVegaLiteChart']"
+# Rectangles drawn in the map's SVG (the cells' runs plus one invisible hover column per position).
+COUNT_RECTS = """el => [...el.querySelectorAll('g.role-mark.mark-rect')]
+    .reduce((n, g) => n + g.childElementCount, 0)"""
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing; CI must install Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run browser tests)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
+        env.pop(name, None)
+    cmd = [str(STREAMLIT), "run", "app.py", "--server.headless", "true", "--server.port", str(PORT),
+           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    with open(ARTIFACTS / "streamlit-cache-map.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{PORT}"
+            wait_healthy(proc, url)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def page(server, tmp_path_factory):
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-cache-map")), executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS, viewport=VIEWPORT)
+        try:
+            page = context.new_page()
+            # fp32, no race (the map is about the cached run), 40 tokens: long enough to watch.
+            page.goto(f"{server}/?dtype=float32&race=false&max_new=40")
+            expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
+            page.wait_for_selector(IDLE, timeout=LOAD_MS)
+            yield page
+        finally:
+            context.close()
+
+
+def rect_count(page) -> int:
+    """Rectangles in the cache map now (0 while it is absent or being swapped)."""
+    try:
+        chart = page.locator(MAP)
+        return chart.first.evaluate(COUNT_RECTS) if chart.count() else 0
+    except Exception:  # the placeholder replaced its element between count and evaluate
+        return 0
+
+
+def test_the_cache_map_renders_and_gains_columns_during_a_run(page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_selector(RUNNING, timeout=60_000)
+    seen: list[int] = []
+    deadline = time.monotonic() + RUN_MS / 1000
+    while time.monotonic() < deadline and page.locator(RUNNING).count():
+        count = rect_count(page)
+        if count and (not seen or count > seen[-1]):
+            seen.append(count)
+            if len(seen) == 3:
+                page.locator(".st-key-cache-map-panel").scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "cache-map-running.png"))
+        time.sleep(0.2)
+    page.wait_for_selector(IDLE, timeout=RUN_MS)
+    final = rect_count(page)
+    assert len(seen) >= 3, f"the map grew only through {seen} rectangles while the run was going"
+    assert final >= seen[-1] and final > 40, final  # one hover column per cached position at least
+    box = page.locator(MAP).first.bounding_box()
+    assert box and box["width"] > 600 and box["height"] > 200
+    caption = page.locator(".st-key-cache-map-panel [data-testid='stCaptionContainer']").first.inner_text()
+    assert "positions cached" in caption and "All 30 layers are full attention" in caption
+    assert page.get_by_test_id("stException").count() == 0
+    assert page.get_by_test_id("stAlertContentError").count() == 0
+    page.locator(".st-key-cache-map-panel").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "cache-map-final.png"))
+
+    # Hover near the right end of the drawn part: the tooltip names a generated column and its text.
+    plot = page.locator(f"{MAP} svg g.mark-rect.role-mark").last
+    last_column = plot.locator("path").last
+    last_column.hover(force=True)
+    tooltip = page.locator("#vg-tooltip-element")
+    expect(tooltip).to_be_visible(timeout=10_000)
+    assert "generated" in tooltip.inner_text() and "position" in tooltip.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "cache-map-hover.png"))
