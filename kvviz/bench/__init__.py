@@ -1,0 +1,20 @@
+"""`kvviz bench`: what kvviz's instrumentation and live page cost, measured side by side.
+
+Every comparison runs its variants in one invocation, interleaved (A, B, A, B, ...), and
+reports the ratio of their medians against a target; the command exits 1 when a target is
+missed. With `--out` the results, the machine (read at run time) and one paragraph of method per
+benchmark are written as Markdown (docs/benchmarks.md). One module per benchmark:
+
+| module | measures |
+|---|---|
+| `engine_runs` | hook overhead, engine vs `model.generate`, recompute vs cached (headless) |
+| `browser_page` | the live page in Chromium against `streamlit run`, beside headless runs |
+| `apptest_page` | the live page in Streamlit's AppTest harness (informational) |
+| `load`, `soak` | default model load times; memory over many generations |
+| `results`, `machine`, `settings`, `subproc`, `command` | the table, the machine, the CLI |
+
+    python -m kvviz.cli bench [--quick] [--only live-browser,...] [--reps N] [--out docs/benchmarks.md]
+"""
+from kvviz.bench.command import add_parser, run
+
+__all__ = ["add_parser", "run"]
