@@ -173,7 +173,7 @@ def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
 
     Building them costs ~150 ms, too much to pay inside every run's first token.
     """
-    key = (*(meta[k] for k in SPEC_FACTS), max_new_tokens, "grid" in data)
+    key = (*(meta[k] for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(live_charts.layer_groups(meta)))
     if key not in SPECS:
         if len(SPECS) > 64:
             SPECS.clear()
