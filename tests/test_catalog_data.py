@@ -121,3 +121,15 @@ def test_gpus_have_consistent_memory_and_bandwidth():
         assert gpu["source"].strip(), gpu["name"]
     keys = _names(GPUS, "name")
     assert len(keys) == len(set(keys)), sorted(k for k in set(keys) if keys.count(k) > 1)
+
+
+def test_new_gpu_presets_carry_their_datasheet_figures():
+    expected = {  # (GB, GB/s) as their sources state them; GB200 and B300 are per GPU
+        "B200": (180, 8000), "GB200": (186, 8000), "B300": (288, 8000), "MI300X": (192, 5300),
+        "MI325X": (256, 6000), "MI355X": (288, 8000), "H20": (96, 4000), "RTX 5090": (32, 1792),
+        "RTX PRO 6000": (96, 1792), "A10G": (24, 600),
+    }
+    by_name = {g["name"]: g for g in GPUS}
+    for name, (gb, gb_per_s) in expected.items():
+        gpu = by_name[name]
+        assert (gpu["memory_gb"], gpu["bandwidth_gb_per_s"]) == (gb, gb_per_s), name
