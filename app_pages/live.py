@@ -11,14 +11,23 @@ if st.sidebar.toggle("Attention over the cache", value=False, key="attention", b
     spec, cfg = replace(spec, attn_implementation="eager"), replace(cfg, attention=True)
 st.sidebar.page_link("app_pages/replay.py", label="Replay a recorded run", icon=":material/replay:",
                      help="Plays a run recorded earlier through these panels: no model needed")
+presenting = ui.presenter_mode()
 st.title("kvviz · the KV cache, live")
-st.caption("Every number below is measured from the running model unless labelled modelled.")
-ui.explainer()
+if not presenting:  # on stage the speaker explains; the screen keeps its height for the run
+    st.caption("Every number below is measured from the running model unless labelled modelled.")
+    ui.explainer()
 panels.preload_charts()
 lm = ui.load_model_with_progress(spec)
-go, stop, info = st.columns([1, 1, 6], vertical_alignment="center")
+go, stop, *rest = st.columns([1, 1, 2, 4] if presenting else [1, 1, 6], vertical_alignment="center")
+info = rest[-1]
 generate = go.button("Generate", type="primary", disabled=lm is None, key="generate")
 stopped = stop.button("Stop", key="stop")
+if presenting:  # the sidebar is closed on stage: slow motion sits beside Generate
+    names = list(ui.PACES)
+    opts = replace(opts, pace=ui.PACES[rest[0].selectbox(
+        "Pace", names, index=names.index(ui.pace_name(opts.pace)), key="stage_pace",
+        label_visibility="collapsed", help="Slow motion shows every step this many times as long as it "
+                                           "took, to explain one step while it happens")])
 status = st.empty()
 if lm is not None:
     info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "

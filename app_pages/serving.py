@@ -183,12 +183,14 @@ def step_specs(ids: list[str], snap, max_step: int, top_blocks: int) -> dict:
     grid = sc.pool_grid_chart(sc.grid_frame(snap, COLUMNS), ids, snap.num_blocks, COLUMNS)
     usage = sc.usage_chart(sc.usage_frame([]), snap.num_blocks, max_step, top_blocks)
     lanes = sc.timeline_chart(sc.timeline_frame([]), ids, max_step)
-    return {"grid": charts.to_spec(grid), "usage": charts.to_spec(usage), "lanes": charts.to_spec(lanes)}
+    scale = ui.chart_font_scale()
+    return {name: charts.with_font_scale(charts.to_spec(chart), scale)
+            for name, chart in (("grid", grid), ("usage", usage), ("lanes", lanes))}
 
 
 def show_requests(result: serving.ServingResult) -> None:
     st.subheader("Prefix reuse")
-    st.altair_chart(sc.reuse_chart(sc.reuse_frame(result)), key="srv_reuse_chart")
+    panels.draw_altair(st, sc.reuse_chart(sc.reuse_frame(result)), key="srv_reuse_chart")
     panels.people_table(sc.requests_frame(result), REQUEST_COLUMNS, key="srv_requests_table")
     st.caption("Times from the step clock: submitted → first step that computed the request (queued), "
                "→ end of the step that produced its first token (TTFT), → finished (total).")

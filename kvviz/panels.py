@@ -21,8 +21,10 @@ from kvviz.units import fmt_bytes
 LOG = logging.getLogger("kvviz")
 CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
 TOKEN_MARK = "│"
-HEIGHTS = {"layers": 260, "total": 260, "reservation": 120, "steps": 200, "layer_times": 200,
+HEIGHTS = {"layers": 260, "total": 260, "reservation": 130, "steps": 240, "layer_times": 200,
            "race": 220, "positions": 220}  # pixels; the block grid sizes itself
+PRESENTER_HEIGHTS = {"layers": 340, "total": 340, "reservation": 190, "steps": 320, "layer_times": 280,
+                     "race": 320, "positions": 320}  # room for chart text 1.5x as large
 PANELS = {  # chart name -> panel title
     "layers": "Cache bytes per layer (K and V)",
     "total": "Whole cache vs the formula",
@@ -51,16 +53,17 @@ class LiveView:
         self.meta, self.race_on, self.show_tokens = meta, race_on, show_tokens
         self.last_chart_t = 0.0
         self.metric_slots = [col.empty() for col in st.columns(7)]
-        left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
+        left, right, map_area = text_areas(race_on, ui.presenter_mode())
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
         self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
         self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
         if right is not None:
             self.race_slot = titled_box(right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
-            self.race_note_slot = right.empty()
             self.parity_slot = right.empty()
-        self.cache_map = cache_map_panel.CacheMapPanel(st.container(border=True, key="cache-map-panel"), meta)
+            self.race_note_slot = right.empty()
+        self.cache_map = cache_map_panel.CacheMapPanel(map_area.container(border=True, key="cache-map-panel"),
+                                                      meta, ui.chart_font_scale())
         self.max_new_tokens = max_new_tokens
         self.specs: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
@@ -130,13 +133,26 @@ class LiveView:
             slot.metric(label, value, help=help_text)
 
 
+def text_areas(race_on: bool, presenting: bool):
+    """(cached text column, no-cache text column or None, cache map area).
+
+    On a screen: the two texts side by side, the map below them. On stage (presenter mode): the
+    texts stacked beside the map, so a 1280 x 720 or 1920 x 1080 projector shows the headline,
+    both texts and the map without scrolling.
+    """
+    if presenting:
+        texts, map_area = st.columns([2, 3], gap="medium")
+        return texts.container(), texts.container() if race_on else None, map_area
+    left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
+    return left, right, st.container()
+
+
 def race_stop_note(cached, recompute) -> str:
     """Why the no-cache text ends where it does (mid-word, often) once a run is over."""
     if len(recompute) >= len(cached):
         return f"Finished: all {captions.tokens(len(cached))} recomputed."
     return (f"Stopped when the cached run finished, after {len(recompute)} of "
-            f"{captions.tokens(len(cached))}: the race gives both runs the same time, so the text "
-            "breaks off wherever the no-cache run had got to.")
+            f"{captions.tokens(len(cached))} (both runs get the same time).")
 
 
 PRELOAD_DESCRIPTION = "kvviz: preloads the chart code"
@@ -173,13 +189,29 @@ def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
 
     Building them costs ~150 ms, too much to pay inside every run's first token.
     """
-    key = (*(meta[k] for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(live_charts.layer_groups(meta)))
+    scale = ui.chart_font_scale()
+    key = (*(meta[k] for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(live_charts.layer_groups(meta)), scale)
     if key not in SPECS:
         if len(SPECS) > 64:
             SPECS.clear()
         built = live_charts.build_charts(meta, max_new_tokens, data)
-        SPECS[key] = {name: sized(charts.to_spec(chart), HEIGHTS.get(name)) for name, chart in built.items()}
+        heights = HEIGHTS if scale == 1 else PRESENTER_HEIGHTS
+        SPECS[key] = {name: charts.with_font_scale(sized(charts.to_spec(chart), heights.get(name)), scale)
+                      for name, chart in built.items()}
     return SPECS[key]
+
+
+def draw_altair(slot, chart, key: str | None = None) -> None:
+    """An Altair chart into `slot` (st or a placeholder), its text scaled in presenter mode."""
+    scale = ui.chart_font_scale()
+    if scale == 1:
+        slot.altair_chart(chart, key=key)
+        return
+    spec = chart.to_dict()
+    view = spec.get("config", {}).get("view", {})
+    for size in ("continuousWidth", "continuousHeight"):  # as st.altair_chart: the page sizes it
+        view.pop(size, None)
+    slot.vega_lite_chart(charts.with_font_scale(spec, scale), key=key)
 
 
 def sized(spec: dict, height: int | None) -> dict:
@@ -209,10 +241,10 @@ def run_live(lm, cfg, opts, status) -> None:
     except ValueError as exc:
         status.error(f"Cannot generate: {ui.inert(exc)}")
         return
-    show_prompt(engine.render_prompts(lm.tokenizer, cfg)[0], meta)
     trace = Trace(meta, [])
     st.session_state["trace"], st.session_state["run_done"] = trace, False
-    view = LiveView(meta, cfg.max_new_tokens, opts.race, opts.show_tokens)
+    view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], meta, cfg.max_new_tokens, opts.race,
+                           opts.show_tokens)
     view.clear()
     with ui.device_turn(status):
         deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
@@ -264,11 +296,22 @@ def failure_message(exc: Exception, hide_details: bool) -> str:
 def show_result(trace: Trace, show_tokens: bool) -> None:
     """The panels of a finished (or stopped) run, from its trace."""
     cfg = trace.meta.get("config", {})
-    show_prompt(None, trace.meta)
-    view = LiveView(trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
-                    "recompute" in trace.modes, show_tokens)
+    view = prompt_and_view(None, trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
+                           "recompute" in trace.modes, show_tokens)
     view.update(trace, final=True)
     downloads(trace)
+
+
+def prompt_and_view(rendered: str | None, meta: dict, max_new_tokens: int, race_on: bool,
+                    show_tokens: bool) -> LiveView:
+    """The prompt (folded) and the run's panels; on stage the prompt goes below them."""
+    presenting = ui.presenter_mode()
+    if not presenting:
+        show_prompt(rendered, meta)
+    view = LiveView(meta, max_new_tokens, race_on, show_tokens)
+    if presenting:
+        show_prompt(rendered, meta)
+    return view
 
 
 def show_prompt(rendered: str | None, meta: dict) -> None:
@@ -300,8 +343,8 @@ def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None 
     order = race.race_order(trace.events_of("cached"), trace.events_of("recompute"))
     if upto_step is not None:
         order = race.through_step(order, upto_step)
-    show_prompt(None, trace.meta)
-    view = LiveView(trace.meta, len(trace.events_of("cached")), "recompute" in trace.modes, show_tokens)
+    view = prompt_and_view(None, trace.meta, len(trace.events_of("cached")), "recompute" in trace.modes,
+                           show_tokens)
     shown = Trace(trace.meta, [])
     for event in order:
         shown.append(event)

@@ -24,7 +24,11 @@ from kvviz.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MAX_PROMPT_CHARS = 200_000  # the prompt boxes' cap on your own machine (hosted: kvviz.hosted)
-PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0}
+PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0, "Slow motion ×30": 30.0}
+
+
+def pace_name(pace: float) -> str:
+    return next((name for name, value in PACES.items() if value == pace), "Real time")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,14 @@ def configure_server() -> None:
 
 def presenter_mode() -> bool:
     return os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
+
+
+PRESENTER_FONT_SCALE = 1.5  # chart text in presenter mode, × Streamlit's sizes (charts.with_font_scale)
+
+
+def chart_font_scale() -> float:
+    """How much larger chart text is drawn on this page: 1.5 in presenter mode, else 1."""
+    return PRESENTER_FONT_SCALE if presenter_mode() else 1.0
 
 
 def prompt_presets() -> dict:
@@ -239,18 +251,31 @@ def pace_delay(step_ms: float, pace: float) -> None:
         time.sleep(step_ms * (pace - 1.0) / 1000)
 
 
+PAGE_CSS = """<style>
+[data-testid="stMetric"] .stMarkdownEllipsis, [data-testid="stMetric"] .stMarkdownEllipsis p,
+[data-testid="stSidebarNav"] span, [data-testid="stPageLink"] p {
+  white-space: normal; overflow: visible; text-overflow: clip; }
+</style>"""  # every mode: metric labels and values, and sidebar links, wrap instead of being cut
+
 PRESENTER_CSS = """<style>
-html, body, [data-testid="stMarkdownContainer"] p { font-size: 1.25rem; }
-[data-testid="stMetricLabel"] p { font-size: 0.95rem !important; }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.6rem !important; }
-[data-testid="stCode"] code { font-size: 1.2rem; }
-</style>"""
+html { font-size: clamp(16px, 1.1vw, 22px); }
+[data-testid="stMainBlockContainer"] { padding-top: 1.25rem; padding-bottom: 2rem; }
+[data-testid="stHeader"] { background: transparent; }
+h1 { font-size: 2rem !important; padding: 0 0 0.25rem 0 !important; }
+[data-testid="stMarkdownContainer"] p { font-size: 1.05rem; }
+[data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] p {
+  font-size: 0.95rem !important; color: #2E3A46 !important; }
+[data-testid="stMetricLabel"] p { font-size: 0.9rem !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
+  font-size: clamp(1.5rem, 2.1vw, 2.6rem) !important; line-height: 1.15 !important; }
+[data-testid="stCode"] code { font-size: 1.05rem; }
+</style>"""  # rem follows the root size, so the whole page scales with the screen: 16 px at 1280, 21 at 1920
 
 
 def presenter_style() -> None:
-    """Large type for a projector (a fixed stylesheet; no user text ever goes through it)."""
-    if presenter_mode():
-        st.html(PRESENTER_CSS)
+    """Wrapping labels always; large type for a projector in presenter mode (fixed stylesheets:
+    no user text ever goes through them)."""
+    st.html(PAGE_CSS + (PRESENTER_CSS if presenter_mode() else ""))
 
 
 SPEEDS = {"¼×": 0.25, "½×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0, "instant": 0.0}

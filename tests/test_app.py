@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.panels import PRELOAD_CSS, PRELOAD_DESCRIPTION
-from kvviz.ui import PRESENTER_CSS, inert
+from kvviz.ui import PAGE_CSS, PRESENTER_CSS, inert
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PROMPT = "prompt-Short question"  # the prompt text_area's key under the default preset
@@ -192,7 +192,7 @@ def test_markup_in_the_prompt_is_shown_inert(at, chat):
         for fragment in ("<script", "onerror", "**bold**", "javascript:", "<b>"):
             assert fragment not in text
     # st.html only ever carries kvviz's own fixed stylesheets, never text from the page
-    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, PRESENTER_CSS}
+    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, PAGE_CSS, PAGE_CSS + PRESENTER_CSS}
 
 
 def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_dir):
