@@ -29,3 +29,28 @@ def test_pure_modules_import_no_torch_transformers_or_streamlit(name):
 def test_only_ui_and_panels_import_streamlit():
     users = {p.stem for p in KVVIZ.glob("*.py") if "streamlit" in imported_roots(p)}
     assert users <= STREAMLIT_OK, users - STREAMLIT_OK
+
+
+VLLM_READER = sorted((KVVIZ / "vllm").glob("*.py"))
+VLLM_KVVIZ_OK = {"kvviz.trace"}  # kvviz.vllm reads engines; of the rest of kvviz it needs only this
+VLLM_PANELS_OK = VLLM_KVVIZ_OK | {"kvviz", "kvviz.ui"}  # its Streamlit module also shares ui helpers
+
+
+def kvviz_modules(path: Path) -> set[str]:
+    """Absolute kvviz modules a file imports, its own package's excluded."""
+    mods = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kvviz"):
+            mods.add(node.module)
+        elif isinstance(node, ast.Import):
+            mods |= {a.name for a in node.names if a.name.startswith("kvviz")}
+    return {m for m in mods if not m.startswith("kvviz.vllm")}
+
+
+@pytest.mark.parametrize("path", VLLM_READER, ids=lambda p: p.stem)
+def test_vllm_reader_needs_neither_torch_nor_vllm_and_only_its_panels_touch_streamlit(path):
+    roots = imported_roots(path)
+    assert not roots & {"torch", "transformers", "vllm"}
+    assert ("streamlit" in roots) <= (path.stem == "panels")
+    allowed = VLLM_PANELS_OK if path.stem == "panels" else VLLM_KVVIZ_OK
+    assert kvviz_modules(path) <= allowed, kvviz_modules(path) - allowed
