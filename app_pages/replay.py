@@ -27,9 +27,28 @@ if trace is None:
     st.stop()
 st.caption(ui.trace_origin(trace))
 speed_col, step_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
-speed = speed_col.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_speed")
+with speed_col:
+    speed = st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_speed",
+                             help="How fast the recorded steps play back: ¼× takes four times as long as the "
+                                  "run did; instant draws each step without waiting")
+    slow_end, fast_end = st.columns(2)
+    slow_end.caption("◀ slower")
+    fast_end.caption("faster ▶", text_alignment="right")
 steps = len(trace.events_of("cached"))
 upto = step_col.slider("Step", 1, steps, steps, key="replay_step") if steps > 1 else 1
-play = play_col.button("Play", type="primary", key="replay_play")
+
+
+def play_from_scrubber() -> None:
+    """Play starts where the scrubber stands (from the start when it is at the end), and the
+    scrubber moves to the end, where the playback finishes."""
+    st.session_state["replay_from"] = upto if upto < steps else 1
+    st.session_state["replay_step"] = steps
+
+
+play_col.button("Play", type="primary", key="replay_play", on_click=play_from_scrubber)
+start = st.session_state.pop("replay_from", None)
 show_tokens = st.toggle("Token boundaries", key="replay_tokens")
-panels.replay(trace, ui.SPEEDS[speed], show_tokens, upto_step=None if play else upto - 1)
+if start is None:
+    panels.replay(trace, ui.SPEEDS[speed], show_tokens, upto_step=upto - 1)
+else:
+    panels.replay(trace, ui.SPEEDS[speed], show_tokens, from_step=start - 1)

@@ -41,6 +41,27 @@ def test_play_instantly_ends_on_the_last_step(page):
     assert {m.label: m.value for m in at.metric}["Tokens"].startswith(str(len(Trace.load(EXAMPLE).events_of("cached"))))
 
 
+def test_play_starts_from_the_scrubbed_step(page, monkeypatch):
+    from kvviz import panels
+    drawn = []  # cached steps shown by each redraw of the text, in order
+    update = panels.LiveView.update
+    monkeypatch.setattr(panels.LiveView, "update", lambda self, trace, final=False: (
+        drawn.append(len(trace.events_of("cached"))), update(self, trace, final))[1])
+    at = page.run()
+    at.select_slider(key="replay_speed").set_value("instant").run()
+    at.slider(key="replay_step").set_value(20).run()
+    drawn.clear()
+    at.button(key="replay_play").click().run()
+    assert not at.exception
+    steps = len(Trace.load(EXAMPLE).events_of("cached"))
+    assert drawn[0] == 20 and drawn[-1] == steps  # from the scrubber's step to the end
+    assert at.slider(key="replay_step").value == steps  # the scrubber follows to where play ended
+    drawn.clear()
+    at.button(key="replay_play").click().run()  # at the end: play from the start
+    assert drawn[0] == 1 and drawn[-1] == steps
+    assert "◀ slower" in [c.value for c in at.caption] and "faster ▶" in [c.value for c in at.caption]
+
+
 def hostile_trace() -> str:
     doc = json.loads(EXAMPLE.read_text())
     doc["events"][0]["texts"] = ["<script>alert(1)</script> **bold** <b>x</b>"]
