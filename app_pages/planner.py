@@ -1,13 +1,15 @@
-"""Capacity planner: how many requests of T tokens fit on a GPU, and what bounds a decode step.
+"""Capacity planner: how many requests of T tokens fit on a serving setup, and what bounds a step.
 
-Widgets and layout only: the arithmetic is kvviz.capacity's, the tables kvviz.planner_frames',
-the charts kvviz.planner_charts'. Every widget but the pasted config is bound to the URL
-(`bind="query-params"`, the key is the parameter name), so a link reproduces the view; the
-config text is left out of the URL (long, and not ours to echo).
+Widgets and layout only: the arithmetic is kvviz.deployment's (capacity, parallel,
+serving_plan), the tables kvviz.planner_frames', the charts kvviz.planner_charts'. Every widget
+but the pasted config is bound to the URL (`bind="query-params"`, the key is the parameter
+name), so a link reproduces the view; the config text is left out of the URL (long, and not
+ours to echo).
 """
 import streamlit as st
 
-from kvviz import capacity, planner_charts, planner_frames, units
+from kvviz import capacity, deployment, parallel, plan_models, planner_charts, planner_frames, units
+from kvviz.ui import inert
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
 GPUS = {g["name"]: g for g in capacity.load_gpus()}
@@ -23,9 +25,35 @@ BOUND_TEXT = {
             "depends on the software stack.",
 }
 
+
+def metric_row(metrics: list) -> None:
+    """Metrics side by side, each with its plain-words explanation under it."""
+    if not metrics:
+        return
+    for col, m in zip(st.columns(len(metrics)), metrics):
+        with col:
+            st.metric(m.label, m.value, border=True)
+            st.caption(m.help)
+
+
+def downloads(key: str, chart=None, table=None) -> None:
+    """PNG / SVG of a chart (rendered when clicked) and CSV of its raw table."""
+    cols = st.columns(3)
+    if chart is not None:
+        cols[0].download_button("PNG", lambda: planner_charts.chart_png(chart), f"{key}.png",
+                                "image/png", key=f"{key}_png", on_click="ignore", icon=":material/image:")
+        cols[1].download_button("SVG", lambda: planner_charts.chart_svg(chart), f"{key}.svg",
+                                "image/svg+xml", key=f"{key}_svg", on_click="ignore",
+                                icon=":material/image:")
+    if table is not None:
+        cols[2].download_button("CSV", table.to_csv(index=False), f"{key}.csv", "text/csv",
+                                key=f"{key}_csv", on_click="ignore", icon=":material/table:")
+
+
 st.title("Capacity planner")
-st.caption("How many concurrent requests fit on one GPU, and how fast decode can possibly be. "
-           "Computed from the model's config (kvviz.capacity, shared with `kvviz plan`), not measured.")
+st.caption("How many concurrent requests fit on a serving setup, as plain bytes and as vLLM would "
+           "allocate them, and how fast decode can possibly be. Computed from the model's config "
+           "(shared with `kvviz plan`), not measured.")
 
 # ---------------------------------------------------------------- inputs
 model_col, gpu_col, dtype_col, load_col = st.columns(4)
@@ -34,13 +62,12 @@ with model_col:
     if source == SOURCES[0]:
         name = st.selectbox("Model", list(CATALOG), index=list(CATALOG).index("Llama-3.1-8B"),
                             key="plan_model", bind=URL)
-        st.caption(f"[{CATALOG[name]['hf_id']}](https://huggingface.co/{CATALOG[name]['hf_id']}) · "
-                   f"{CATALOG[name]['num_parameters'] / 1e9:.2f} B parameters")
+        entry = CATALOG[name]
+        st.caption(f"[{entry['hf_id']}](https://huggingface.co/{entry['hf_id']}) · published "
+                   f"{entry['num_parameters'] / 1e9:,.2f} B parameters")
     else:
         pasted = st.text_area("config.json", height=160, key="plan_config",
-                              placeholder='{"num_hidden_layers": 32, "num_attention_heads": 32, …}')
-        params_b = st.number_input("Parameters (billions; config.json does not say)", 0.0, 10_000.0,
-                                   0.0, 0.1, format="%.3f", key="plan_params_b", bind=URL)
+                              placeholder='{"model_type": "llama", "num_hidden_layers": 32, …}')
 with gpu_col:
     gpu_name = st.selectbox("GPU", [*GPUS, CUSTOM_GPU], index=list(GPUS).index("H100 SXM"),
                             key="plan_gpu", bind=URL)
@@ -59,94 +86,168 @@ with dtype_col:
                                 key="plan_weight_dtype", bind=URL)
     kv_dtype = st.selectbox("KV dtype", planner_frames.PLANNER_KV_DTYPES, index=1,
                             key="plan_kv_dtype", bind=URL)
-    st.caption(f"int8 and int4 count one fp16 scale and one fp16 zero point per "
-               f"{capacity.QUANT_GROUP_SIZE} values (+{capacity.QUANT_GROUP_OVERHEAD_BYTES} B per "
-               f"group), as transformers' QuantizedCache stores them; fp8 has none.")
+    st.caption(f"int8 and int4 count one fp16 scale and zero point per "
+               f"{capacity.QUANT_GROUP_SIZE} values; fp8 has none. vLLM has no int4 KV cache.")
 with load_col:
     overhead = st.slider("Runtime overhead (fraction of GPU memory)", 0.0, 0.9,
                          capacity.DEFAULT_OVERHEAD_FRACTION, 0.01, key="plan_overhead", bind=URL,
-                         help="Activations, CUDA context, fragmentation. 0.1 is like vLLM's "
-                              "gpu_memory_utilization=0.9.")
+                         help="Activations, CUDA context, fragmentation: 1 − vLLM's "
+                              "gpu_memory_utilization (0.1 ↔ 0.9).")
     context = st.number_input("Context per request, T (tokens)", 1, 10_000_000, 2000, 500,
                               key="plan_context", bind=URL)
     batch = st.number_input("Batch (requests decoded together)", 1, 1_000_000, 1, 1,
                             key="plan_batch", bind=URL)
 
+with st.expander("Serving setup: parallelism, vLLM's settings, what-ifs", expanded=True):
+    tp_col, pp_col, dp_col, block_col, len_col, prefix_col, offload_col = st.columns(7)
+    tp = tp_col.number_input("TP (GPUs per stage)", 1, 64, 1, key="plan_tp", bind=URL)
+    pp = pp_col.number_input("PP (stages)", 1, 64, 1, key="plan_pp", bind=URL)
+    dp = dp_col.number_input("DP (replicas)", 1, 1024, 1, key="plan_dp", bind=URL)
+    block_size = block_col.selectbox("Block size", (16, 32, 64, 128), key="plan_block_size",
+                                     bind=URL, help="vLLM's default is 16 on CUDA, 128 on CPU.")
+    max_len = len_col.number_input("max_model_len (0 = model's)", 0, 10_000_000, 0, 1024,
+                                   key="plan_max_model_len", bind=URL)
+    prefix = prefix_col.number_input("Shared prompt S (tokens)", 0, 10_000_000, 0, 256,
+                                     key="plan_prefix", bind=URL,
+                                     help="What-if: every request starts with the same S tokens.")
+    offload_gb = offload_col.number_input("CPU tier M (GB)", 0.0, 100_000.0, 0.0, 64.0,
+                                          key="plan_offload_gb", bind=URL,
+                                          help="What-if: M GB of host memory per replica holds "
+                                               "evicted KV blocks.")
+
 # ---------------------------------------------------------------- the model
 if source == SOURCES[0]:
-    shape = capacity.catalog_shape(name)
+    model = plan_models.catalog_model(name)
 elif not pasted.strip():
     st.info("Paste the contents of a model's config.json above.")
     st.stop()
 else:
     try:
-        shape = planner_frames.shape_from_pasted_config(pasted, params=int(params_b * 1e9))
+        model = planner_frames.model_from_pasted_config(pasted)
+        if model.params_total is None:
+            params_b = st.number_input(
+                "Parameters (billions): transformers does not know this architecture, so "
+                "its weights cannot be counted from the config", 0.0, 100_000.0, 0.0, 0.1,
+                format="%.3f", key="plan_params_b", bind=URL)
+            if params_b:
+                model = planner_frames.model_from_pasted_config(pasted, int(params_b * 1e9))
     except planner_frames.ConfigError as err:
-        st.error(str(err))  # plain text built by kvviz; never the pasted text
+        st.error(inert(str(err)))  # plain text built by kvviz; never the pasted text
         st.stop()
-plan = planner_frames.Plan(shape, gpu_bytes, bandwidth or None, weight_dtype, kv_dtype, overhead,
-                           int(context), int(batch))
 
-window = (f", sliding window {shape.sliding_window:,} on {shape.num_sliding_layers} of "
-          f"{shape.num_layers} layers" if shape.num_sliding_layers else "")
-st.caption(f"**{shape.name}**: {shape.num_layers} layers, {shape.num_attention_heads} heads, "
-           f"{shape.num_kv_heads} KV heads ({shape.attention_kind}), head_dim {shape.head_dim}{window}"
-           + (f", trained up to {shape.max_position:,} tokens" if shape.max_position else ""))
+setup = deployment.Setup(gpu_name, gpu_bytes, bandwidth or None,
+                         parallel.Parallel(int(tp), int(pp), int(dp)), kv_dtype, weight_dtype,
+                         overhead, int(context), int(batch), int(block_size), int(max_len) or None,
+                         prefix_tokens=int(prefix), offload_bytes=int(offload_gb * 1e9))
+plan = planner_frames.Plan(model, setup)
+try:
+    result = plan.result
+except ValueError as err:
+    st.error(inert(str(err)))
+    st.stop()
+
+st.caption(inert(
+    f"{model.name}: {model.num_layers} layers ({model.kinds}), {model.num_attention_heads} heads, "
+    f"{model.kv_heads} KV heads ({model.attention_kind}), head_dim {model.head_dim}"
+    + (f", trained up to {model.max_position:,} tokens" if model.max_position else "")
+    + f" · {result['label']}"))
+for note in model.notes:
+    st.caption(inert(f"Note: {note}."))
 
 # ---------------------------------------------------------------- headline figures
-metrics = planner_frames.headline_metrics(plan, units.fmt_bytes)
-for row in (metrics[:3], metrics[3:]):  # memory, then bandwidth bounds (when known)
-    for col, m in zip(st.columns(len(row)) if row else [], row):
-        col.metric(m.label, m.value, help=m.help, border=True)
-st.caption(f"GPU {gpu_bytes / 1e9:,.0f} GB ({units.fmt_bytes(gpu_bytes)}) − weights {units.fmt_bytes(plan.weight_bytes)} "
-           f"({weight_dtype}) − overhead {units.fmt_bytes(plan.overhead_bytes)} → "
-           f"**{units.fmt_bytes(plan.kv_budget_bytes)} for KV caches**.")
-if not shape.weight_params:
+metric_row(planner_frames.memory_metrics(plan, units.fmt_bytes))
+per_gpu = result["per_gpu"]
+st.caption(f"Per GPU: {gpu_bytes / 1e9:,.0f} GB − weights {units.fmt_bytes(per_gpu['weight_bytes'])} "
+           f"({weight_dtype}) − overhead {units.fmt_bytes(per_gpu['overhead_bytes'])} → "
+           f"**{units.fmt_bytes(per_gpu['kv_budget_bytes'])} for KV caches**.")
+if not result["weights"]["params_known"]:
     st.warning("Parameter count unknown: the weights are counted as 0 bytes. "
                "Enter it above to include them.")
-if plan.kv_budget_bytes == 0:
-    st.warning("The weights and overhead fill the GPU: no request fits.")
-if shape.max_position and plan.context_tokens > shape.max_position:
+if per_gpu["kv_budget_bytes"] == 0:
+    st.warning("The weights and overhead fill each GPU: no request fits. Add GPUs (TP or PP) "
+               "or use a smaller weight dtype.")
+if model.max_position and plan.context_tokens > model.max_position:
     st.warning(f"T = {plan.context_tokens:,} is longer than the model was trained for "
-               f"({shape.max_position:,} tokens).")
-if not bandwidth:
+               f"({model.max_position:,} tokens).")
+
+st.subheader("As vLLM would allocate it")
+if "error" in result["vllm"]:
+    st.info(inert(f"Not available: {result['vllm']['error']}."))
+else:
+    st.caption("vLLM hands out memory in whole blocks of `block size` tokens per layer, grouped "
+               "by layer kind (kvviz.serving_plan follows its kv_cache_utils). Same budget as above; "
+               "vLLM also subtracts the activation peak it measures at start-up, which is not "
+               "modelled here.")
+    metric_row(planner_frames.vllm_metrics(plan))
+    with st.expander("vLLM's figures as a table"):
+        vllm_table = planner_frames.vllm_frame(plan)
+        st.dataframe(vllm_table, hide_index=True, key="plan_vllm_table")
+        downloads("kvviz-vllm-allocation", table=vllm_table)
+for sentence in planner_frames.what_if_sentences(plan, units.fmt_bytes):
+    st.info(sentence)
+
+speed = planner_frames.speed_metrics(plan)
+if speed:
+    st.subheader("Decode speed bounds")
+    metric_row(speed)
+else:
     st.info("No bandwidth given: decode-time bounds are left out.")
 
 # ---------------------------------------------------------------- requests vs context
 curve_col, table_col = st.columns([3, 2])
 with curve_col:
     top = planner_frames.curve_max_context(plan)
-    st.altair_chart(planner_charts.fit_curve_chart(
-        planner_frames.fit_curve_frame(plan, top), plan.context_tokens,
-        planner_frames.CURVE_MIN_TOKENS, top), key="plan_curve_chart")
+    curve = planner_frames.fit_curve_frame(plan, top)
+    curve_chart = planner_charts.fit_curve_chart(curve, plan.context_tokens,
+                                                 planner_frames.CURVE_MIN_TOKENS, top)
+    st.altair_chart(curve_chart, key="plan_curve_chart")
+    downloads("kvviz-requests-vs-context", curve_chart, curve)
 with table_col:
     table = planner_frames.context_table_frame(plan)
     st.subheader(planner_frames.context_sentence(table))
-    shown = table.assign(kv_bytes_per_request=table["kv_bytes_per_request"].map(units.fmt_bytes))
-    st.dataframe(shown, hide_index=True, key="plan_context_table", column_config={
-        "context_tokens": st.column_config.NumberColumn("context", format="localized"),
-        "kv_bytes_per_request": st.column_config.TextColumn("KV / request"),
-        "max_concurrent_requests": st.column_config.NumberColumn("fit", format="localized"),
-        "decode_step_floor_ms": st.column_config.NumberColumn(
-            "step ≥ ms", format="%.2f", help=f"decode step floor, batch {plan.batch}"),
-        "tokens_per_s_per_request_ceiling": st.column_config.NumberColumn(
-            "tok/s/req ≤", format="%.0f", help="ceiling per request"),
-        "tokens_per_s_aggregate_ceiling_at_max": st.column_config.NumberColumn(
-            "tok/s all ≤", format="%.0f", help="ceiling, every request that fits decoding"),
-    })
-    st.caption("Each request is assumed to hold its whole context (no prefix sharing). "
-               "Times are lower bounds, rates ceilings, from peak bandwidth.")
+    st.dataframe(planner_frames.for_people(table), hide_index=True, key="plan_context_table",
+                 column_config={
+                     "context_tokens": st.column_config.TextColumn("context (tokens)"),
+                     "kv_bytes_per_request": st.column_config.TextColumn("KV / request / GPU"),
+                     "max_concurrent_requests": st.column_config.TextColumn(
+                         "fit / replica", help="floor(KV budget per GPU / KV per request)"),
+                     "vllm_requests_per_replica": st.column_config.TextColumn(
+                         "as vLLM", help="requests in whole blocks, per replica"),
+                     "requests_total": st.column_config.TextColumn("in all", help="× DP replicas"),
+                     "decode_step_floor_ms": st.column_config.TextColumn(
+                         "step ≥ ms", help=f"decode step floor, batch {plan.setup.batch}"),
+                     "tokens_per_s_per_request_ceiling": st.column_config.TextColumn(
+                         "tok/s/req ≤", help="ceiling per request"),
+                     "tokens_per_s_aggregate_ceiling_at_max": st.column_config.TextColumn(
+                         "tok/s all ≤", help="ceiling, every request that fits decoding"),
+                 })
+    downloads("kvviz-capacity-table", table=table)
+    st.caption("Each request holds its whole context (no prefix sharing). Times are lower "
+               "bounds, rates ceilings, from peak bandwidth.")
+
+st.subheader("Where the bytes per token come from")
+kinds = planner_frames.layer_kinds_frame(plan)
+st.dataframe(planner_frames.for_people(kinds), hide_index=True, key="plan_kinds_table",
+             column_config={"layer_kind": "layer kind", "kv_bytes_per_token": "KV per token",
+                            "kv_bytes_per_request": f"KV per request at {plan.context_tokens:,}"})
+downloads("kvviz-layer-kinds", table=kinds)
+st.caption("Full layers keep every token; sliding and chunked layers only their window; latent "
+           "(MLA) layers one compressed vector per token; state layers a fixed state per request; "
+           "shared layers reuse another layer's cache. Whole model, before any TP split.")
 
 # ---------------------------------------------------------------- what-ifs
 st.subheader("What if…")
 what_window = st.number_input("Sliding window for the what-if (tokens)", 1, 10_000_000, 4096, 512,
                               key="plan_window", bind=URL)
 what_ifs = planner_frames.what_if_frame(plan, int(what_window))
-st.altair_chart(planner_charts.what_if_chart(what_ifs, plan.context_tokens), key="plan_what_if_chart")
+what_if_chart = planner_charts.what_if_chart(what_ifs, plan.context_tokens)
+st.altair_chart(what_if_chart, key="plan_what_if_chart")
+downloads("kvviz-what-ifs", what_if_chart, what_ifs.drop(columns=["order"]))
 with st.expander("What-ifs as a table"):
-    st.dataframe(what_ifs.drop(columns=["order"]), hide_index=True, key="plan_what_if_table")
+    st.dataframe(planner_frames.for_people(what_ifs), hide_index=True, key="plan_what_if_table")
 st.caption("Solid bars: the model as configured. KV per token is the same with or without a "
-           "window; the window caps how many tokens each sliding layer keeps.")
+           "window; the window caps how many tokens each sliding layer keeps. Figures per GPU "
+           "and per replica of the setup above.")
 
 # ---------------------------------------------------------------- where the time goes
 st.subheader("Where the time goes")
@@ -155,13 +256,13 @@ if bound is None:
     st.write("Give the GPU's bandwidth to see the decode-step bound.")
 else:
     st.markdown(
-        f"A decode step must read every weight and every cached byte at least once, so it takes "
-        f"**at least {planner_frames.fmt_seconds(bound['decode_step_floor_s'])}** here "
-        f"(weights + the batch's cache, divided by peak bandwidth). That is a *lower bound*, "
-        f"not a prediction.\n\n"
+        f"A decode step must read every active weight and every cached byte at least once, so it "
+        f"takes **at least {planner_frames.fmt_seconds(bound['decode_step_floor_s'])}** here "
+        f"(active weights + the batch's cache, divided by peak bandwidth). That is a *lower "
+        f"bound*, not a prediction.\n\n"
         f"The GPU also has to be told what to do: one step is roughly {bound['num_kernels']:,} "
         f"small GPU programs (kernels: ~{planner_frames.KERNELS_PER_LAYER} per layer × "
-        f"{shape.num_layers} layers), each launched by the CPU. At an assumed "
+        f"{model.num_layers} layers), each launched by the CPU. At an assumed "
         f"~{planner_frames.LAUNCH_S * 1e6:.0f} µs per launch that is "
         f"**≈ {planner_frames.fmt_seconds(bound['launch_s'])}** of launching per step "
         f"(a rough estimate, not measured). {BOUND_TEXT[bound['bound']]}\n\n"

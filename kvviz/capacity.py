@@ -1,27 +1,34 @@
 """KV-cache arithmetic and capacity planning, for `kvviz plan` and the Capacity planner page.
 
-Standard library only. Every figure comes from one formula:
+The cache's shape is kvviz.layout's: one `LayerSpec` per decoder layer (full, sliding, chunked,
+latent/MLA, state, shared). Everything here is arithmetic on those specs:
 
-    kv_bytes = 2 × layers × kv_heads × head_dim × tokens × batch × bytes_per_element
+    kv_bytes(T) = Σ_layers values_per_token × tokens_held(layer, T) × bytes_per_value
+                  + Σ_state layers fixed state bytes
 
-(the 2 is one K and one V per layer). Refinements, each in its own small function:
+(`values_per_token` is 2 × kv_heads × head_dim for attention layers: one K and one V per head;
+kv_lora_rank + rope dim for a latent layer). Refinements, each in its own small function:
 
-* sliding-window layers hold at most `window` tokens, so they count `min(tokens, window)`;
+* sliding / chunked layers hold at most their window (layout.layer_tokens_held);
 * quantized KV formats (int8, int4) carry one fp16 scale and one fp16 zero point per group of
   `QUANT_GROUP_SIZE` values, spread here as an average overhead per element;
 * a GPU's memory goes first to weights and a runtime overhead; what is left holds KV caches, and
   `floor(left / kv_bytes_per_request)` requests fit at once;
-* a decode step must read every weight and every cached byte at least once, so
-  `(weight_bytes + cache_bytes) / bandwidth` is a lower bound on its time.
+* a decode step must read every *active* weight and every cached byte at least once, so
+  `(active_weight_bytes + cache_bytes) / bandwidth` is a lower bound on its time.
 
 Units live in names: `_bytes`, `_s`, `_tokens`, `_per_s`. "GB" in this project means 1e9 bytes.
+No torch, transformers or streamlit here (kvviz.plan_models turns configs into a `ModelKV`).
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from kvviz.layout import CHUNKED, FULL, LATENT, SLIDING, LayerSpec, kinds_summary
+from kvviz.layout import layer_tokens_held
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
@@ -42,43 +49,75 @@ _DTYPE_ALIASES = {
 KV_DTYPES = tuple(_PAYLOAD_BYTES)  # ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 ATTENTION_VARIANTS = ("mha", "gqa", "mqa")
 DEFAULT_OVERHEAD_FRACTION = 0.1  # like vLLM's gpu_memory_utilization=0.9: 10 % for the rest
+ATTENTION_KINDS = (FULL, SLIDING, CHUNKED)  # layers whose K/V heads the what-ifs may change
 
 
 @dataclass(frozen=True)
-class KVShape:
-    """What the KV formula needs to know about a model, and nothing else."""
+class ModelKV:
+    """A model as the planner sees it: its per-layer cache specs and its weights."""
 
-    num_layers: int  # decoder layers, each with its own K and V
-    num_kv_heads: int  # K/V heads per layer: = attention heads (MHA), fewer (GQA), 1 (MQA)
-    head_dim: int  # values per head per token
-    num_attention_heads: int  # query heads (for what-ifs and labels only)
-    sliding_window: int | None = None  # tokens a sliding layer keeps; None: no sliding layers
-    num_sliding_layers: int = 0  # layers that use the window; the others keep every token
-    weight_params: int | None = None  # parameter count, when known (weights' memory)
+    name: str  # label for tables and charts
+    specs: tuple[LayerSpec, ...]  # one per decoder layer (kvviz.layout)
+    num_attention_heads: int  # query heads (for the MHA what-if and labels)
     max_position: int | None = None  # longest context the model was trained for, when known
-    name: str = ""  # label for tables and charts
+    params_total: int | None = None  # every parameter (weights' memory); None: unknown
+    params_active: int | None = None  # parameters one token passes through (MoE); else = total
+    params_source: str = ""  # where the counts come from, in words
+    notes: tuple[str, ...] = field(default=())  # facts worth showing beside the figures
 
     def __post_init__(self) -> None:
-        for field_name in ("num_layers", "num_kv_heads", "head_dim", "num_attention_heads"):
-            _require_positive_int(field_name, getattr(self, field_name))
-        if self.sliding_window is not None:
-            _require_positive_int("sliding_window", self.sliding_window)
-        if not 0 <= self.num_sliding_layers <= self.num_layers:
-            raise ValueError("num_sliding_layers must be between 0 and num_layers")
-        if self.num_sliding_layers and self.sliding_window is None:
-            raise ValueError("num_sliding_layers > 0 needs a sliding_window")
+        if not self.specs:
+            raise ValueError("a model needs at least one layer")
+        _require_positive_int("num_attention_heads", self.num_attention_heads)
 
     @property
-    def num_full_layers(self) -> int:
-        """Layers that keep every token (global attention)."""
-        return self.num_layers - self.num_sliding_layers
+    def num_layers(self) -> int:
+        return len(self.specs)
+
+    @property
+    def weight_params(self) -> int | None:
+        """Parameters held in memory (all of them; a MoE keeps every expert resident)."""
+        return self.params_total
+
+    @property
+    def read_params(self) -> int | None:
+        """Parameters a decode step must read per token: the active ones (MoE), else all."""
+        return self.params_active if self.params_active is not None else self.params_total
 
     @property
     def attention_kind(self) -> str:
-        """"MHA", "MQA" or "GQA", from the head counts."""
-        if self.num_kv_heads == self.num_attention_heads:
+        """"MLA", "MHA", "MQA", "GQA" (from the first attention layer), or "no attention"."""
+        if any(s.kind == LATENT for s in self.specs):
+            return "MLA"
+        heads = [s.kv_heads for s in self.specs if s.kind in ATTENTION_KINDS]
+        if not heads:
+            return "no attention"
+        if heads[0] == self.num_attention_heads:
             return "MHA"
-        return "MQA" if self.num_kv_heads == 1 else "GQA"
+        return "MQA" if heads[0] == 1 else "GQA"
+
+    @property
+    def kv_heads(self) -> int:
+        """K/V heads of the first attention layer (1 for MLA, 0 without attention)."""
+        return next((s.kv_heads for s in self.specs if s.kind in (*ATTENTION_KINDS, LATENT)), 0)
+
+    @property
+    def head_dim(self) -> int:
+        """Values per head of the first attention layer (latent width for MLA)."""
+        spec = next((s for s in self.specs if s.kind in (*ATTENTION_KINDS, LATENT)), None)
+        if spec is None:
+            return 0
+        return spec.values_per_token if spec.kind == LATENT else spec.values_per_token // (2 * spec.kv_heads)
+
+    @property
+    def kinds(self) -> str:
+        """"30 × full", "52 × sliding 1024, 10 × full"."""
+        return kinds_summary(self.specs)
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose cache is capped (sliding or chunked)."""
+        return sum(s.kind in (SLIDING, CHUNKED) for s in self.specs)
 
 
 def _require_positive_int(field_name: str, value: object) -> None:
@@ -86,100 +125,16 @@ def _require_positive_int(field_name: str, value: object) -> None:
         raise ValueError(f"{field_name} must be a positive integer, got {value!r}")
 
 
-# ---------------------------------------------------------------- parsing Hugging Face configs
-
-
-def _first(cfg: dict, *keys: str):
-    """The value of the first of `keys` present (and not None) in `cfg`, else None."""
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return None
-
-
-def _need_int(cfg: dict, *keys: str) -> int:
-    """The first of `keys` present, checked to be a positive integer; ValueError naming it."""
-    present = [key for key in keys if cfg.get(key) is not None]
-    if not present:
-        raise ValueError(f"config has no {' / '.join(keys)}")
-    _require_positive_int(present[0], cfg[present[0]])
-    return cfg[present[0]]
-
-
-def _text_config(cfg: dict) -> dict:
-    """Multimodal configs keep the language model's facts in a nested `text_config`."""
-    nested = cfg.get("text_config")
-    if isinstance(nested, dict) and _first(cfg, "num_hidden_layers", "n_layer") is None:
-        return {**{k: v for k, v in cfg.items() if k != "text_config"}, **nested}
-    return cfg
-
-
-def _head_dim(cfg: dict, num_heads: int) -> int:
-    if cfg.get("head_dim") is not None:
-        return _need_int(cfg, "head_dim")
-    if _first(cfg, "hidden_size", "n_embd", "d_model") is None:
-        raise ValueError("config has no head_dim, and no hidden_size / n_embd to derive it from")
-    return _need_int(cfg, "hidden_size", "n_embd", "d_model") // num_heads
-
-
-def _num_kv_heads(cfg: dict, num_heads: int) -> int:
-    if cfg.get("multi_query") is True:  # Falcon-style MQA flag
-        return 1
-    if _first(cfg, "num_key_value_heads", "num_kv_heads") is None:
-        return num_heads
-    return _need_int(cfg, "num_key_value_heads", "num_kv_heads")
-
-
-def _sliding_layout(cfg: dict, num_layers: int) -> tuple[int | None, int]:
-    """(window, number of sliding layers), following transformers 5.x's rules, in order:
-
-    1. `num_sliding_layers` (kvviz's catalog key) is taken as given;
-    2. `layer_types`: count the "sliding_attention" entries;
-    3. `use_sliding_window` present (Qwen2 family): no window unless it is true; then layers
-       i >= max_window_layers (default 28) slide, as Qwen2Config builds `layer_types`;
-    4. `sliding_window_pattern` p (Gemma 3; p = 2 implied for model_type "gemma2"): layer i
-       slides unless (i + 1) % p == 0, i.e. num_layers - num_layers // p layers slide;
-    5. otherwise a non-null `sliding_window` applies to every layer (Mistral v0.1, Phi-3).
-    """
-    window = cfg.get("sliding_window")
-    if cfg.get("num_sliding_layers") is not None:
-        count = cfg["num_sliding_layers"]
-    elif isinstance(cfg.get("layer_types"), list):
-        count = sum(t == "sliding_attention" for t in cfg["layer_types"])
-    elif "use_sliding_window" in cfg:
-        count = max(0, num_layers - cfg.get("max_window_layers", 28)) if cfg["use_sliding_window"] else 0
-    elif _first(cfg, "sliding_window_pattern") or cfg.get("model_type") == "gemma2":
-        pattern = cfg.get("sliding_window_pattern") or 2
-        count = num_layers - num_layers // pattern
-    else:
-        count = num_layers if window is not None else 0
-    if count and window is None:
-        raise ValueError("config has sliding layers but no sliding_window")
-    return (window, count) if count else (None, 0)
-
-
-def kv_shape_from_config(cfg: dict, name: str = "") -> KVShape:
-    """Read a Hugging Face `config.json` dict (Llama, Mistral, Qwen2, Gemma 2/3, Phi-3, GPT-2 …).
-
-    Field names tried, in order: num_hidden_layers / n_layer; num_attention_heads / n_head;
-    num_key_value_heads (default: attention heads); head_dim (default: hidden_size // heads,
-    n_embd for GPT-2). Raises ValueError naming the field when one is missing.
-    """
-    cfg = _text_config(cfg)
-    num_layers = _need_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    num_heads = _need_int(cfg, "num_attention_heads", "n_head")
-    window, num_sliding = _sliding_layout(cfg, num_layers)
-    return KVShape(
-        num_layers=num_layers,
-        num_kv_heads=_num_kv_heads(cfg, num_heads),
-        head_dim=_head_dim(cfg, num_heads),
-        num_attention_heads=num_heads,
-        sliding_window=window,
-        num_sliding_layers=num_sliding,
-        weight_params=_first(cfg, "num_parameters", "num_params"),
-        max_position=_first(cfg, "max_position_embeddings", "n_positions", "n_ctx"),
-        name=name or cfg.get("name") or cfg.get("_name_or_path") or "",
-    )
+def uniform_model(num_layers: int, num_kv_heads: int, head_dim: int, num_attention_heads: int | None = None,
+                  name: str = "custom", params_total: int | None = None) -> ModelKV:
+    """A model of `num_layers` full-attention layers (explicit numbers on the command line)."""
+    for field_name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
+                              ("head_dim", head_dim)):
+        _require_positive_int(field_name, value)
+    spec = LayerSpec(FULL, num_kv_heads, 2 * num_kv_heads * head_dim, None, 0, None)
+    return ModelKV(name, (spec,) * num_layers, num_attention_heads or num_kv_heads,
+                   params_total=params_total, params_active=params_total,
+                   params_source="given" if params_total is not None else "")
 
 
 # ---------------------------------------------------------------- bytes
@@ -206,43 +161,61 @@ def kv_bytes_per_element(kv_dtype: str) -> float:
     return _PAYLOAD_BYTES[key] + overhead
 
 
-def kv_elements_per_token(shape: KVShape) -> int:
-    """Values cached per token over all layers: 2 (K and V) × layers × kv_heads × head_dim."""
-    return 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim
+def state_bytes_per_element(kv_dtype: str) -> float:
+    """Recurrent states are not quantized with the KV cache: 4 B in an fp32 run, else 2 B
+    (vLLM's mamba_ssm_cache_dtype "auto" follows the model's 16-bit dtype)."""
+    return 4.0 if normalize_dtype(kv_dtype) == "fp32" else 2.0
 
 
-def kv_bytes_per_token(shape: KVShape, kv_dtype: str = "bf16") -> int:
-    """2 × layers × kv_heads × head_dim × bytes, for one token of one sequence, every layer
-    counted (sliding windows ignored: this is the cost of a token while the window is not full)."""
-    return math.ceil(kv_elements_per_token(shape) * kv_bytes_per_element(kv_dtype))
+def kv_elements_per_token(model: ModelKV) -> int:
+    """Values cached per token over all layers (2 × kv_heads × head_dim per attention layer)."""
+    return sum(s.values_per_token for s in model.specs)
 
 
-def sliding_layer_tokens(tokens: int, window: int) -> int:
-    """Tokens a sliding-window layer must hold: min(tokens, window).
-
-    transformers' DynamicSlidingWindowLayer keeps `window - 1` between steps and `window` while a
-    step runs; a planner counts the window, as a paged allocator reserving it would.
-    """
-    return min(tokens, window)
+def kv_bytes_per_token(model: ModelKV, kv_dtype: str = "bf16") -> int:
+    """Bytes one more token adds to one sequence, every layer counted (windows ignored: the cost
+    of a token while the windows are not full)."""
+    return math.ceil(kv_elements_per_token(model) * kv_bytes_per_element(kv_dtype))
 
 
-def cached_layer_tokens(shape: KVShape, tokens: int) -> int:
-    """Σ over layers of the tokens each holds: full layers T, sliding layers min(T, window)."""
-    full = shape.num_full_layers * tokens
-    if not shape.num_sliding_layers:
-        return full
-    return full + shape.num_sliding_layers * sliding_layer_tokens(tokens, shape.sliding_window)
+def layer_kind_bytes_per_token(model: ModelKV, kv_dtype: str = "bf16") -> dict[str, int]:
+    """Bytes per token per layer kind, summed over the layers of that kind: {"full": …, …}."""
+    per_value = kv_bytes_per_element(kv_dtype)
+    out: dict[str, int] = {}
+    for spec in model.specs:
+        out[spec.kind] = out.get(spec.kind, 0) + spec.values_per_token
+    return {kind: math.ceil(values * per_value) for kind, values in out.items()}
 
 
-def kv_bytes_for_context(shape: KVShape, tokens: int, kv_dtype: str = "bf16", batch: int = 1) -> int:
-    """2 × kv_heads × head_dim × bytes × batch × Σ_layers tokens_held(layer).
+def state_bytes_per_request(model: ModelKV, kv_dtype: str = "bf16") -> int:
+    """Fixed bytes one sequence holds in recurrent / conv states, whatever its length."""
+    values = sum(s.state_values for s in model.specs)
+    f32_values = sum(s.state_float32_values for s in model.specs)
+    return math.ceil(values * state_bytes_per_element(kv_dtype) + f32_values * 4)
 
-    Without sliding layers this is 2 × layers × kv_heads × head_dim × tokens × batch × bytes.
+
+def cached_layer_tokens(model: ModelKV, tokens: int) -> int:
+    """Σ over layers of values_per_token × tokens held: full layers T, windowed min(T, W − 1)."""
+    return sum(s.values_per_token * layer_tokens_held(s, tokens) for s in model.specs)
+
+
+def kv_bytes_for_context(model: ModelKV, tokens: int, kv_dtype: str = "bf16", batch: int = 1) -> int:
+    """Bytes `batch` sequences of `tokens` tokens hold: KV of every layer plus fixed states.
+
+    Without windows or states this is 2 × layers × kv_heads × head_dim × tokens × batch × bytes.
     """
     if tokens < 0 or batch < 0:
         raise ValueError("tokens and batch must be >= 0")
-    elements = 2 * shape.num_kv_heads * shape.head_dim * cached_layer_tokens(shape, tokens) * batch
-    return math.ceil(elements * kv_bytes_per_element(kv_dtype))
+    kv = math.ceil(cached_layer_tokens(model, tokens) * batch * kv_bytes_per_element(kv_dtype))
+    return kv + (state_bytes_per_request(model, kv_dtype) * batch if tokens else 0)
+
+
+def shareable_prefix_bytes(model: ModelKV, prefix_tokens: int, kv_dtype: str = "bf16") -> int:
+    """Bytes of a shared prefix that many requests can point at (modelled): the prefix's K/V in
+    full and latent layers. Windowed layers drop the prefix once a request passes the window and
+    states are per request, so neither is counted as shared."""
+    values = sum(s.values_per_token for s in model.specs if s.kind in (FULL, LATENT))
+    return math.ceil(values * prefix_tokens * kv_bytes_per_element(kv_dtype))
 
 
 def weight_bytes(params: int, weight_dtype: str = "bf16") -> int:
@@ -274,7 +247,7 @@ def kv_budget_bytes(gpu_bytes: int, weight_bytes: int,
     return max(0, gpu_bytes - weight_bytes - overhead)
 
 
-def max_concurrent_requests(shape: KVShape, context_tokens: int, gpu_bytes: int, weight_bytes: int,
+def max_concurrent_requests(model: ModelKV, context_tokens: int, gpu_bytes: int, weight_bytes: int,
                             kv_dtype: str = "bf16",
                             overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
                             overhead_bytes: int | None = None) -> int:
@@ -286,7 +259,16 @@ def max_concurrent_requests(shape: KVShape, context_tokens: int, gpu_bytes: int,
     if context_tokens < 1:
         raise ValueError("context_tokens must be >= 1")
     budget = kv_budget_bytes(gpu_bytes, weight_bytes, overhead_fraction, overhead_bytes)
-    return budget // kv_bytes_for_context(shape, context_tokens, kv_dtype)
+    return budget // kv_bytes_for_context(model, context_tokens, kv_dtype)
+
+
+def requests_with_shared_prefix(budget_bytes: int, per_request_bytes: int, shared_bytes: int) -> int:
+    """Requests that fit when `shared_bytes` of each are one prefix stored once (modelled):
+    floor((budget − shared) / (per request − shared))."""
+    own = per_request_bytes - shared_bytes
+    if own <= 0:
+        raise ValueError("the shared prefix must be shorter than the context")
+    return 0 if budget_bytes < shared_bytes else (budget_bytes - shared_bytes) // own
 
 
 # ---------------------------------------------------------------- bandwidth bounds
@@ -323,42 +305,58 @@ def tokens_per_s_ceiling_aggregate(step_floor_s: float, batch: int) -> float:
 # ---------------------------------------------------------------- what-ifs
 
 
-def what_if_attention(shape: KVShape, variant: str) -> KVShape:
-    """The same model with MHA (kv_heads = attention heads), GQA (as configured) or MQA (1)."""
+def _with_kv_heads(spec: LayerSpec, kv_heads: int) -> LayerSpec:
+    head_dim = spec.values_per_token // (2 * spec.kv_heads)
+    return replace(spec, kv_heads=kv_heads, values_per_token=2 * kv_heads * head_dim)
+
+
+def what_if_attention(model: ModelKV, variant: str) -> ModelKV:
+    """The same model with MHA (kv_heads = attention heads), GQA (as configured) or MQA (1) in
+    every full / sliding / chunked layer (latent, state and shared layers are left as they are)."""
     kind = variant.strip().lower()
     if kind not in ATTENTION_VARIANTS:
         raise ValueError(f"unknown attention variant {variant!r}; use mha, gqa or mqa")
     if kind == "gqa":
-        return shape
-    kv_heads = shape.num_attention_heads if kind == "mha" else 1
-    return replace(shape, num_kv_heads=kv_heads, name=f"{shape.name} as {kind.upper()}".strip())
+        return model
+    heads = model.num_attention_heads if kind == "mha" else 1
+    specs = tuple(_with_kv_heads(s, heads) if s.kind in ATTENTION_KINDS and s.kv_heads else s
+                  for s in model.specs)
+    return replace(model, specs=specs, name=f"{model.name} as {kind.upper()}".strip())
 
 
-def what_if_window(shape: KVShape, window: int | None, num_sliding_layers: int | None = None) -> KVShape:
-    """The same model with a sliding window on `num_sliding_layers` layers (default: all);
-    window None removes every window."""
+def what_if_window(model: ModelKV, window: int | None) -> ModelKV:
+    """The same model with a sliding window of `window` tokens on every attention layer (full,
+    sliding, chunked); window None turns every windowed layer into a full one."""
     if window is None:
-        return replace(shape, sliding_window=None, num_sliding_layers=0)
-    count = shape.num_layers if num_sliding_layers is None else num_sliding_layers
-    return replace(shape, sliding_window=window, num_sliding_layers=count)
+        specs = tuple(replace(s, kind=FULL, token_cap=None) if s.kind in (SLIDING, CHUNKED) else s
+                      for s in model.specs)
+    else:
+        _require_positive_int("window", window)
+        specs = tuple(replace(s, kind=SLIDING, token_cap=window) if s.kind in ATTENTION_KINDS else s
+                      for s in model.specs)
+    return replace(model, specs=specs)
 
 
 # ---------------------------------------------------------------- tables
 
 
-def capacity_row(shape: KVShape, context_tokens: int, gpu_bytes: int, weight_bytes: int,
+def capacity_row(model: ModelKV, context_tokens: int, gpu_bytes: int, weight_bytes: int,
                  kv_dtype: str = "bf16", overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
                  overhead_bytes: int | None = None, bandwidth_bytes_per_s: float | None = None,
-                 batch: int = 1) -> dict:
-    """One planner row for context T; bandwidth columns only when a bandwidth is given."""
-    per_request = kv_bytes_for_context(shape, context_tokens, kv_dtype)
-    fit = max_concurrent_requests(shape, context_tokens, gpu_bytes, weight_bytes, kv_dtype,
+                 batch: int = 1, read_weight_bytes: int | None = None) -> dict:
+    """One planner row for context T; bandwidth columns only when a bandwidth is given.
+
+    `read_weight_bytes`: the weights a decode step reads (the active ones of a MoE); default all.
+    """
+    per_request = kv_bytes_for_context(model, context_tokens, kv_dtype)
+    fit = max_concurrent_requests(model, context_tokens, gpu_bytes, weight_bytes, kv_dtype,
                                   overhead_fraction, overhead_bytes)
     row = {"context_tokens": context_tokens, "kv_bytes_per_request": per_request,
            "batch": batch, "kv_bytes_for_batch": per_request * batch,
            "max_concurrent_requests": fit}
     if bandwidth_bytes_per_s:
-        row.update(_bandwidth_columns(weight_bytes, per_request, batch, fit, bandwidth_bytes_per_s))
+        read = weight_bytes if read_weight_bytes is None else read_weight_bytes
+        row.update(_bandwidth_columns(read, per_request, batch, fit, bandwidth_bytes_per_s))
     return row
 
 
@@ -374,11 +372,11 @@ def _bandwidth_columns(weight_bytes: int, per_request_bytes: int, batch: int, fi
                 tokens_per_s_ceiling_aggregate(full_s, fit) if fit else 0.0}
 
 
-def capacity_table(shape: KVShape, contexts=(500, 2000, 8000), gpu_bytes: int = 80 * 10**9,
+def capacity_table(model: ModelKV, contexts=(500, 2000, 8000), gpu_bytes: int = 80 * 10**9,
                    weight_bytes: int = 0, kv_dtype: str = "bf16",
                    overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
                    overhead_bytes: int | None = None, bandwidth_bytes_per_s: float | None = None,
-                   batch: int = 1) -> list[dict]:
+                   batch: int = 1, read_weight_bytes: int | None = None) -> list[dict]:
     """One `capacity_row` per context length: "at 500 / 2,000 / 8,000 tokens, N requests fit".
 
     Columns: context_tokens, kv_bytes_per_request, batch, kv_bytes_for_batch,
@@ -386,8 +384,9 @@ def capacity_table(shape: KVShape, contexts=(500, 2000, 8000), gpu_bytes: int = 
     tokens_per_s_per_request_ceiling, tokens_per_s_aggregate_ceiling, and the same step floor and
     aggregate ceiling with max_concurrent_requests running (…_at_max).
     """
-    return [capacity_row(shape, t, gpu_bytes, weight_bytes, kv_dtype, overhead_fraction,
-                         overhead_bytes, bandwidth_bytes_per_s, batch) for t in contexts]
+    return [capacity_row(model, t, gpu_bytes, weight_bytes, kv_dtype, overhead_fraction,
+                         overhead_bytes, bandwidth_bytes_per_s, batch, read_weight_bytes)
+            for t in contexts]
 
 
 # ---------------------------------------------------------------- shipped catalogs
@@ -399,9 +398,14 @@ def _read_asset(filename: str, key: str) -> list[dict]:
 
 
 def load_catalog() -> list[dict]:
-    """Model entries of assets/models.json: Hugging Face config field names plus name, hf_id,
-    num_parameters, num_sliding_layers and a source note."""
+    """Model entries of assets/models.json: name, hf_id, aliases, config (the published
+    config.json fields), num_parameters, num_active_parameters (MoE) and a source."""
     return _read_asset("models.json", "models")
+
+
+def catalog_config(entry: dict) -> dict:
+    """The published config.json fields of a catalog entry."""
+    return entry["config"] if isinstance(entry.get("config"), dict) else entry
 
 
 def load_gpus() -> list[dict]:
@@ -421,15 +425,6 @@ def find_catalog_entry(name: str) -> dict | None:
         if wanted in {_key(k) for k in keys if k}:
             return entry
     return None
-
-
-def catalog_shape(name: str) -> KVShape:
-    """KVShape of a catalog model; ValueError listing the names when there is none."""
-    entry = find_catalog_entry(name)
-    if entry is None:
-        names = ", ".join(e["name"] for e in load_catalog())
-        raise ValueError(f"no catalog model named {name!r}; known: {names}")
-    return kv_shape_from_config(entry, name=entry["name"])
 
 
 def find_gpu(name: str) -> dict | None:

@@ -18,6 +18,9 @@ from kvviz.charts import (KIND_COLORS, MODE_COLORS, RULE_COLOR, SERIES_COLORS, _
 GROUP_COLORS = {"attention": KIND_COLORS["K"], "KV dtype": KIND_COLORS["V"],
                 "sliding window": MODE_COLORS["cached"]}
 CURVE_COLOR = SERIES_COLORS["measured"]
+VLLM_COLOR = KIND_COLORS["V"]
+PLAIN_LABEL = "plain bytes"
+VLLM_LABEL = "as vLLM would allocate it (whole blocks)"
 LABEL_COLOR = "#555555"
 
 
@@ -40,21 +43,31 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
     quarter the users" curve, with a dashed rule at the chosen context T.
 
     Input columns (planner_frames.fit_curve_frame): context_tokens, kv_bytes_per_request,
-    max_concurrent_requests. x domain [min_tokens, max_tokens] (default: the frame's largest).
+    max_concurrent_requests, and optionally vllm_requests_per_replica (a second, dashed line).
+    x domain [min_tokens, max_tokens] (default: the frame's largest).
     """
     top = max_tokens or (int(df["context_tokens"].max()) if len(df) else 4 * min_tokens)
     x = alt.X("context_tokens:Q", title="context per request (tokens, log scale)",
               scale=alt.Scale(type="log", domain=[min_tokens, top], nice=False),
               axis=alt.Axis(values=_log_ticks(min_tokens, top),
                             labelExpr=_tokens_label("datum.value")))
-    line = alt.Chart().transform_calculate(
+    folded = ["max_concurrent_requests"] + (
+        ["vllm_requests_per_replica"] if "vllm_requests_per_replica" in df.columns
+        and df["vllm_requests_per_replica"].notna().any() else [])
+    line = alt.Chart().transform_fold(folded, as_=["series_key", "requests"]).transform_calculate(
         size=bytes_expr("datum.kv_bytes_per_request"),
-    ).mark_line(point=alt.OverlayMarkDef(size=20), color=CURVE_COLOR, clip=True).encode(
+        series=f"datum.series_key == 'max_concurrent_requests' ? '{PLAIN_LABEL}' : '{VLLM_LABEL}'",
+    ).mark_line(point=alt.OverlayMarkDef(size=20), clip=True).encode(
         x=x,
-        y=alt.Y("max_concurrent_requests:Q", title="requests that fit at once"),
+        y=alt.Y("requests:Q", title="requests that fit at once (per replica)"),
+        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="top"), scale=alt.Scale(
+            domain=[PLAIN_LABEL, VLLM_LABEL], range=[CURVE_COLOR, VLLM_COLOR])),
+        strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
+            domain=[PLAIN_LABEL, VLLM_LABEL], range=[[1, 0], [5, 3]])),
         tooltip=[alt.Tooltip("context_tokens:Q", title="context (tokens)", format=","),
-                 alt.Tooltip("max_concurrent_requests:Q", title="requests that fit", format=","),
-                 alt.Tooltip("size:N", title="KV per request")],
+                 alt.Tooltip("series:N", title="figure"),
+                 alt.Tooltip("requests:Q", title="requests that fit", format=","),
+                 alt.Tooltip("size:N", title="KV per request per GPU")],
     )
     layers = [line]
     if context_tokens:
@@ -111,3 +124,23 @@ def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.HConcatChart:
         "max_concurrent_requests", f"requests that fit at {context_tokens:,} tokens",
         "format(datum.value, ',')", alt.Axis(format="~s", tickCount=4), show_variants=False)
     return alt.hconcat(per_request, fit, data=df, spacing=24).resolve_scale(y="shared")
+
+
+# ---------------------------------------------------------------- downloads
+
+
+def chart_svg(chart: alt.TopLevelMixin) -> str:
+    """The chart as an SVG document (vl-convert, nothing fetched)."""
+    from kvviz.report import vl_convert_svg
+
+    return vl_convert_svg(chart.to_dict())
+
+
+def chart_png(chart: alt.TopLevelMixin, scale: float = 2.0) -> bytes:
+    """The chart as a PNG image at `scale` × its CSS size (vl-convert, nothing fetched)."""
+    import vl_convert
+
+    from kvviz.report import _vl_version
+
+    return vl_convert.vegalite_to_png(chart.to_dict(), vl_version=_vl_version(), scale=scale,
+                                      allowed_base_urls=[])

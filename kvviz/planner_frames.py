@@ -1,11 +1,13 @@
 """Pure reshapers for the Capacity planner page: kvviz.capacity results in, DataFrames out.
 
-All arithmetic is kvviz.capacity's; this module only picks the inputs (contexts, what-if
-variants), calls it, and lays the answers out as long-form frames whose column names are
-capacity's own (`context_tokens`, `kv_bytes_per_request`, `max_concurrent_requests`, …), so
-the same names run on into the chart encodings (kvviz/planner_charts.py).
+All arithmetic is kvviz.capacity's, kvviz.serving_plan's and kvviz.parallel's, gathered by
+kvviz.deployment; this module only picks the inputs (contexts, what-if variants), calls them,
+and lays the answers out as frames whose column names are theirs (`context_tokens`,
+`kv_bytes_per_request`, `max_concurrent_requests`, …), so the same names run on into the chart
+encodings (kvviz/planner_charts.py). `for_people` formats a frame for display (thousands
+separators, units); the raw frame is what the CSV downloads hold.
 
-Standard library, pandas and kvviz.capacity only: no streamlit, no torch.
+Standard library, pandas and kvviz only: no streamlit, no torch.
 """
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import pandas as pd
 
-from kvviz import capacity
+from kvviz import capacity, deployment, plan_models, units
+from kvviz.capacity import ModelKV
 
 PLANNER_KV_DTYPES = ("fp32", "bf16", "fp8", "int8", "int4")  # fp16 costs what bf16 costs
 TABLE_CONTEXTS = (500, 2000, 8000)  # "at 500 / 2,000 / 8,000 tokens: N requests"
@@ -34,13 +38,13 @@ KERNELS_PER_LAYER = 30  # assumed GPU kernels per decoder layer per decode step 
 LAUNCH_S = 5e-6  # assumed CPU-side cost to launch one kernel (eager PyTorch), seconds
 BOUND_MARGIN = 2.0  # one side must exceed the other this many times to be called the bound
 
-# Integer-valued config fields kvviz.capacity reads; checked here first so that an error
-# message never has to quote (untrusted) pasted text back.
+# Integer-valued config fields checked here first so that an error message never has to
+# quote (untrusted) pasted text back.
 _INT_FIELDS = (
     "num_hidden_layers", "n_layer", "num_layers", "num_attention_heads", "n_head",
     "num_key_value_heads", "num_kv_heads", "head_dim", "hidden_size", "n_embd", "d_model",
-    "sliding_window", "num_sliding_layers", "max_window_layers", "sliding_window_pattern",
-    "max_position_embeddings", "n_positions", "n_ctx", "num_parameters", "num_params",
+    "sliding_window", "max_window_layers", "sliding_window_pattern", "intermediate_size",
+    "max_position_embeddings", "n_positions", "n_ctx", "vocab_size", "kv_lora_rank",
 )
 _JSON_TYPE_NAMES = {str: "a string", bool: "true/false", float: "a fractional number",
                     list: "a list", dict: "an object"}
@@ -54,47 +58,45 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything the planner page asks of the user, in capacity's units."""
+    """The model and the serving setup the page was asked about."""
 
-    shape: capacity.KVShape  # the model (as configured; what-ifs derive from it)
-    gpu_bytes: int  # GPU memory, bytes (GB = 1e9 B)
-    bandwidth_bytes_per_s: float | None  # peak memory bandwidth; None/0: unknown
-    weight_dtype: str = "bf16"  # dtype of the weights
-    kv_dtype: str = "bf16"  # dtype of the cached K and V
-    overhead_fraction: float = capacity.DEFAULT_OVERHEAD_FRACTION  # GPU memory kept back
-    context_tokens: int = 2000  # context per request, T
-    batch: int = 1  # requests decoded together
+    model: ModelKV  # as configured; what-ifs derive from it
+    setup: deployment.Setup  # GPU, parallelism, dtypes, context, vLLM settings, what-ifs
+
+    @cached_property
+    def result(self) -> dict:
+        """deployment.plan_setup: weights, per-GPU budget, plain and vLLM figures, what-ifs."""
+        return deployment.plan_setup(self.model, self.setup)
+
+    @property
+    def context_tokens(self) -> int:
+        return self.setup.context_tokens
 
     @property
     def weight_bytes(self) -> int:
-        """params × bytes per parameter; 0 when the parameter count is unknown."""
-        return capacity.weight_bytes(self.shape.weight_params or 0, self.weight_dtype)
+        return self.result["per_gpu"]["weight_bytes"]
 
     @property
     def kv_budget_bytes(self) -> int:
-        return capacity.kv_budget_bytes(self.gpu_bytes, self.weight_bytes, self.overhead_fraction)
+        return self.result["per_gpu"]["kv_budget_bytes"]
 
     @property
     def overhead_bytes(self) -> int:
-        return capacity.runtime_overhead_bytes(self.gpu_bytes, self.overhead_fraction)
+        return self.result["per_gpu"]["overhead_bytes"]
 
-    def row(self, context_tokens: int | None = None, shape: capacity.KVShape | None = None,
-            kv_dtype: str | None = None) -> dict:
-        """capacity.capacity_row for this plan, at another context / shape / KV dtype if given."""
-        return capacity.capacity_row(
-            shape or self.shape, context_tokens or self.context_tokens, self.gpu_bytes,
-            self.weight_bytes, kv_dtype or self.kv_dtype, self.overhead_fraction, None,
-            self.bandwidth_bytes_per_s or None, self.batch)
+    def with_model(self, model: ModelKV, kv_dtype: str | None = None) -> "Plan":
+        return Plan(model, replace(self.setup, kv_dtype=kv_dtype or self.setup.kv_dtype))
 
 
 # ---------------------------------------------------------------- pasted config.json
 
 
-def shape_from_pasted_config(text: str, params: int | None = None) -> capacity.KVShape:
-    """The KVShape of a pasted config.json; ConfigError with a plain message when it is unusable.
+def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
+    """The ModelKV of a pasted config.json; ConfigError with a plain message when it is unusable.
 
-    `params` (the parameter count, which config.json does not carry) fills weight_params when
-    the config has none. The name is always PASTED_NAME: pasted text is never echoed.
+    `params` (a parameter count the user typed) replaces the meta-device count; it is needed only
+    when transformers does not know the architecture. The name is always PASTED_NAME: pasted
+    text is never echoed.
     """
     if not text.strip():
         raise ConfigError("The pasted config is empty: paste the contents of a config.json.")
@@ -110,12 +112,9 @@ def shape_from_pasted_config(text: str, params: int | None = None) -> capacity.K
         _check_int_fields(cfg["text_config"])
     cfg = {k: v for k, v in cfg.items() if k not in ("name", "_name_or_path")}
     try:
-        shape = capacity.kv_shape_from_config(cfg, name=PASTED_NAME)
-    except (ValueError, TypeError) as err:
+        return plan_models.model_from_config(cfg, PASTED_NAME, given_params=params or None)
+    except Exception as err:  # noqa: BLE001 - transformers raises many kinds; all become one line
         raise ConfigError(f"The pasted config cannot be used: {_plain(err)}.") from None
-    if shape.weight_params is None and params:
-        shape = replace(shape, weight_params=int(params))
-    return shape
 
 
 def _check_int_fields(cfg: dict) -> None:
@@ -133,9 +132,13 @@ def _check_int_fields(cfg: dict) -> None:
 
 
 def _plain(err: Exception) -> str:
-    """capacity's message, reduced to letters, digits and light punctuation (no markup)."""
-    text = str(err).split(", got ")[0]  # capacity quotes the offending value after ", got "
-    return "".join(ch for ch in text if ch.isalnum() or ch in " _/.,-=<>()").strip()
+    """An error message reduced to its first line of letters, digits and light punctuation, with
+    anything quoted from the config (after ", got " or inside quotes) left out."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0].split(", got ")[0]
+    for quote in ("'", '"'):
+        parts = text.split(quote)
+        text = "".join(p if i % 2 == 0 else "…" for i, p in enumerate(parts))
+    return "".join(ch for ch in text if ch.isalnum() or ch in " _/.,-=<>()…").strip()[:200]
 
 
 # ---------------------------------------------------------------- headline figures
@@ -145,7 +148,7 @@ def _plain(err: Exception) -> str:
 class Metric:
     label: str
     value: str
-    help: str
+    help: str  # the number in plain words, shown beside it
 
 
 def fmt_seconds(s: float | None) -> str:
@@ -161,42 +164,107 @@ def fmt_rate(per_s: float | None) -> str:
     return "–" if per_s is None or math.isinf(per_s) else f"{per_s:,.0f} tok/s"
 
 
-def headline_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric]:
-    """The page's headline figures at context T, formatted (bytes with `fmt_bytes`)."""
-    shape, row = plan.shape, plan.row()
-    per_elem = capacity.kv_bytes_per_element(plan.kv_dtype)
+def fmt_count(n: float | None) -> str:
+    return "–" if n is None else f"{n:,.0f}"
+
+
+def memory_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric]:
+    """KV per token, KV per request, requests that fit (per replica and in all), weights per GPU."""
+    r, model, t = plan.result, plan.model, plan.context_tokens
+    per_gpu, plain = r["per_gpu"], r["plain"]
+    kinds = capacity.layer_kind_bytes_per_token(model, plan.setup.kv_dtype)
+    split = f" (one GPU's share under TP {r['tp']})" if r["tp"] > 1 else ""
     out = [
-        Metric("KV per token", fmt_bytes(capacity.kv_bytes_per_token(shape, plan.kv_dtype)),
-               f"2 (K and V) × {shape.num_layers} layers × {shape.num_kv_heads} KV heads × "
-               f"{shape.head_dim} head_dim × {per_elem:g} B ({plan.kv_dtype})"),
-        Metric(f"KV per request at {plan.context_tokens:,} tokens",
-               fmt_bytes(row["kv_bytes_per_request"]),
-               "Sliding-window layers hold at most their window." if shape.num_sliding_layers
-               else "Every layer holds every token."),
-        Metric(f"Requests that fit at {plan.context_tokens:,} tokens",
-               f"{row['max_concurrent_requests']:,}",
-               f"floor(KV budget {fmt_bytes(plan.kv_budget_bytes)} / KV per request); "
-               "no prefix sharing between requests"),
+        Metric("KV per token", fmt_bytes(capacity.kv_bytes_per_token(model, plan.setup.kv_dtype)),
+               "Each token a request holds adds this much cache, summed over the layers: "
+               + ", ".join(f"{k} layers {fmt_bytes(b)}" for k, b in kinds.items()) + "."),
+        Metric(f"KV per request at {t:,} tokens", fmt_bytes(plain["kv_bytes_per_request_per_gpu"]),
+               f"One request of {t:,} tokens on one GPU{split}: windowed layers keep only their "
+               "window, recurrent layers a fixed state."),
+        Metric(f"Requests that fit at {t:,} tokens", fmt_count(plain["requests_per_replica"]),
+               f"Per replica: KV budget {fmt_bytes(per_gpu['kv_budget_bytes'])} per GPU ÷ KV per "
+               "request, rounded down; no prefix sharing."),
     ]
-    if "decode_step_floor_s" in row:
-        out += _bandwidth_metrics(plan, row)
+    if r["gpus"] > 1:
+        out.append(Metric(f"Whole deployment ({r['label']})", fmt_count(plain["requests_total"]),
+                          f"{r['dp']} replica(s) × {plain['requests_per_replica']:,} requests."))
+    out.append(Metric("Weights per GPU", fmt_bytes(per_gpu["weight_bytes"]), _weights_help(plan)))
     return out
 
 
-def _bandwidth_metrics(plan: Plan, row: dict) -> list[Metric]:
-    step, batch = row["decode_step_floor_s"], plan.batch
+def _weights_help(plan: Plan) -> str:
+    w, r = plan.result["weights"], plan.result
+    if not w["params_known"]:
+        return "Parameter count unknown: weights counted as 0 bytes."
+    text = (f"{w['params_total'] / 1e9:,.2f} B parameters ({w['params_source']}) × "
+            f"{w['weight_dtype']}, split over the {r['tp'] * r['pp']} GPU(s) of a replica.")
+    if w["params_active"] != w["params_total"]:
+        text += f" {w['params_active'] / 1e9:,.2f} B are active per token (read each step)."
+    return text
+
+
+def vllm_metrics(plan: Plan) -> list[Metric]:
+    """vLLM's blocks, tokens, concurrency at max_model_len and requests of T in whole blocks."""
+    v, t = plan.result["vllm"], plan.context_tokens
+    if "error" in v:
+        return []
     return [
-        Metric(f"Decode step ≥ (batch {batch})", fmt_seconds(step),
-               "Lower bound: (weights + the batch's cache) / peak bandwidth. Real steps are slower."),
-        Metric("Tokens/s per request ≤", fmt_rate(row["tokens_per_s_per_request_ceiling"]),
+        Metric("KV blocks per GPU", fmt_count(v["num_blocks"]),
+               f"Memory for KV ÷ page size ÷ layers per group (block size {v['block_size']}, "
+               f"{v['num_groups']} group(s) of {v['group_size']} layers, {v['layout']})."),
+        Metric("Tokens that fit (vLLM)", fmt_count(v["num_tokens"]),
+               "What vLLM logs as \"GPU KV cache size\": blocks ÷ groups × block size."),
+        Metric(f"Max concurrency at {v['max_model_len']:,} tokens", f"{v['max_concurrency']:,.3f}×",
+               "Blocks ÷ blocks one request of max_model_len needs, as vLLM logs it."),
+        Metric(f"Requests of {t:,} tokens (whole blocks)",
+               fmt_count(v["requests_at_context_per_replica"]),
+               "Per replica, each request rounded up to whole blocks in every layer group."),
+    ]
+
+
+def speed_metrics(plan: Plan) -> list[Metric]:
+    """The decode-step floor and token-rate ceilings, when the GPU's bandwidth is known."""
+    b = plan.result["bandwidth"]
+    if not b:
+        return []
+    batch = plan.setup.batch
+    return [
+        Metric(f"Decode step ≥ (batch {batch})", fmt_seconds(b["decode_step_floor_s"]),
+               "Lower bound: (active weights + the batch's cache) ÷ peak bandwidth, stage after "
+               "stage. Real steps are slower."),
+        Metric("Tokens/s per request ≤", fmt_rate(b["tokens_per_s_per_request_ceiling"]),
                "Ceiling: one token per request per decode step, at the bandwidth floor."),
-        Metric(f"Tokens/s, batch of {batch} ≤", fmt_rate(row["tokens_per_s_aggregate_ceiling"]),
-               "Ceiling: batch / decode step floor."),
+        Metric(f"Tokens/s, batch of {batch} ≤", fmt_rate(b["tokens_per_s_aggregate_ceiling"]),
+               "Ceiling: batch ÷ decode step floor."),
         Metric("Tokens/s, every request that fits ≤",
-               fmt_rate(row["tokens_per_s_aggregate_ceiling_at_max"]),
+               fmt_rate(b["tokens_per_s_aggregate_ceiling_at_max"]),
                "Ceiling with all requests that fit decoding together: the weights are read once "
                "per step for all of them, every cache once."),
     ]
+
+
+def headline_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric]:
+    """Every headline figure: memory, then vLLM's, then speed bounds."""
+    return memory_metrics(plan, fmt_bytes) + vllm_metrics(plan) + speed_metrics(plan)
+
+
+def what_if_sentences(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[str]:
+    """The prefix-sharing and CPU-offload what-ifs in words (both modelled)."""
+    r, out = plan.result, []
+    if "prefix" in r:
+        p = r["prefix"]
+        out.append(f"Modelled: with a shared {p['prefix_tokens']:,}-token system prompt stored "
+                   f"once ({p['shared_tokens']:,} tokens in whole blocks of "
+                   f"{plan.setup.block_size}), {p['requests_per_replica']:,} requests fit per "
+                   f"replica instead of {r['plain']['requests_per_replica']:,}.")
+    if "offload" in r:
+        o = r["offload"]
+        out.append(f"Modelled: a {fmt_bytes(o['offload_bytes'])} CPU tier keeps "
+                   f"{o['requests_kept_per_replica']:,} requests' caches per replica; "
+                   f"{o['requests_decoding_per_replica']:,} of them decode at once on the GPUs, "
+                   f"and bringing one back takes ≈ {fmt_seconds(o['swap_in_s_per_request'])} "
+                   f"at an assumed {o['pcie_bytes_per_s'] / 1e9:.0f} GB/s (PCIe 5.0 x16).")
+    return out
 
 
 # ---------------------------------------------------------------- requests vs context
@@ -204,7 +272,7 @@ def _bandwidth_metrics(plan: Plan, row: dict) -> list[Metric]:
 
 def curve_max_context(plan: Plan) -> int:
     """Right end of the curve: the model's max position (else DEFAULT_MAX_CONTEXT), or T if longer."""
-    top = plan.shape.max_position or DEFAULT_MAX_CONTEXT
+    top = plan.model.max_position or DEFAULT_MAX_CONTEXT
     return max(top, plan.context_tokens, 2 * CURVE_MIN_TOKENS)
 
 
@@ -218,30 +286,32 @@ def curve_contexts(max_tokens: int, min_tokens: int = CURVE_MIN_TOKENS,
     return sorted(set(points + [max_tokens]))
 
 
+def _rows(plan: Plan, contexts: Sequence[int]) -> list[dict]:
+    setup = replace(plan.setup, prefix_tokens=0, offload_bytes=0)
+    return deployment.context_rows(plan.model, setup, contexts)
+
+
 def fit_curve_frame(plan: Plan, max_tokens: int | None = None) -> pd.DataFrame:
     """Requests that fit at each context length: the "quadruple the context, quarter the users" curve.
 
-    Columns: context_tokens, kv_bytes_per_request, max_concurrent_requests (one row per
-    context, log-spaced from CURVE_MIN_TOKENS to max_tokens, default curve_max_context).
+    Columns: context_tokens, kv_bytes_per_request (per GPU), max_concurrent_requests (per
+    replica), vllm_requests_per_replica (whole blocks; None when vLLM cannot serve the dtype).
     """
-    contexts = curve_contexts(max_tokens or curve_max_context(plan))
-    rows = capacity.capacity_table(plan.shape, contexts, plan.gpu_bytes, plan.weight_bytes,
-                                   plan.kv_dtype, plan.overhead_fraction)
-    cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests"]
+    rows = _rows(plan, curve_contexts(max_tokens or curve_max_context(plan)))
+    cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests",
+            "vllm_requests_per_replica"]
     return pd.DataFrame([{c: r[c] for c in cols} for r in rows], columns=cols)
 
 
 def context_table_frame(plan: Plan, contexts: Sequence[int] = TABLE_CONTEXTS) -> pd.DataFrame:
-    """capacity.capacity_table at fixed contexts, one row each.
-
-    Columns: context_tokens, kv_bytes_per_request, max_concurrent_requests, and with a
-    bandwidth also decode_step_floor_ms (capacity's decode_step_floor_s in ms, for the plan's
-    batch), tokens_per_s_per_request_ceiling, tokens_per_s_aggregate_ceiling_at_max.
-    """
-    rows = [plan.row(t) for t in contexts]
-    cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests"]
-    timed = bool(rows) and "decode_step_floor_s" in rows[0]
-    if timed:
+    """One row per context: context_tokens, kv_bytes_per_request (per GPU),
+    max_concurrent_requests (per replica), vllm_requests_per_replica, requests_total, and with a
+    bandwidth decode_step_floor_ms, tokens_per_s_per_request_ceiling,
+    tokens_per_s_aggregate_ceiling_at_max."""
+    rows = _rows(plan, contexts)
+    cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests",
+            "vllm_requests_per_replica", "requests_total"]
+    if rows and "decode_step_floor_s" in rows[0]:
         cols += ["decode_step_floor_ms", "tokens_per_s_per_request_ceiling",
                  "tokens_per_s_aggregate_ceiling_at_max"]
         rows = [{**r, "decode_step_floor_ms": r["decode_step_floor_s"] * 1e3} for r in rows]
@@ -255,6 +325,45 @@ def context_sentence(table: pd.DataFrame) -> str:
     return f"At {tokens} tokens: {counts} requests fit at once."
 
 
+# ---------------------------------------------------------------- layers and vLLM's view
+
+
+def layer_kinds_frame(plan: Plan) -> pd.DataFrame:
+    """One row per layer kind (as labelled by kvviz.layout): layer_kind, layers,
+    kv_bytes_per_token (those layers together), kv_bytes_per_request (at T, one GPU of TP 1)."""
+    model, dtype, t = plan.model, plan.setup.kv_dtype, plan.context_tokens
+    groups: dict[str, list] = {}
+    for spec in model.specs:
+        groups.setdefault(spec.label(), []).append(spec)
+    rows = []
+    for label, specs in groups.items():
+        part = replace(model, specs=tuple(specs))
+        rows.append({"layer_kind": label, "layers": len(specs),
+                     "kv_bytes_per_token": capacity.kv_bytes_per_token(part, dtype),
+                     "kv_bytes_per_request": capacity.kv_bytes_for_context(part, t, dtype)})
+    return pd.DataFrame(rows, columns=["layer_kind", "layers", "kv_bytes_per_token",
+                                       "kv_bytes_per_request"])
+
+
+def vllm_frame(plan: Plan) -> pd.DataFrame:
+    """vLLM's settings and figures as rows of (figure, value, meaning); empty when it cannot serve."""
+    v = plan.result["vllm"]
+    if "error" in v:
+        return pd.DataFrame(columns=["figure", "value", "meaning"])
+    rows = [
+        ("gpu_memory_utilization", f"{v['gpu_memory_utilization']:g}", "1 − the overhead fraction"),
+        ("block_size", f"{v['block_size']:,}", "tokens per block (after vLLM's own adjustments)"),
+        ("max_model_len", f"{v['max_model_len']:,}", "longest request admitted"),
+        ("page size", units.fmt_bytes(v["page_bytes"]), "one block of one layer"),
+        ("KV cache groups", f"{v['num_groups']:,} × {v['group_size']:,} layers", v["layout"]),
+        ("num_gpu_blocks", f"{v['num_blocks']:,}", "blocks per GPU"),
+        ("GPU KV cache size", f"{v['num_tokens']:,} tokens", "blocks ÷ groups × block size"),
+        ("blocks per request", f"{v['blocks_per_request']:,}", "at max_model_len, all groups"),
+        ("maximum concurrency", f"{v['max_concurrency']:,.3f}×", "at max_model_len"),
+    ]
+    return pd.DataFrame(rows, columns=["figure", "value", "meaning"])
+
+
 # ---------------------------------------------------------------- what-ifs
 
 
@@ -265,60 +374,87 @@ GROUP_DTYPE = "KV dtype"
 GROUP_WINDOW = "sliding window"
 
 
-def _window_label(shape: capacity.KVShape) -> str:
-    if not shape.num_sliding_layers:
+def _window_label(model: ModelKV) -> str:
+    windowed = model.windowed_layers
+    if not windowed:
         return "no window"
-    layers = ("all layers" if shape.num_sliding_layers == shape.num_layers
-              else f"{shape.num_sliding_layers} of {shape.num_layers} layers")
-    return f"window {shape.sliding_window:,} on {layers}"
+    caps = sorted({s.token_cap for s in model.specs if s.token_cap})
+    layers = "all layers" if windowed == model.num_layers else f"{windowed} of {model.num_layers} layers"
+    return f"window {', '.join(f'{c:,}' for c in caps)} on {layers}"
 
 
-def what_if_variants(plan: Plan, window: int | None) -> list[tuple[str, str, capacity.KVShape, str, bool]]:
-    """(group, variant label, shape, kv_dtype, is the plan as configured) for each what-if."""
-    shape, kind, dtype = plan.shape, plan.shape.attention_kind, plan.kv_dtype
-    heads = shape.num_attention_heads
-    out = [
-        (GROUP_ATTENTION, f"MHA: {heads} KV heads", capacity.what_if_attention(shape, "mha"),
-         dtype, False),
-        (GROUP_ATTENTION, f"as configured ({kind}): {shape.num_kv_heads} KV heads", shape, dtype,
-         True),
-        (GROUP_ATTENTION, "MQA: 1 KV head", capacity.what_if_attention(shape, "mqa"), dtype, False),
-    ]
-    out += [(GROUP_DTYPE, f"KV {d}" + (" (as set)" if d == dtype else ""), shape, d, d == dtype)
+def what_if_variants(plan: Plan, window: int | None) -> list[tuple[str, str, ModelKV, str, bool]]:
+    """(group, variant label, model, kv_dtype, is the plan as configured) for each what-if."""
+    model, dtype = plan.model, plan.setup.kv_dtype
+    kind, heads = model.attention_kind, model.num_attention_heads
+    out = [(GROUP_ATTENTION, f"as configured ({kind}): {model.kv_heads} KV heads", model, dtype, True)]
+    if kind not in ("MLA", "no attention"):
+        out.insert(0, (GROUP_ATTENTION, f"MHA: {heads} KV heads",
+                       capacity.what_if_attention(model, "mha"), dtype, False))
+        out.append((GROUP_ATTENTION, "MQA: 1 KV head", capacity.what_if_attention(model, "mqa"),
+                    dtype, False))
+    out += [(GROUP_DTYPE, f"KV {d}" + (" (as set)" if d == dtype else ""), model, d, d == dtype)
             for d in PLANNER_KV_DTYPES]
-    windows = [capacity.what_if_window(shape, None)]
-    if shape.num_sliding_layers:
-        windows.append(shape)
+    windows = [capacity.what_if_window(model, None)]
+    if model.windowed_layers:
+        windows.append(model)
     if window:
-        windows.append(capacity.what_if_window(shape, window))
+        windows.append(capacity.what_if_window(model, window))
     seen = set()
     for w in windows:
-        label = _window_label(w) + (" (as configured)" if w == shape else "")
-        if _window_label(w) not in seen:
-            seen.add(_window_label(w))
-            out.append((GROUP_WINDOW, label, w, dtype, _window_label(w) == _window_label(shape)))
+        label = _window_label(w)
+        if label not in seen:
+            seen.add(label)
+            current = label == _window_label(model)
+            out.append((GROUP_WINDOW, label + (" (as configured)" if current else ""), w, dtype,
+                        current))
     return out
 
 
 def what_if_frame(plan: Plan, window: int | None = None) -> pd.DataFrame:
     """The same model as MHA / as configured / MQA, in each KV dtype, and with/without a window.
 
-    One row per variant, all at the plan's context T, GPU and weights. Columns: group
-    ("attention" / "KV dtype" / "sliding window"), variant (a unique label), kv_heads,
-    kv_dtype, kv_bytes_per_token (the window does not change it: it caps tokens, not bytes per
-    token), kv_bytes_per_request (at T), max_concurrent_requests (at T), current (True for the
-    plan as configured), order (display order).
+    One row per variant, all at the plan's context T and setup. Columns: group ("attention" /
+    "KV dtype" / "sliding window"), variant (a unique label), kv_heads, kv_dtype,
+    kv_bytes_per_token (a window does not change it: it caps tokens, not bytes per token),
+    kv_bytes_per_request (at T, per GPU), max_concurrent_requests (at T, per replica), current
+    (True for the plan as configured), order (display order).
     """
     rows = []
-    for order, (group, label, shape, dtype, current) in enumerate(what_if_variants(plan, window)):
-        row = plan.row(shape=shape, kv_dtype=dtype)
-        rows.append({"group": group, "variant": label, "kv_heads": shape.num_kv_heads,
-                     "kv_dtype": dtype,
-                     "kv_bytes_per_token": capacity.kv_bytes_per_token(shape, dtype),
-                     "kv_bytes_per_request": row["kv_bytes_per_request"],
-                     "max_concurrent_requests": row["max_concurrent_requests"],
+    for order, (group, label, model, dtype, current) in enumerate(what_if_variants(plan, window)):
+        try:
+            plain = plan.with_model(model, dtype).result["plain"]
+        except ValueError:  # e.g. MHA's heads do not split over this TP size
+            continue
+        rows.append({"group": group, "variant": label, "kv_heads": model.kv_heads,
+                     "kv_dtype": dtype, "kv_bytes_per_token": capacity.kv_bytes_per_token(model, dtype),
+                     "kv_bytes_per_request": plain["kv_bytes_per_request_per_gpu"],
+                     "max_concurrent_requests": plain["requests_per_replica"],
                      "current": current, "order": order})
     return pd.DataFrame(rows, columns=list(WHAT_IF_COLUMNS))
+
+
+# ---------------------------------------------------------------- tables for people
+
+
+_BYTES_COLUMNS = ("kv_bytes_per_token", "kv_bytes_per_request")
+_COUNT_COLUMNS = ("context_tokens", "max_concurrent_requests", "vllm_requests_per_replica",
+                  "requests_total", "layers", "kv_heads", "tokens_per_s_per_request_ceiling",
+                  "tokens_per_s_aggregate_ceiling_at_max")
+
+
+def for_people(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy for display: bytes in KiB/MiB/GiB, counts with thousands separators, ms with two
+    decimals, booleans and the sort column dropped. The raw frame is what CSVs hold."""
+    out = df.drop(columns=[c for c in ("order", "current") if c in df.columns])
+    for col in out.columns:
+        if col in _BYTES_COLUMNS:
+            out[col] = out[col].map(units.fmt_bytes)
+        elif col in _COUNT_COLUMNS:
+            out[col] = out[col].map(lambda v: "–" if v is None or pd.isna(v) else f"{v:,.0f}")
+        elif col == "decode_step_floor_ms":
+            out[col] = out[col].map(lambda v: f"{v:,.2f}")
+    return out
 
 
 # ---------------------------------------------------------------- where the time goes
@@ -327,18 +463,17 @@ def what_if_frame(plan: Plan, window: int | None = None) -> pd.DataFrame:
 def launch_bound(plan: Plan) -> dict | None:
     """Bandwidth floor vs a rough kernel-launch estimate for one decode step at T, batch B.
 
-    Keys: decode_step_floor_s (capacity's lower bound), num_kernels (layers ×
-    KERNELS_PER_LAYER), launch_s (num_kernels × LAUNCH_S, an estimate from assumptions), and
-    bound: "kernel launches" when launching takes over BOUND_MARGIN × longer than reading the
-    bytes, "memory bandwidth" when reading does, else "both" (too close to call, given that
-    the launch figure is a rough estimate). None without a bandwidth.
+    Keys: decode_step_floor_s (the lower bound), num_kernels (layers × KERNELS_PER_LAYER),
+    launch_s (num_kernels × LAUNCH_S, an estimate from assumptions), and bound: "kernel
+    launches" when launching takes over BOUND_MARGIN × longer than reading the bytes, "memory
+    bandwidth" when reading does, else "both" (too close to call). None without a bandwidth.
     """
-    row = plan.row()
-    if "decode_step_floor_s" not in row:
+    b = plan.result["bandwidth"]
+    if not b:
         return None
-    num_kernels = plan.shape.num_layers * KERNELS_PER_LAYER
+    num_kernels = plan.model.num_layers * KERNELS_PER_LAYER
     launch_s = num_kernels * LAUNCH_S
-    floor_s = row["decode_step_floor_s"]
+    floor_s = b["decode_step_floor_s"]
     bound = ("kernel launches" if launch_s > BOUND_MARGIN * floor_s else
              "memory bandwidth" if floor_s > BOUND_MARGIN * launch_s else "both")
     return {"decode_step_floor_s": floor_s, "num_kernels": num_kernels, "launch_s": launch_s,

@@ -42,12 +42,14 @@ def test_catalog_name_text_table(capsys):
     assert "23,040 B per token" in out  # 2 × 30 × 3 × 64 × 2
     assert "H100 SXM" in out and "requests that fit" in out
     assert "8,000" in out and "2,000" in out and "500" in out
+    assert "as vLLM would allocate it" in out and "GPU KV cache size" in out
 
 
 def test_json_llama_8b_on_h100(capsys):
     plan = run_json(capsys, "Llama-3.1-8B", "--gpu", "H100 SXM")
     assert plan["kv_bytes_per_token"] == 131_072
-    assert plan["weight_bytes"] == 16_060_522_496
+    assert plan["weight_bytes"] == 16_060_522_496  # 8,030,261,248 params counted on meta × 2 B
+    assert plan["params_source"] == "meta-device count"
     # (80e9 − 8e9 − 16,060,522,496) // (131,072 × T) for T = 500, 2,000, 8,000
     assert [r["max_concurrent_requests"] for r in plan["rows"]] == [853, 213, 53]
     assert plan["rows"][0]["decode_step_floor_s"] > 0
@@ -60,7 +62,8 @@ def test_config_json_path(tmp_path, capsys):
     plan = run_json(capsys, str(path), "--context", "1024")
     assert plan["kv_bytes_per_token"] == 36_864  # 2 × 12 × 12 × 64 × 2
     assert plan["rows"][0]["kv_bytes_per_request"] == 36_864 * 1_024
-    assert plan["weight_params_known"] is False
+    assert plan["weight_params_known"] is True  # GPT-2 built on the meta device
+    assert plan["weight_params"] == 124_439_808
 
 
 def test_model_folder(tmp_path, capsys):
@@ -69,6 +72,7 @@ def test_model_folder(tmp_path, capsys):
     (folder / "config.json").write_text(json.dumps(GPT2_CONFIG))
     plan = run_json(capsys, str(folder))
     assert plan["model"]["name"] == "my-gpt2" and plan["attention"] == "MHA"
+    assert plan["model"]["layer_kinds"] == "12 × full"
 
 
 def test_explicit_numbers_mqa(capsys):
@@ -80,6 +84,7 @@ def test_explicit_numbers_mqa(capsys):
     # 19.6e9 / 131,072,000 = 149.5 → 149
     assert plan["rows"][-1]["max_concurrent_requests"] == 149
     assert "decode_step_floor_s" not in plan["rows"][0]  # custom GPU: bandwidth unknown
+    assert plan["params_source"] == "given"
 
 
 def test_contexts_repeatable_and_comma_separated(capsys):
@@ -95,14 +100,14 @@ def test_kv_dtype_int4_and_batch(capsys):
 
 def test_window_and_attention_what_ifs(capsys):
     plan = run_json(capsys, "Llama-3.1-8B", "--window", "1024", "--context", "8000")
-    assert plan["rows"][0]["kv_bytes_per_request"] == 131_072 * 1_024
+    assert plan["rows"][0]["kv_bytes_per_request"] == 131_072 * 1_023  # W − 1 tokens kept
     plan = run_json(capsys, "Llama-3.1-8B", "--attention", "mha", "--context", "1")
     assert plan["kv_bytes_per_token"] == 524_288  # 2 × 32 × 32 × 128 × 2
 
 
 def test_sliding_model_text_mentions_window(capsys):
     assert plan_cli.run(parse("Gemma-2-2B", "--gpu", "L4")) == 0
-    assert "sliding window 4,096 on 13 of 26 layers" in capsys.readouterr().out
+    assert "13 × sliding 4096, 13 × full" in capsys.readouterr().out
 
 
 def test_list(capsys):
@@ -120,7 +125,7 @@ def test_unknown_hub_id_names_it(capsys, monkeypatch, tmp_path):
 
 def test_config_missing_field(tmp_path, capsys):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"n_layer": 2, "n_embd": 64}))
+    path.write_text(json.dumps({"n_layer": 2, "n_embd": 64}))  # no model_type: generic fields
     assert "num_attention_heads" in run_error(capsys, str(path))
 
 
@@ -145,6 +150,70 @@ def test_folder_without_config(tmp_path, capsys):
     (("--layers", "4"), "--kv-heads"),
     (("gpt2", "--layers", "4", "--kv-heads", "1", "--head-dim", "8"), "not both"),
     ((), "give a model"),
+    (("Llama-3.1-70B", "--tp", "3"), "TP 3 does not divide the model's 64 attention heads"),
+    (("Llama-3.1-70B", "--tp", "0"), "--tp"),
+    (("Llama-3.1-70B", "--pp", "200"), "more stages than"),
+    (("Llama-3.1-70B", "--block-size", "0"), "--block-size"),
+    (("Llama-3.1-70B", "--prefix-tokens", "9000"), "shared prefix"),
+    (("no-such-model-at-all",), "not a catalog name"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, fragment):
     assert fragment in run_error(capsys, *argv)
+
+
+# ---------------------------------------------------------------- serving setups (issue 9)
+
+
+def test_json_smollm2_matches_a_real_vllm(capsys):
+    # SmolLM2 fp32, block 128: 1 GiB of KV pool. A custom GPU of G GB with weights
+    # 134,515,008 × 4 B = 538,060,032 B and overhead 0 leaves exactly 2^30 B when
+    # G × 1e9 = 2^30 + 538,060,032 = 1,611,801,856 B.
+    plan = run_json(capsys, "SmolLM2-135M", "--gpu-gb", "1.611801856", "--overhead", "0",
+                    "--kv-dtype", "fp32", "--weight-dtype", "fp32", "--block-size", "128",
+                    "--max-model-len", "2048", "--context", "2048")
+    vllm = plan["deployment"]["vllm"]
+    assert plan["kv_budget_bytes"] == 2**30
+    assert (vllm["num_blocks"], vllm["num_tokens"], vllm["max_concurrency"]) == (182, 23_296, 11.375)
+    assert plan["rows"][0]["vllm_requests_per_replica"] == 11
+
+
+def test_json_llama_70b_on_8_h100_tp8(capsys):
+    plan = run_json(capsys, "Llama-3.1-70B", "--gpu", "H100", "--tp", "8", "--context", "8000")
+    d = plan["deployment"]
+    assert d["label"] == "8×H100 SXM, TP 8" and (d["tp"], d["pp"], d["dp"], d["gpus"]) == (8, 1, 1, 8)
+    assert d["per_gpu"]["weight_bytes"] == 17_638_426_624  # 141,107,412,992 / 8
+    assert plan["rows"][0]["max_concurrent_requests"] == 165  # see tests/test_parallel.py
+    assert d["vllm"]["num_blocks"] == 82_949
+
+
+def test_json_pp_dp_prefix_offload(capsys):
+    plan = run_json(capsys, "Llama-3.1-70B", "--gpu", "H100", "--tp", "4", "--pp", "2", "--dp", "3",
+                    "--context", "8000", "--prefix-tokens", "1000", "--offload-gb", "100")
+    d = plan["deployment"]
+    assert d["gpus"] == 24 and d["per_gpu"]["layers"] == 40
+    assert plan["rows"][0]["requests_total"] == 3 * plan["rows"][0]["max_concurrent_requests"]
+    assert d["prefix"]["requests_per_replica"] > d["plain"]["requests_per_replica"]
+    assert d["offload"]["requests_kept_per_replica"] > d["plain"]["requests_per_replica"]
+
+
+def test_json_moe_reads_active_weights(capsys):
+    plan = run_json(capsys, "Qwen3-30B-A3B", "--gpu", "H100", "--context", "2000")
+    assert plan["active_params"] < plan["weight_params"] / 5
+    # the floor reads the active weights only: (3,353,032,704 × 2 B + 2,000 × 98,304 B) / 3.35e12
+    floor = (plan["active_weight_bytes"] + 2000 * 98_304) / 3.35e12
+    assert plan["rows"][0]["decode_step_floor_s"] == pytest.approx(floor)
+
+
+def test_json_mla_and_hybrid(capsys):
+    plan = run_json(capsys, "DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8")
+    assert plan["attention"] == "MLA"
+    assert plan["deployment"]["per_gpu"]["kv_bytes_per_token"] == 61 * 576 * 2  # on every rank
+    plan = run_json(capsys, "Llama-4-Scout", "--gpu", "H100", "--tp", "4")
+    assert plan["deployment"]["vllm"]["layout"] == "hybrid"
+    assert plan["model"]["bytes_per_token_by_kind"] == {"chunked": 36 * 4096, "full": 12 * 4096}
+
+
+def test_json_int4_has_no_vllm_figures(capsys):
+    plan = run_json(capsys, "SmolLM2-135M", "--kv-dtype", "int4")
+    assert "int4" in plan["deployment"]["vllm"]["error"]
+    assert plan["rows"][0]["vllm_requests_per_replica"] is None

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import capacity, planner_charts, planner_frames as pf
+from kvviz import capacity, deployment, parallel, plan_models, planner_charts, planner_frames as pf
 from kvviz.units import fmt_bytes
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "planner.py")
@@ -28,10 +28,15 @@ SMOLLM2_CONFIG = json.dumps({  # HuggingFaceTB/SmolLM2-135M-Instruct config.json
     "max_position_embeddings": 8192, "_name_or_path": "**bold** <b>x</b>"}, indent=1)
 
 
+def make_plan(model="Llama-3.1-8B", gpu=H100, **kw) -> pf.Plan:
+    args = dict(gpu_name=gpu["name"], gpu_bytes=gpu["memory_bytes"],
+                bandwidth_bytes_per_s=gpu["bandwidth_bytes_per_s"], context_tokens=2000)
+    model = plan_models.catalog_model(model) if isinstance(model, str) else model
+    return pf.Plan(model, deployment.Setup(**{**args, **kw}))
+
+
 def llama8b_plan(**kw) -> pf.Plan:
-    args = dict(shape=capacity.catalog_shape("Llama-3.1-8B"), gpu_bytes=H100["memory_bytes"],
-                bandwidth_bytes_per_s=H100["bandwidth_bytes_per_s"], context_tokens=2000)
-    return pf.Plan(**{**args, **kw})
+    return make_plan(**kw)
 
 
 # ---------------------------------------------------------------- frames
@@ -49,6 +54,9 @@ def test_context_table_and_sentence():
     assert list(table["context_tokens"]) == [500, 2000, 8000]
     assert list(table["kv_bytes_per_request"]) == [65_536_000, 262_144_000, 1_048_576_000]
     assert list(table["max_concurrent_requests"]) == [853, 213, 53]
+    # vLLM: pages of 16 tokens × 2,048 values × 2 B = 65,536 B; 55,939,477,504 // 65,536 // 32
+    # = 26,674 blocks; a request holds cdiv(T, 16) blocks: 500 → 32, 2,000 → 125, 8,000 → 500
+    assert list(table["vllm_requests_per_replica"]) == [833, 213, 53]
     assert table["decode_step_floor_ms"][1] == pytest.approx(4.8724, abs=1e-4)
     assert table["tokens_per_s_per_request_ceiling"][1] == pytest.approx(1 / 4.8724e-3, rel=1e-4)
     assert pf.context_sentence(table) == "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."
@@ -56,7 +64,8 @@ def test_context_table_and_sentence():
 
 def test_context_table_without_bandwidth_has_no_time_columns():
     table = pf.context_table_frame(llama8b_plan(bandwidth_bytes_per_s=None))
-    assert list(table.columns) == ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests"]
+    assert list(table.columns) == ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests",
+                                   "vllm_requests_per_replica", "requests_total"]
 
 
 def test_curve_contexts_are_log_spaced_and_cover_the_range():
@@ -78,14 +87,14 @@ def test_fit_curve_quadruple_the_context_quarter_the_users():
 
 
 def test_fit_curve_flattens_past_a_sliding_window():
-    shape = capacity.catalog_shape("Mistral-7B-v0.1")  # window 4,096 on all 32 layers
-    df = pf.fit_curve_frame(pf.Plan(shape, H100["memory_bytes"], None)).set_index("context_tokens")
+    plan = make_plan("Mistral-7B-v0.1", bandwidth_bytes_per_s=None)  # window 4,096 on all 32 layers
+    df = pf.fit_curve_frame(plan).set_index("context_tokens")
     assert df.loc[4096, "kv_bytes_per_request"] == df.loc[32_768, "kv_bytes_per_request"]
     assert df.loc[4096, "max_concurrent_requests"] == df.loc[32_768, "max_concurrent_requests"]
 
 
 def test_curve_max_context_defaults_and_extends_to_t():
-    plan = llama8b_plan(shape=capacity.KVShape(2, 1, 64, 1), context_tokens=500)
+    plan = make_plan(capacity.uniform_model(2, 1, 64, 1), context_tokens=500)
     assert pf.curve_max_context(plan) == pf.DEFAULT_MAX_CONTEXT
     assert pf.curve_max_context(llama8b_plan(context_tokens=500_000)) == 500_000
 
@@ -100,8 +109,8 @@ def test_what_if_frame_hand_computed():
     assert per_token["KV fp32"] == 262_144 and per_token["KV fp8"] == 65_536
     assert per_token["KV int8"] == 65_536 * 1.0625 == 69_632  # + 4 B per 64 values
     assert per_token["KV int4"] == 65_536 * 0.5625 == 36_864
-    assert df.loc["window 1,024 on all layers", "kv_bytes_per_request"] == 131_072 * 1024
-    assert df.loc["window 1,024 on all layers", "max_concurrent_requests"] == BUDGET // (131_072 * 1024)
+    assert df.loc["window 1,024 on all layers", "kv_bytes_per_request"] == 131_072 * 1023
+    assert df.loc["window 1,024 on all layers", "max_concurrent_requests"] == BUDGET // (131_072 * 1023)
     assert df.loc["MQA: 1 KV head", "max_concurrent_requests"] == BUDGET // (16_384 * 2000)
     assert df.reset_index().groupby("group")["current"].sum().to_dict() == {
         "attention": 1, "KV dtype": 1, "sliding window": 1}
@@ -109,8 +118,7 @@ def test_what_if_frame_hand_computed():
 
 
 def test_what_if_window_rows_for_a_model_that_has_one():
-    shape = capacity.catalog_shape("Gemma-2-9B")
-    df = pf.what_if_frame(pf.Plan(shape, H100["memory_bytes"], None, context_tokens=8000), 4096)
+    df = pf.what_if_frame(make_plan("Gemma-2-9B", bandwidth_bytes_per_s=None, context_tokens=8000), 4096)
     windows = df[df["group"] == "sliding window"]
     assert list(windows["variant"]) == ["no window",
                                         "window 4,096 on 21 of 42 layers (as configured)",
@@ -121,13 +129,51 @@ def test_what_if_window_rows_for_a_model_that_has_one():
 
 def test_headline_metrics():
     labels = [m.label for m in pf.headline_metrics(llama8b_plan(), fmt_bytes)]
-    assert labels[:3] == ["KV per token", "KV per request at 2,000 tokens",
-                          "Requests that fit at 2,000 tokens"]
+    assert labels[:4] == ["KV per token", "KV per request at 2,000 tokens",
+                          "Requests that fit at 2,000 tokens", "Weights per GPU"]
     values = {m.label: m.value for m in pf.headline_metrics(llama8b_plan(batch=4), fmt_bytes)}
     assert values["KV per token"] == "128 KiB" and values["Requests that fit at 2,000 tokens"] == "213"
     assert values["Decode step ≥ (batch 4)"] == pf.fmt_seconds(
         (16_060_522_496 + 4 * 262_144_000) / 3.35e12)
-    assert len(pf.headline_metrics(llama8b_plan(bandwidth_bytes_per_s=None), fmt_bytes)) == 3
+    # vLLM: 55,939,477,504 // 65,536 B pages // 32 layers = 26,674 blocks of 16 tokens
+    assert values["KV blocks per GPU"] == "26,674"
+    assert values["Tokens that fit (vLLM)"] == "426,784"
+    assert values["Max concurrency at 131,072 tokens"] == "3.256×"  # 26,674 / 8,192
+    assert values["Requests of 2,000 tokens (whole blocks)"] == "213"  # 26,674 // 125
+    assert len(pf.speed_metrics(llama8b_plan(bandwidth_bytes_per_s=None))) == 0
+    assert all(m.help for m in pf.headline_metrics(llama8b_plan(), fmt_bytes))  # each explained
+
+
+def test_deployment_metrics_and_what_if_sentences():
+    plan = make_plan("Llama-3.1-70B", context_tokens=8000, par=parallel.Parallel(8, 1, 2),
+                     prefix_tokens=1000, offload_bytes=200 * 10**9)
+    values = {m.label: m.value for m in pf.memory_metrics(plan, fmt_bytes)}
+    assert values["Requests that fit at 8,000 tokens"] == "165"  # tests/test_parallel.py
+    assert values["Whole deployment (16×H100 SXM, TP 8 · DP 2)"] == "330"
+    sentences = pf.what_if_sentences(plan, fmt_bytes)
+    assert "Modelled" in sentences[0] and "992 tokens in whole blocks of 16" in sentences[0]
+    assert "Modelled" in sentences[1] and "242 requests" in sentences[1]
+
+
+def test_layer_kinds_and_vllm_frames():
+    kinds = pf.layer_kinds_frame(make_plan("Gemma-2-9B", context_tokens=8000)).set_index("layer_kind")
+    assert list(kinds["layers"]) == [21, 21]
+    assert kinds.loc["sliding 4096", "kv_bytes_per_token"] == 21 * 8192
+    assert kinds.loc["sliding 4096", "kv_bytes_per_request"] == 21 * 8192 * 4095
+    assert kinds.loc["full", "kv_bytes_per_request"] == 21 * 8192 * 8000
+    vllm = pf.vllm_frame(llama8b_plan()).set_index("figure")
+    assert vllm.loc["num_gpu_blocks", "value"] == "26,674"
+    assert pf.vllm_frame(llama8b_plan(kv_dtype="int4")).empty
+
+
+def test_for_people_formats_numbers_and_keeps_the_raw_frame():
+    table = pf.context_table_frame(llama8b_plan())
+    shown = pf.for_people(table)
+    assert list(shown["max_concurrent_requests"]) == ["853", "213", "53"]
+    assert list(shown["vllm_requests_per_replica"]) == ["833", "213", "53"]
+    assert list(shown["context_tokens"]) == ["500", "2,000", "8,000"]
+    assert list(shown["kv_bytes_per_request"]) == ["62.5 MiB", "250 MiB", "1,000 MiB"]
+    assert table["max_concurrent_requests"].dtype.kind == "i"  # the CSV keeps numbers
 
 
 def test_fmt_seconds():
@@ -139,25 +185,24 @@ def test_fmt_seconds():
 
 def test_launch_bound_small_model_vs_big_model():
     h200 = capacity.find_gpu("H200")
-    small = pf.launch_bound(pf.Plan(capacity.catalog_shape("SmolLM2-135M"), h200["memory_bytes"],
-                                    h200["bandwidth_bytes_per_s"], context_tokens=500))
+    small = pf.launch_bound(make_plan("SmolLM2-135M", h200, context_tokens=500))
     assert small["bound"] == "kernel launches"
     assert small["decode_step_floor_s"] < 1e-4 < small["launch_s"]  # ~57 µs vs ~4.5 ms
     assert small["num_kernels"] == 30 * pf.KERNELS_PER_LAYER
-    big = pf.launch_bound(pf.Plan(capacity.catalog_shape("Llama-3.1-70B"), h200["memory_bytes"],
-                                  h200["bandwidth_bytes_per_s"]))
+    big = pf.launch_bound(make_plan("Llama-3.1-70B", h200))
     assert big["bound"] == "memory bandwidth"
-    close = pf.launch_bound(pf.Plan(capacity.catalog_shape("Gemma-2-9B"), H100["memory_bytes"],
-                                    H100["bandwidth_bytes_per_s"], context_tokens=8000))
-    assert close["bound"] == "both"  # ~6.1 ms floor vs ~6.3 ms launching: too close to call
+    close = pf.launch_bound(make_plan("Gemma-2-9B", context_tokens=8000))
+    assert close["bound"] == "both"  # ~6 ms floor vs ~6.3 ms launching: too close to call
     assert pf.launch_bound(llama8b_plan(bandwidth_bytes_per_s=None)) is None
 
 
 def test_pasted_config_parses_like_the_catalog():
-    shape = pf.shape_from_pasted_config(SMOLLM2_CONFIG, params=134_515_008)
-    assert capacity.kv_bytes_per_token(shape) == 23_040  # DESIGN.md: SmolLM2 in bf16
-    assert shape.weight_params == 134_515_008 and shape.name == pf.PASTED_NAME
-    assert pf.shape_from_pasted_config(SMOLLM2_CONFIG).weight_params is None
+    model = pf.model_from_pasted_config(SMOLLM2_CONFIG)
+    assert capacity.kv_bytes_per_token(model) == 23_040  # DESIGN.md: SmolLM2 in bf16
+    assert model.name == pf.PASTED_NAME and model.params_source == "meta-device count"
+    assert model.params_total > 0  # counted from the (abridged) config itself
+    given = pf.model_from_pasted_config(SMOLLM2_CONFIG, params=134_515_008)
+    assert given.weight_params == 134_515_008
 
 
 @pytest.mark.parametrize("text, message", [
@@ -168,22 +213,24 @@ def test_pasted_config_parses_like_the_catalog():
     ('{"num_hidden_layers": 30, "hidden_size": 576}', "num_attention_heads"),
     ('{"num_attention_heads": 9, "hidden_size": 576}', "num_hidden_layers"),
     ('{"num_hidden_layers": 30, "num_attention_heads": 9}', "head_dim"),
+    ('{"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 7, "hidden_size": 64}',
+     "cannot be used"),
     ('{"num_hidden_layers": 0, "num_attention_heads": 9, "head_dim": 64}', "it is 0"),
     ('{"num_hidden_layers": 30.5, "num_attention_heads": 9, "head_dim": 64}', "fractional"),
     ('{"num_hidden_layers": true, "num_attention_heads": 9, "head_dim": 64}', "true/false"),
 ])
 def test_pasted_config_errors_name_the_problem(text, message):
     with pytest.raises(pf.ConfigError, match=message):
-        pf.shape_from_pasted_config(text)
+        pf.model_from_pasted_config(text)
 
 
 def test_pasted_config_errors_never_echo_the_pasted_text():
     evil = "![pic](https://example.com/x.png) <script>alert(1)</script> **bold**"
     for cfg in ({"num_hidden_layers": evil, "num_attention_heads": 9, "head_dim": 64},
-                {"num_hidden_layers": 30, "num_attention_heads": 9, "head_dim": 64,
-                 "num_sliding_layers": 40, "sliding_window": 8, "name": evil}):
+                {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 7,
+                 "hidden_size": 64, "name": evil, "_name_or_path": evil}):
         with pytest.raises(pf.ConfigError) as err:
-            pf.shape_from_pasted_config(json.dumps(cfg))
+            pf.model_from_pasted_config(json.dumps(cfg))
         assert "example.com" not in str(err.value) and "<" not in str(err.value)
         assert "*" not in str(err.value) and "[" not in str(err.value)
 
@@ -196,7 +243,8 @@ def test_planner_frames_imports():
                  for a in n.names}
         names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert names <= {"__future__", "json", "math", "collections.abc", "dataclasses", "pandas",
-                         "altair", "kvviz", "kvviz.charts"}, names
+                         "altair", "kvviz", "kvviz.charts", "kvviz.capacity", "functools",
+                         "kvviz.report", "vl_convert"}, names
 
 
 # ---------------------------------------------------------------- charts
@@ -213,7 +261,10 @@ def test_fit_curve_chart_spec():
     assert x["field"] == "context_tokens" and x["scale"]["type"] == "log"
     assert x["scale"]["domain"] == [256, 131_072]
     assert x["axis"]["values"] == [256, 1024, 4096, 16_384, 65_536, 131_072]  # ×4, and the end
-    assert line["encoding"]["y"]["field"] == "max_concurrent_requests"
+    assert line["encoding"]["y"]["field"] == "requests"
+    assert line["transform"][0]["fold"] == ["max_concurrent_requests", "vllm_requests_per_replica"]
+    assert line["encoding"]["color"]["scale"]["domain"] == [planner_charts.PLAIN_LABEL,
+                                                            planner_charts.VLLM_LABEL]
     assert spec["datasets"][rule["data"]["name"]] == [{"context_tokens": 2000, "label": "T = 2,000"}]
     assert spec["title"]["subtitle"] == "quadruple the context, quarter the users"
     assert label["mark"]["align"] == "left"  # T in the left half: label to the right of the rule
@@ -223,9 +274,18 @@ def test_fit_curve_chart_spec():
     assert len(rows) == len(df) and rows[0]["context_tokens"] == 256
 
 
-def test_fit_curve_chart_without_marker():
+def test_fit_curve_chart_without_marker_or_vllm_line():
     spec = planner_charts.fit_curve_chart(pf.fit_curve_frame(llama8b_plan())).to_dict()
     assert len(spec["layer"]) == 1
+    int4 = pf.fit_curve_frame(llama8b_plan(kv_dtype="int4"))  # vLLM has no int4 cache
+    assert planner_charts.fit_curve_chart(int4).to_dict()["layer"][0]["transform"][0]["fold"] == [
+        "max_concurrent_requests"]
+
+
+def test_charts_download_as_png_and_svg():
+    chart = planner_charts.what_if_chart(pf.what_if_frame(llama8b_plan(), 1024), 2000)
+    assert planner_charts.chart_png(chart, scale=1).startswith(b"\x89PNG")
+    assert "<svg" in planner_charts.chart_svg(chart)
 
 
 def test_what_if_chart_spec():
@@ -262,11 +322,17 @@ def test_page_default_catalog_model():
     assert values["Requests that fit at 2,000 tokens"] == "213"
     assert values["KV per token"] == "128 KiB"
     assert values["Decode step ≥ (batch 1)"] == "4.87 ms"
-    assert at.subheader[0].value == "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."
+    assert values["Requests of 2,000 tokens (whole blocks)"] == "213"
+    assert any(h.value == "As vLLM would allocate it" for h in at.subheader)
+    sentence = "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."
+    assert any(h.value == sentence for h in at.subheader)
     assert len(at.get("vega_lite_chart")) == 2
-    table = at.dataframe[0].value
-    assert list(table["max_concurrent_requests"]) == [853, 213, 53]
+    table = next(d.value for d in at.dataframe if "max_concurrent_requests" in d.value.columns)
+    assert list(table["max_concurrent_requests"]) == ["853", "213", "53"]
+    assert list(table["vllm_requests_per_replica"]) == ["833", "213", "53"]
     assert list(table["kv_bytes_per_request"]) == ["62.5 MiB", "250 MiB", "1,000 MiB"]
+    labels = [b.label for b in at.get("download_button")]
+    assert labels.count("PNG") == 2 and labels.count("SVG") == 2 and labels.count("CSV") >= 4
     assert "lower bound" in at.markdown[-1].value
 
 
@@ -289,8 +355,8 @@ def test_page_reads_its_settings_from_the_url():
     assert not at.exception
     assert at.selectbox(key="plan_model").value == "Qwen2.5-7B"
     assert at.number_input(key="plan_batch").value == 8
-    plan = pf.Plan(capacity.catalog_shape("Qwen2.5-7B"), 40 * 10**9, 1555e9, kv_dtype="int4",
-                   context_tokens=8000, batch=8)
+    a100 = capacity.find_gpu("A100 40GB")
+    plan = make_plan("Qwen2.5-7B", a100, kv_dtype="int4", context_tokens=8000, batch=8)
     expected = {m.label: m.value for m in pf.headline_metrics(plan, fmt_bytes)}
     assert metrics(at) == expected
 
@@ -305,7 +371,7 @@ def test_page_ignores_unknown_url_values():
 def test_page_custom_gpu_without_bandwidth():
     at = page(plan_gpu="Custom", plan_gpu_gb="24", plan_bandwidth_gbs="0")
     assert not at.exception
-    assert len(at.metric) == 3
+    assert len(at.metric) == 4 + 4  # memory and vLLM's figures, no speed bounds
     assert any("No bandwidth" in i.value for i in at.info)
     assert "Give the GPU's bandwidth" in at.markdown[-1].value
 
@@ -314,11 +380,19 @@ def test_page_pasted_config():
     at = page(plan_source="Paste config.json")
     assert not at.exception and any("Paste the contents" in i.value for i in at.info)
     at.text_area(key="plan_config").input(SMOLLM2_CONFIG)
-    at.number_input(key="plan_params_b").set_value(0.135)
     at.run()
     assert not at.exception and not at.error
     assert metrics(at)["KV per token"] == "22.5 KiB"
-    assert not any("Parameter count unknown" in w.value for w in at.warning)
+    assert not any("Parameter count unknown" in w.value for w in at.warning)  # meta-device count
+    unknown = json.dumps({"model_type": "my-own-arch", "num_hidden_layers": 30,
+                          "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64})
+    at.text_area(key="plan_config").input(unknown)
+    at.run()
+    assert any("Parameter count unknown" in w.value for w in at.warning)
+    at.number_input(key="plan_params_b").set_value(0.135)
+    at.run()
+    assert not at.exception and not any("Parameter count unknown" in w.value for w in at.warning)
+    assert metrics(at)["KV per token"] == "22.5 KiB"
     rendered = " ".join(e.value for e in [*at.markdown, *at.caption])
     assert "bold" not in rendered  # the pasted _name_or_path is never shown
 
@@ -328,15 +402,16 @@ def test_page_pasted_config_errors_are_plain_messages():
     at.text_area(key="plan_config").input('{"num_hidden_layers": 30,')
     at.run()
     assert not at.exception
-    assert "not valid JSON" in at.error[0].value and not at.metric
+    assert "not valid JSON" in at.error[0].value.replace("\\", "") and not at.metric
     at.text_area(key="plan_config").input('{"num_hidden_layers": "[x](https://e.com)", '
                                           '"num_attention_heads": 9, "head_dim": 64}')
     at.run()
     assert not at.exception
-    assert "num_hidden_layers" in at.error[0].value and "e.com" not in at.error[0].value
+    shown = at.error[0].value.replace("\\", "")  # Markdown escapes (ui.inert)
+    assert "num_hidden_layers" in shown and "e.com" not in shown
     at.text_area(key="plan_config").input('{"num_hidden_layers": 30, "hidden_size": 576}')
     at.run()
-    assert "num_attention_heads" in at.error[0].value
+    assert "num_attention_heads" in at.error[0].value.replace("\\", "")
 
 
 def test_page_warns_when_nothing_fits_and_past_max_position():
@@ -345,3 +420,27 @@ def test_page_warns_when_nothing_fits_and_past_max_position():
     warnings = " ".join(w.value for w in at.warning)
     assert "no request fits" in warnings and "longer than the model was trained for" in warnings
     assert metrics(at)["Requests that fit at 200,000 tokens"] == "0"
+
+
+def test_page_serving_setup_controls():
+    at = page(plan_model="Llama-3.1-70B", plan_context="8000")
+    at.number_input(key="plan_tp").set_value(8)
+    at.number_input(key="plan_dp").set_value(2)
+    at.number_input(key="plan_prefix").set_value(1000)
+    at.number_input(key="plan_offload_gb").set_value(200.0)
+    at.selectbox(key="plan_block_size").select(128)
+    at.number_input(key="plan_max_model_len").set_value(32_768)
+    at.run()
+    assert not at.exception and not at.error
+    values = metrics(at)
+    assert values["Requests that fit at 8,000 tokens"] == "165"
+    assert values["Whole deployment (16×H100 SXM, TP 8 · DP 2)"] == "330"
+    assert "Max concurrency at 32,768 tokens" in values
+    infos = " ".join(i.value for i in at.info)
+    assert "Modelled" in infos and "whole blocks of 128" in infos and "CPU tier" in infos
+
+
+def test_page_impossible_tp_is_a_message():
+    at = page(plan_model="Llama-3.1-70B", plan_tp="3")
+    assert not at.exception
+    assert "TP 3 does not divide" in at.error[0].value.replace("\\", "") and not at.metric

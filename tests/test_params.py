@@ -1,0 +1,67 @@
+"""kvviz.params: parameter counts from a config on the meta device, against published totals."""
+from __future__ import annotations
+
+import pytest
+
+from kvviz import capacity, params, plan_models
+
+CATALOG = capacity.load_catalog()
+
+
+@pytest.mark.parametrize("entry", CATALOG, ids=[e["name"] for e in CATALOG])
+def test_meta_count_matches_the_published_total(entry):
+    cfg, _ = plan_models.resolve_model_type(capacity.catalog_config(entry))  # Kimi K2: remote code
+    count = params.parameter_count(cfg)
+    assert count.total == pytest.approx(entry["num_parameters"], rel=0.01)
+    assert 0 < count.active <= count.total
+    assert count.is_moe == ("num_active_parameters" in entry)
+
+
+@pytest.mark.parametrize("name, experts", [("DeepSeek-V3", (256, 8)), ("Qwen3-30B-A3B", (128, 8))])
+def test_moe_active_count_matches_the_published_figure(name, experts):
+    entry = capacity.find_catalog_entry(name)
+    count = params.parameter_count(capacity.catalog_config(entry))
+    assert (count.num_experts, count.experts_per_token) == experts
+    assert count.active == pytest.approx(entry["num_active_parameters"], rel=0.02)
+
+
+def test_tiny_real_models_count_as_on_meta():
+    """A dense and a MoE model built for real: the meta count is their own numel, and the active
+    count takes k / E of the routed experts (by hand: 2 layers × 4 experts × 3 × 32 × 16)."""
+    import torch
+    from transformers import Qwen3MoeConfig
+
+    cfg = Qwen3MoeConfig(vocab_size=100, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         num_experts=4, num_experts_per_tok=2, head_dim=8).to_dict()
+    count = params.parameter_count(cfg)
+    from transformers import AutoModelForCausalLM
+    from kvviz.layout import config_from_dict
+    real = AutoModelForCausalLM.from_config(config_from_dict(cfg))
+    assert count.total == sum(p.numel() for p in real.parameters())
+    routed = 2 * 4 * 3 * 32 * 16
+    assert count.active == count.total - routed // 2
+    assert isinstance(next(real.parameters()), torch.Tensor)
+
+
+def test_counts_are_cached_per_config():
+    cfg = capacity.catalog_config(capacity.find_catalog_entry("Llama-3.1-8B"))
+    assert params.parameter_count(cfg) is params.parameter_count(dict(cfg))
+
+
+def test_unknown_architecture_asks_for_a_count():
+    cfg = {"model_type": "no-such-arch", "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "hidden_size": 512}
+    with pytest.raises(params.UnknownArchitecture):
+        params.parameter_count(cfg)
+    model = plan_models.model_from_config(cfg, "mystery")
+    assert model.params_total is None and "does not know" in model.notes[0]
+    assert capacity.kv_bytes_per_token(model) == 4 * 2 * 2 * 64 * 2  # read as full attention
+    given = plan_models.model_from_config(cfg, "mystery", given_params=10**9)
+    assert (given.params_total, given.params_active, given.params_source) == (10**9, 10**9, "given")
+
+
+def test_remote_code_model_type_read_by_its_architecture():
+    kimi = plan_models.catalog_model("Kimi-K2")
+    assert kimi.attention_kind == "MLA" and "deepseek_v3" in kimi.notes[0]
+    assert kimi.params_active < kimi.params_total / 20

