@@ -194,7 +194,7 @@ else:
     st.info("No bandwidth given: decode-time bounds are left out.")
 
 # ---------------------------------------------------------------- requests vs context
-curve_col, table_col = st.columns([3, 2])
+curve_col, table_col = st.columns([1, 1])
 with curve_col:
     top = planner_frames.curve_max_context(plan)
     curve = planner_frames.fit_curve_frame(plan, top)

@@ -60,7 +60,7 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
     ).mark_line(point=alt.OverlayMarkDef(size=20), clip=True).encode(
         x=x,
         y=alt.Y("requests:Q", title="requests that fit at once (per replica)"),
-        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="top"), scale=alt.Scale(
+        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="top", labelLimit=0), scale=alt.Scale(
             domain=[PLAIN_LABEL, VLLM_LABEL], range=[CURVE_COLOR, VLLM_COLOR])),
         strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
             domain=[PLAIN_LABEL, VLLM_LABEL], range=[[1, 0], [5, 3]])),

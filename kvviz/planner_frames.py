@@ -177,7 +177,9 @@ def memory_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric
     out = [
         Metric("KV per token", fmt_bytes(capacity.kv_bytes_per_token(model, plan.setup.kv_dtype)),
                "Each token a request holds adds this much cache, summed over the layers: "
-               + ", ".join(f"{k} layers {fmt_bytes(b)}" for k, b in kinds.items()) + "."),
+               + ", ".join(f"{k} layers {fmt_bytes(b)}" for k, b in kinds.items())
+               + (f"; each GPU holds {fmt_bytes(per_gpu['kv_bytes_per_token'])} of it."
+                  if r["gpus"] > r["dp"] else ".")),
         Metric(f"KV per request at {t:,} tokens", fmt_bytes(plain["kv_bytes_per_request_per_gpu"]),
                f"One request of {t:,} tokens on one GPU{split}: windowed layers keep only their "
                "window, recurrent layers a fixed state."),
