@@ -114,7 +114,9 @@ def attention_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
     cells = alt.Chart().transform_calculate(where=where).mark_rect().encode(
         x=_x(max_len, "token position"), x2="pos_end:Q", y=_y(kinds),
         color=alt.Color("share:Q", title="attention", scale=alt.Scale(
-            type="sqrt", domain=[0, 1], scheme="oranges"), legend=alt.Legend(format=".0%")),
+            type="sqrt", domain=[0, 1], scheme="oranges"),
+            legend=alt.Legend(format=".0%", orient="top", direction="horizontal", titleOrient="left",
+                              gradientLength=240)),
         tooltip=["layer:O", alt.Tooltip("where:N", title="column"),
                  alt.Tooltip("share:Q", title="attention", format=".1%"), "part:N", "text:N"])
     return alt.layer(cells, *_boundary(prompt_len), data=df).properties(height=map_height(len(kinds)))

@@ -216,3 +216,19 @@ def test_a_trace_with_attention_round_trips():
         figure = doc.split(f'id="chart-{name}"', 1)[1].split("</figure>", 1)[0]
         assert "<svg" in figure and "could not be drawn" not in figure, name
     assert "eager" in doc.split('id="chart-cache_map"', 1)[1].split("</figure>", 1)[0]
+
+
+def test_the_cache_map_benchmark_has_the_right_shape():
+    """Structure only, never speed: a tiny random Llama, a few steps."""
+    from tiny import tiny_lm
+
+    from kvviz.bench import cache_map as bench
+    from kvviz.bench import command
+    from kvviz.bench.settings import Settings
+
+    lm = tiny_lm()
+    rows, method = bench.attention_cost(lm, Settings(reps=1, new_tokens=3))
+    assert [r.op for r in rows] == ["<=", "<="] and all(r.ratio > 0 for r in rows)
+    assert "eager" in method and "sdpa" in method
+    assert lm.model.config._attn_implementation == "sdpa"  # put back as it was
+    assert "cache-map" in command.BENCHES

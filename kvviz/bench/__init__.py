@@ -8,6 +8,7 @@ benchmark are written as Markdown (docs/benchmarks.md). One module per benchmark
 | module | measures |
 |---|---|
 | `engine_runs` | hook overhead, engine vs `model.generate`, recompute vs cached (headless) |
+| `cache_map` | attention capture (eager + hooks) vs sdpa per decode step; a cache-map redraw |
 | `browser_page` | the live page in Chromium against `streamlit run`, beside headless runs |
 | `apptest_page` | the live page in Streamlit's AppTest harness (informational) |
 | `load`, `soak` | default model load times; memory over many generations |

@@ -44,6 +44,11 @@ def model_load(s: Settings, ctx: dict):
     return measure(s)
 
 
+def cache_map_costs(s: Settings, ctx: dict):
+    from kvviz.bench.cache_map import attention_cost
+    return attention_cost(default_lm(ctx), s)
+
+
 def soak(s: Settings, ctx: dict):
     from kvviz.bench.soak import soak as measure
     return measure(s)
@@ -53,6 +58,7 @@ BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(s
     "hooks": ("Hook overhead", engine_bench("hook_overhead")),
     "generate": ("Engine vs model.generate", engine_bench("engine_vs_generate")),
     "recompute": ("Recompute vs cached", engine_bench("recompute_vs_cached")),
+    "cache-map": ("Cache map: attention capture and redraw", cache_map_costs),
     "live-browser": ("Live page in a real browser vs headless", live_browser),
     "live-apptest": ("Live page in AppTest vs headless (harness)", live_apptest),
     "load": ("Default model load", model_load),
