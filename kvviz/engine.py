@@ -225,9 +225,11 @@ class RunPlan:
     """What a run needs before its first step; also the trace's metadata."""
 
     batch: Batch
-    specs: tuple[layout.LayerSpec, ...]  # what each decoder layer caches (kvviz.layout)
+    specs: tuple[layout.LayerSpec, ...]  # what each decoder layer caches (kvviz.layout); () if unknown
     elem_bytes: int  # bytes per cached element (the model's dtype)
     max_len: int  # prompt + max_new_tokens: what a contiguous reservation holds
+    num_layers: int = 0  # decoder layers
+    layout_note: str = ""  # why kvviz cannot model this cache layout (then specs is ()), else ""
 
     @property
     def bytes_per_token(self) -> int:
@@ -236,7 +238,8 @@ class RunPlan:
 
     def meta(self, lm: LoadedModel, cfg: RunConfig) -> dict:
         return {"model": lm.name, "model_label": lm.label, "device": str(lm.device),
-                "dtype": str(lm.dtype).removeprefix("torch."), **layout_meta(self.specs),
+                "dtype": str(lm.dtype).removeprefix("torch."),
+                **(layout_meta(self.specs) if self.specs else unknown_layout_meta(self)),
                 "elem_bytes": self.elem_bytes, "bytes_per_token": self.bytes_per_token,
                 "state_bytes": int(layout.state_bytes(self.specs, self.elem_bytes)),
                 "layer_bytes_per_token": [int(s.values_per_token * self.elem_bytes) for s in self.specs],
@@ -263,7 +266,8 @@ def layout_meta(specs) -> dict:
         head_dim //= 2 * heads
     return {"num_layers": len(specs), "num_kv_heads": heads, "head_dim": head_dim,
             "windows": [s.token_cap for s in specs], "layer_kinds": [s.kind for s in specs],
-            "layer_labels": [s.label() for s in specs], "layout": layout.kinds_summary(specs)}
+            "layer_labels": [s.label() for s in specs], "layout": layout.kinds_summary(specs),
+            "state_modelled": not layout.unknown_states(specs)}
 
 
 def prompt_pieces(tokenizer, batch: Batch) -> list[list[str | None]]:
@@ -275,6 +279,21 @@ def prompt_pieces(tokenizer, batch: Batch) -> list[list[str | None]]:
             decoded[tuple(row)] = tokenizer.batch_decode([[t] for t in row])
     return [[text if real else None for text, real in zip(decoded[tuple(row)], keep)]
             for row, keep in zip(ids, mask)]
+
+
+def unknown_layout_meta(plan: RunPlan) -> dict:
+    """Meta for a model whose layer kinds kvviz cannot model: the run is shown without cache bytes."""
+    return {"num_layers": plan.num_layers, "num_kv_heads": 0, "head_dim": 0, "windows": [],
+            "layout": f"not modelled: {plan.layout_note}"}
+
+
+def plan_layout(config) -> tuple[tuple, int, str]:
+    """(specs, decoder layers, note): the layout, or () and why kvviz cannot model it."""
+    try:
+        specs = layout.layer_specs(config)
+        return specs, len(specs), ""
+    except ValueError as exc:
+        return (), config.get_text_config(decoder=True).num_hidden_layers, str(exc)
 
 
 def attention_implementation(model) -> str:
@@ -295,7 +314,8 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
         raise ValueError("attention over the cache needs the model loaded with eager attention; this "
                          f"one uses {attention_implementation(lm.model)}, which returns no weights")
     elem = torch.finfo(lm.dtype).bits // 8
-    return RunPlan(batch, layout.layer_specs(lm.model.config), elem, max_len)
+    specs, num_layers, note = plan_layout(lm.model.config)
+    return RunPlan(batch, specs, elem, max_len, num_layers, note)
 
 
 def run_step(model, batch: Batch, cache, step: int) -> torch.Tensor:
@@ -322,6 +342,8 @@ def measure_cache(cache, plan: RunPlan, forward_ms: list[float]) -> Measured:
     """
     if cache is None:
         return Measured(probe.empty_layer_stats(forward_ms))
+    if plan.layout_note:
+        return Measured(probe.empty_layer_stats(forward_ms), note=f"{plan.layout_note}: cache bytes not shown")
     tokens = plan.batch.ids.shape[1] - 1  # the newest token is not in the cache yet
     size = len(plan.batch.generated)
     formula = layout.formula_bytes(plan.specs, tokens, size, plan.elem_bytes)
@@ -346,7 +368,7 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     generator = torch.Generator().manual_seed(cfg.seed)
     eos = eos_token_ids(lm) if cfg.stop_on_eos else set()
     per_token = plan.bytes_per_token
-    layers = find_decoder_layers(model, len(plan.specs))
+    layers = find_decoder_layers(model, plan.num_layers)
     capture = attention_rows(layers) if cfg.attention and cache is not None else nullcontext()
     with timed_layers(layers, lm.device.type == "cuda") as timer, capture as attention:
         for step in range(cfg.max_new_tokens):

@@ -166,18 +166,46 @@ def _state_spec(text, attention: LayerSpec | None) -> LayerSpec:
                      plain, None, f32, sizes is not None)
 
 
-def _mamba1_state(c) -> tuple[int, int]:
-    """Jamba's Mamba layers: conv (intermediate × d_conv) + a float32 SSM state (intermediate × d_state)."""
-    inner = c.mamba_expand * c.hidden_size
-    return inner * c.mamba_d_conv, inner * c.mamba_d_state
+def _mamba1(inner: int, d_conv: int, d_state: int) -> tuple[int, int]:
+    """Mamba: conv (inner × d_conv) in the model's dtype + a float32 SSM state (inner × d_state)."""
+    return inner * d_conv, inner * d_state
+
+
+def _mamba2(inner: int, groups: int, d_state: int, d_conv: int, heads: int, d_head: int) -> tuple[int, int]:
+    """Mamba-2: conv ((inner + 2 × groups × d_state) × d_conv) in the model's dtype + a float32
+    SSM state (heads × d_head × d_state)."""
+    return (inner + 2 * groups * d_state) * d_conv, heads * d_head * d_state
+
+
+def _jamba_state(c) -> tuple[int, int]:
+    return _mamba1(c.mamba_expand * c.hidden_size, c.mamba_d_conv, c.mamba_d_state)
+
+
+def _mamba_state(c) -> tuple[int, int]:  # mamba, falcon_mamba
+    return _mamba1(c.intermediate_size, c.conv_kernel, c.state_size)
+
+
+def _bamba_state(c) -> tuple[int, int]:  # bamba, granitemoehybrid
+    return _mamba2(int(c.mamba_expand * c.hidden_size), c.mamba_n_groups, c.mamba_d_state, c.mamba_d_conv,
+                   c.mamba_n_heads, c.mamba_d_head)
+
+
+def _falcon_h1_state(c) -> tuple[int, int]:
+    inner = c.mamba_d_ssm if c.mamba_d_ssm is not None else int(c.mamba_expand * c.hidden_size)
+    return _mamba2(inner, c.mamba_n_groups, c.mamba_d_state, c.mamba_d_conv, c.mamba_n_heads, c.mamba_d_head)
 
 
 def _mamba2_state(c) -> tuple[int, int]:
-    """Mamba-2 layers: conv ((inner + 2 × groups × d_state) × d_conv) + a float32 SSM state
-    (heads × d_head × d_state)."""
-    inner = int(c.mamba_expand * c.hidden_size)
-    conv = (inner + 2 * c.mamba_n_groups * c.mamba_d_state) * c.mamba_d_conv
-    return conv, c.mamba_n_heads * c.mamba_d_head * c.mamba_d_state
+    return _mamba2(int(c.expand * c.hidden_size), c.n_groups, c.state_size, c.conv_kernel, c.num_heads,
+                   c.head_dim)
+
+
+def _nemotron_h_state(c) -> tuple[int, int]:
+    conv, ssm = _mamba2(c.mamba_num_heads * c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel,
+                        c.mamba_num_heads, c.mamba_head_dim)
+    if getattr(c, "mamba_ssm_cache_dtype", "float32") != "float32":
+        return conv + ssm, 0  # an SSM cache in the model's dtype
+    return conv, ssm
 
 
 def _gated_delta_state(c) -> tuple[int, int]:
@@ -199,7 +227,11 @@ def _lightning_state(c) -> tuple[int, int]:
     return c.num_attention_heads * head_dim * head_dim, 0
 
 
-_STATE_SIZES = {"jamba": _mamba1_state, "bamba": _mamba2_state, "qwen3_next": _gated_delta_state,
+# Measured on tiny models in fp32 and bf16 (tests/test_architectures.py): conv states follow the
+# model's dtype; SSM and delta-rule states stay float32.
+_STATE_SIZES = {"jamba": _jamba_state, "mamba": _mamba_state, "falcon_mamba": _mamba_state,
+                "bamba": _bamba_state, "granitemoehybrid": _bamba_state, "falcon_h1": _falcon_h1_state,
+                "mamba2": _mamba2_state, "nemotron_h": _nemotron_h_state, "qwen3_next": _gated_delta_state,
                 "lfm2": _short_conv_state, "minimax": _lightning_state}
 
 

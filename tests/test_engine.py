@@ -198,3 +198,17 @@ def test_unknown_cache_layer_class_is_named_and_the_run_goes_on(monkeypatch):
     assert all(e.cache_note == "kvviz cannot read cache layers of class OpaqueLayer" for e in events)
     assert all(e.kv_bytes == 0 and e.storage_bytes is None and e.formula_bytes > 0 for e in events)
     assert all(s.forward_ms > 0 for s in events[-1].layers)
+
+
+def test_a_layout_kvviz_cannot_model_is_named_and_the_run_goes_on(monkeypatch):
+    def unknown(config):
+        raise ValueError("llama: layer type 'indexed_attention' is not modelled by kvviz")
+
+    monkeypatch.setattr(layout, "layer_specs", unknown)
+    lm = tiny_lm()
+    meta = engine.run_meta(lm, RunConfig(max_new_tokens=4, chat_template=False))
+    assert meta["num_layers"] == 2 and meta["layout"].startswith("not modelled: llama: layer type")
+    events = run(lm, max_new_tokens=4)
+    assert len(events) == 4 and all(e.step_ms > 0 and e.kv_bytes == e.formula_bytes == 0 for e in events)
+    assert events[0].cache_note == ("llama: layer type 'indexed_attention' is not modelled by kvviz: "
+                                    "cache bytes not shown")

@@ -162,9 +162,15 @@ def test_gemma3n_shared_layers_name_the_layer_they_reuse():
         assert config.layer_types[source] not in config.layer_types[source + 1:20]
 
 
-def test_hybrid_state_of_an_unmodelled_family_is_flagged():
+def test_hybrid_layers_carry_attention_and_state():
     specs = layout.layer_specs(layout.config_from_dict({"model_type": "falcon_h1"}))
-    assert layout.unknown_states(specs) and {s.label() for s in specs} == {"full + state"}
+    assert {s.label() for s in specs} == {"full + state"} and not layout.unknown_states(specs)
+    assert all(s.values_per_token > 0 and s.state_float32_values > 0 for s in specs)
+
+
+def test_state_of_an_unmodelled_family_is_flagged():
+    specs = layout.layer_specs(layout.config_from_dict({"model_type": "olmo_hybrid"}))
+    assert layout.unknown_states(specs) and layout.kinds_summary(specs) == "24 × state, 8 × full"
 
 
 @pytest.mark.parametrize("config, message", [

@@ -128,11 +128,26 @@ ARCHS = {
     "gpt2": ("gpt2", {}),  # MHA
     "minimax": ("minimax", dict(head_dim=16, num_local_experts=2, num_experts_per_tok=1,
                                 block_size=4)),  # lightning attention: MiniMaxCache
+    "falcon_h1": ("falcon_h1", dict(head_dim=16, mamba_n_heads=4, mamba_d_head=32, mamba_d_state=8,
+                                    mamba_d_ssm=None, mamba_chunk_size=8)),  # hybrid: attention and Mamba-2 in every layer
+}
+# More state-space families, checked for state size only (one prefill and one decode step).
+STATE_ARCHS = {
+    "granitemoehybrid": ("granitemoehybrid", dict(layer_types=["mamba", "attention"], mamba_n_heads=4,
+                                                  mamba_d_head=32, mamba_d_state=8, mamba_chunk_size=8,
+                                                  num_local_experts=2, num_experts_per_tok=1,
+                                                  shared_intermediate_size=64)),
+    "nemotron_h": ("nemotron_h", dict(layer_types=["linear_attention", "full_attention"], mamba_num_heads=4,
+                                      mamba_head_dim=16, ssm_state_size=8, n_groups=2, head_dim=16,
+                                      chunk_size=8)),
+    "mamba2": ("mamba2", dict(num_heads=8, head_dim=16, state_size=8, n_groups=2, chunk_size=8)),
+    "mamba": ("mamba", dict(state_size=8)),
+    "falcon_mamba": ("falcon_mamba", dict(state_size=8)),
 }
 
 
 def arch_config(name: str):
-    model_type, fields = ARCHS[name]
+    model_type, fields = ARCHS[name] if name in ARCHS else STATE_ARCHS[name]
     vocab = len(tiny_tokenizer())
     if model_type == "gpt2":
         return GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=256,
@@ -142,16 +157,16 @@ def arch_config(name: str):
 
 
 @lru_cache(maxsize=None)
-def arch_lm(name: str) -> LoadedModel:
+def arch_lm(name: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
     """A tiny random model of architecture `name` (built once per session), sdpa or eager."""
     torch.manual_seed(0)
     config = arch_config(name)
     try:
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
     except ValueError:  # e.g. gpt-oss refuses sdpa
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype)
     return LoadedModel(model.eval(), tiny_tokenizer(), f"tiny-{name}", f"tiny {name}",
-                       torch.device("cpu"), torch.float32, 0.0)
+                       torch.device("cpu"), dtype, 0.0)
 
 
 def save_arch(folder: Path, name: str) -> Path:
