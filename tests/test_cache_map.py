@@ -232,3 +232,53 @@ def test_the_cache_map_benchmark_has_the_right_shape():
     assert "eager" in method and "sdpa" in method
     assert lm.model.config._attn_implementation == "sdpa"  # put back as it was
     assert "cache-map" in command.BENCHES
+
+
+# --- the panel on the live page, headless (AppTest, tiny local model) ----------------------------
+
+@pytest.fixture
+def at(tiny_dir, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
+    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
+        monkeypatch.delenv(name, raising=False)
+    app = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    app.run()
+    assert not app.exception
+    app.slider(key="max_new").set_value(6)
+    return app
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def map_specs_on_page(at) -> list[dict]:
+    """The cache-map panel's charts (their Vega-Lite specs), in page order."""
+    specs = [json.loads(c.proto.spec) for c in at.main.get("vega_lite_chart")]
+    return [s for s in specs if '"pos_start"' in json.dumps(s)]
+
+
+def test_the_live_page_draws_the_map_and_with_the_toggle_the_attention_map(at):
+    at.button(key="generate").click().run()
+    assert not at.exception and not at.error
+    assert len(map_specs_on_page(at)) == 1  # attention is off by default
+    caption = " ".join(c.value for c in at.caption)
+    assert "positions cached after step 5" in caption and "All 2 layers are full attention" in caption
+    at.toggle(key="attention").set_value(True).run()
+    at.button(key="generate").click().run()
+    assert not at.exception and not at.error, at.error
+    maps = map_specs_on_page(at)
+    assert len(maps) == 2 and "share" in json.dumps(maps[1])
+    assert "eager" in " ".join(c.value for c in at.caption)
+
+
+def test_a_batch_gets_a_row_picker_once_the_run_is_over(at):
+    at.slider(key="batch").set_value(2)
+    at.button(key="generate").click().run()
+    assert not at.exception
+    picker = at.selectbox(key="cache_map_row-2")
+    assert picker.options == ["sequence 1 of 2", "sequence 2 of 2"]
+    picker.set_value(1).run()
+    assert not at.exception
+    assert "Showing sequence 2 of 2" in " ".join(c.value for c in at.caption)
