@@ -9,6 +9,7 @@ new tokens, sweep points, seconds per run) apply. Settings are bound to the URL.
 """
 import time
 
+import pandas as pd
 import streamlit as st
 
 from kvviz import capacity, panels, sweep, sweep_charts, ui, units
@@ -22,6 +23,21 @@ WHERE_TIME_GOES = (
     "between them, so the step is bound by kernel launches, not bandwidth. Large models, batches "
     "and contexts move the points up towards the peak.")
 
+NO_PEAK = (" No peak line: kvviz knows the peak memory bandwidth of the GPUs in its presets "
+           "(assets/gpus.json) only, and a CPU's depends on its memory channels, which it does not "
+           "read. Type a peak in the sidebar (GB/s) to draw the line.")
+RESULT_COLUMNS = {  # rows_frame column -> (label, kind) for panels.people_table
+    "prompt_tokens": ("prompt tokens", "count"), "batch": ("batch", "count"), "status": ("status", "text"),
+    "prefill_kv_bytes": ("KV cache after prefill", "bytes"), "prefill_formula_bytes": ("formula", "bytes"),
+    "end_kv_bytes": ("KV cache at the end", "bytes"), "ttft_ms": ("time to first token", "ms"),
+    "itl_median_ms": ("inter-token (median)", "ms"), "tokens_per_s": ("tokens/s", "number"),
+    "decode_bandwidth_bytes_per_s": ("achieved bandwidth", "gbs_from_bytes"),
+    "peak_cuda_bytes": ("peak CUDA memory", "bytes"), "predicted_oom": ("predicted not to fit", "flag"),
+    "wall_s": ("wall time", "s"), "message": ("why not measured", "text")}
+CUDA_ONLY = ("peak_cuda_bytes", "predicted_oom")
+BOUNDARY_COLUMNS = {"batch": ("batch", "count"),
+                    "predicted_max_prompt_tokens": ("longest prompt predicted to fit", "count"),
+                    "first_oom_prompt_tokens": ("shortest prompt that ran out", "count")}
 rules = ui.policy()
 spec = ui.model_settings()
 st.title("Sweep: prompt length × batch size")
@@ -33,6 +49,7 @@ if lm is None:
     st.stop()
 device = sweep.device_facts(lm)
 max_pos = sweep.max_positions(lm)
+work = sweep.model_work(lm)  # the time-left estimate's prefill arithmetic
 max_prompt = rules.max_prompt_tokens if rules.enabled else None
 max_batch = rules.cap("batch", sweep.BATCH_OPTIONS[-1])
 
@@ -53,7 +70,9 @@ metric = st.sidebar.selectbox("Heatmap shows", sweep_charts.metric_names(lm.devi
 peak_gbs = st.sidebar.number_input(
     "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,
     (device.peak_bandwidth_bytes_per_s or 0) / 1e9, 10.0, key="sweep_peak_gbs",
-    help=f"From the GPU presets ({device.preset})" if device.preset else "Not known for this device")
+    help=f"From the GPU presets ({device.preset})" if device.preset else
+    "0: not known for this device. kvviz has the peak bandwidth of the GPUs in assets/gpus.json only; "
+    "a CPU's depends on its memory channels, which kvviz does not read. Type one to draw the line.")
 ui.share_link()
 
 settings = sweep.SweepSettings(tuple(sorted(prompts)), tuple(sorted(batches)), new_tokens)
@@ -86,13 +105,14 @@ def draw(rows: list) -> None:
         panels.draw_altair(right, sweep_charts.heatmap_chart(df, metric))
         st.markdown("**Where the time goes**")
         panels.draw_altair(st, sweep_charts.bandwidth_chart(df, peak_gbs * 1e9, device.preset or "peak"))
-        st.caption(WHERE_TIME_GOES)
-        st.dataframe(df, hide_index=True)
+        st.caption(WHERE_TIME_GOES + ("" if peak_gbs else NO_PEAK))
+        panels.people_table(df, RESULT_COLUMNS if device.memory_bytes else
+                            {k: v for k, v in RESULT_COLUMNS.items() if k not in CUDA_ONLY})
 
 
 def progress_text(rows: list) -> str:
     left = sweep.pending_points(settings, rows)
-    eta = sweep.eta_s(rows, left, new_tokens)
+    eta = sweep.eta_s(rows, left, new_tokens, work)
     when = f" · about {eta:,.0f} s left" if eta is not None else ""
     return f"Point {len(rows) + 1} of {total}: {left[0][0]:,} tokens × batch {left[0][1]}{when}"
 
@@ -136,7 +156,8 @@ if rows:
         st.caption(f"Predicted by kvviz.capacity: the cache must fit in "
                    f"{units.fmt_bytes(device.kv_budget_bytes)} (device memory less the weights and "
                    f"{capacity.DEFAULT_OVERHEAD_FRACTION:.0%} overhead).")
-        st.dataframe(sweep.boundary_rows(rows, device.kv_budget_bytes, device.bytes_per_token,
-                                         new_tokens), hide_index=True)
+        boundary = pd.DataFrame(sweep.boundary_rows(rows, device.kv_budget_bytes, device.bytes_per_token,
+                                                    new_tokens))
+        panels.people_table(boundary, BOUNDARY_COLUMNS)
     st.download_button("Download results (CSV)", sweep.rows_frame(rows).to_csv(index=False),
                        "kvviz-sweep.csv", "text/csv", key="sweep_csv")

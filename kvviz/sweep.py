@@ -14,6 +14,7 @@ out-of-memory boundary from `kvviz.capacity`.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Iterator
@@ -322,19 +323,87 @@ def pending_points(settings: SweepSettings, rows: Iterable[SweepRow]) -> list[Po
     return [p for p in settings.points() if p not in done]
 
 
-def point_work(prompt_tokens: int, batch: int, new_tokens: int) -> int:
-    """Token positions a point processes: the time estimate's unit of work."""
-    return batch * (prompt_tokens + new_tokens)
+@dataclass(frozen=True)
+class ModelWork:
+    """The arithmetic of a prefill, for the time-left estimate: per sequence of T tokens,
+    2 x params x T (every weight once per token) + 2 x attention_width x T^2 (causal QK^T and
+    AV over the prompt). Compute-bound passes take time in proportion to it."""
+
+    params: int  # weights of the model
+    attention_width: int  # layers x query heads x head_dim
+
+    def prefill_flops(self, prompt_tokens: int, batch: int) -> float:
+        t = prompt_tokens
+        return batch * (2 * self.params * t + 2 * self.attention_width * t * t)
 
 
-def eta_s(rows: Iterable[SweepRow], remaining: Iterable[Point], new_tokens: int) -> float | None:
-    """Seconds left: time per token position so far × positions left. None before any data."""
-    measured = [r for r in rows if r.status != "skipped" and r.wall_s > 0]
-    work = sum(point_work(r.prompt_tokens, r.batch, r.new_tokens) for r in measured)
-    if not work:
+def model_work(lm: LoadedModel) -> ModelWork:
+    text = lm.model.config.get_text_config(decoder=True)
+    heads = getattr(text, "num_attention_heads", 1) or 1
+    head_dim = getattr(text, "head_dim", None) or getattr(text, "hidden_size", 0) // heads
+    layers = getattr(text, "num_hidden_layers", 1) or 1
+    return ModelWork(sum(p.numel() for p in lm.model.parameters()), layers * heads * head_dim)
+
+
+@dataclass(frozen=True)
+class PointTimeModel:
+    """What a point costs, fitted to the points measured so far (docs: see `eta_s`)."""
+
+    seconds_per_flop: float  # prefill time / ModelWork.prefill_flops, least squares
+    step_s: float  # a decode step reading no cache ...
+    step_s_per_token: float  # ... plus this per cached token of the batch (>= 0)
+    overhead_s: float  # per point: wall time outside model steps (building the prompt, freeing)
+    work: ModelWork
+
+    @classmethod
+    def fit(cls, rows: Iterable[SweepRow], work: ModelWork) -> PointTimeModel | None:
+        ok = [r for r in rows if r.status == "ok" and r.ttft_ms and r.itl_median_ms]
+        if not ok:
+            return None
+        flops = [work.prefill_flops(r.prompt_tokens, r.batch) for r in ok]
+        per_flop = sum(r.ttft_ms / 1000 * f for r, f in zip(ok, flops)) / sum(f * f for f in flops)
+        step_s, per_token = fit_nonnegative_slope(
+            [decode_context(r.prompt_tokens, r.batch, r.new_tokens) for r in ok],
+            [r.itl_median_ms / 1000 for r in ok])
+        overheads = sorted(max(r.wall_s - model_s(r), 0.0) for r in ok)
+        return cls(per_flop, step_s, per_token, overheads[len(overheads) // 2], work)
+
+    def predict_s(self, prompt_tokens: int, batch: int, new_tokens: int) -> float:
+        prefill = self.seconds_per_flop * self.work.prefill_flops(prompt_tokens, batch)
+        step = self.step_s + self.step_s_per_token * decode_context(prompt_tokens, batch, new_tokens)
+        return prefill + (new_tokens - 1) * step + self.overhead_s
+
+
+def fit_nonnegative_slope(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y on x, the slope at least 0 (else: the mean, flat)."""
+    if len(set(xs)) < 2:
+        return sum(ys) / len(ys), 0.0
+    fit = statistics.linear_regression(xs, ys)
+    if fit.slope < 0 or fit.intercept < 0:
+        return (sum(ys) / len(ys), 0.0) if fit.slope < 0 else (0.0, sum(ys) / sum(xs))
+    return fit.intercept, fit.slope
+
+
+def decode_context(prompt_tokens: int, batch: int, new_tokens: int) -> float:
+    """Cache positions a median decode step reads (whole batch)."""
+    return batch * (prompt_tokens + new_tokens / 2)
+
+
+def model_s(row: SweepRow) -> float:
+    """A measured point's time in model steps: its prefill and its decode steps (median each)."""
+    return (row.ttft_ms + (row.new_tokens - 1) * row.itl_median_ms) / 1000
+
+
+def eta_s(rows: Iterable[SweepRow], remaining: Iterable[Point], new_tokens: int,
+          work: ModelWork) -> float | None:
+    """Seconds left, None before any point was measured. Each remaining point is predicted from
+    the points measured so far: its prefill in proportion to its arithmetic (ModelWork: linear
+    in tokens, plus attention's quadratic part, which long prompts feel), its decode steps as a
+    line in the cache they read, plus the median per-point overhead seen so far."""
+    model = PointTimeModel.fit(rows, work)
+    if model is None:
         return None
-    per_position_s = sum(r.wall_s for r in measured) / work
-    return per_position_s * sum(point_work(p, b, new_tokens) for p, b in remaining)
+    return sum(model.predict_s(p, b, new_tokens) for p, b in remaining)
 
 
 def decode_bandwidths(events: Iterable[StepEvent], weight_bytes: int) -> list[float]:

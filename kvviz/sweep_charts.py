@@ -13,6 +13,8 @@ import pandas as pd
 
 from kvviz.charts import MODE_COLORS, STATE_COLORS, _rules, bytes_expr
 
+FORMULA_SERIES = "formula: 2 × layers × kv_heads × head_dim × tokens × batch × bytes"
+MEASURED_SERIES = "measured after the prefill"
 OOM_COLOR = MODE_COLORS["recompute"]  # the palette's red
 NOT_RUN_COLOR = STATE_COLORS["free"]  # grey cells: the point has no measurement
 BATCH_SCHEME = "tableau10"
@@ -64,20 +66,31 @@ def cache_bytes_chart(df: pd.DataFrame, budget_bytes: int | None = None) -> alt.
     """
     y = alt.Y("bytes:Q", title="KV cache after prefill", scale=alt.Scale(type="log"),
               axis=alt.Axis(labelExpr=bytes_expr("datum.value"), tickCount=6))
-    formula = alt.Chart().transform_calculate(bytes="datum.prefill_formula_bytes").mark_line(
-        strokeDash=[6, 4], strokeWidth=1.5).encode(x=_prompt_x(df), y=y, color=_batch_color())
+    formula = alt.Chart().transform_calculate(
+        bytes="datum.prefill_formula_bytes", source=f"'{FORMULA_SERIES}'",
+    ).mark_line(strokeWidth=1.5).encode(
+        x=_prompt_x(df), y=y, color=_batch_color(), strokeDash=_source_dash())
     measured = _ok().transform_calculate(
         bytes="datum.prefill_kv_bytes", size=bytes_expr("datum.prefill_kv_bytes"),
-        formula=bytes_expr("datum.prefill_formula_bytes"),
+        formula=bytes_expr("datum.prefill_formula_bytes"), source=f"'{MEASURED_SERIES}'",
     ).mark_point(filled=True, size=70).encode(
-        x=_prompt_x(df), y=y, color=_batch_color(),
+        x=_prompt_x(df), y=y, color=_batch_color(), shape=alt.Shape(
+            "source:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=600),
+            scale=alt.Scale(domain=[MEASURED_SERIES], range=["circle"])),
         tooltip=["prompt_tokens:Q", "batch:O", alt.Tooltip("size:N", title="measured"),
                  alt.Tooltip("formula:N", title="formula")])
     failed = [s for s in FAILED_SHAPES if s in set(df["status"])] if len(df) else []
     budget = [{"label": "predicted out of memory: cache budget", "bytes": budget_bytes}]
     layers = [formula, measured, *([_failed_marks(df, y, failed)] if failed else []),
               *(_rules(budget) if budget_bytes else [])]
-    return alt.layer(*layers, data=df)
+    return alt.layer(*layers, data=df).resolve_scale(shape="independent")
+
+
+def _source_dash() -> alt.StrokeDash:
+    """The formula line's legend entry: a dashed line named for what it computes."""
+    return alt.StrokeDash("source:N", title=None, legend=alt.Legend(
+        orient="bottom", symbolStrokeColor="#555555", labelLimit=600),
+                          scale=alt.Scale(domain=[FORMULA_SERIES], range=[[6, 4]]))
 
 
 def _failed_marks(df: pd.DataFrame, y: alt.Y, statuses: list[str]) -> alt.Chart:

@@ -1,5 +1,6 @@
 """The sweep: runner on a tiny model (exact prompts, out-of-memory points, stopping, resuming),
 its pure helpers, its charts, and the page driven headless with AppTest."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -164,10 +165,49 @@ def test_rows_frame_marks_points_predicted_not_to_fit():
     assert not sweep.rows_frame([ok_row(8, 1)])["predicted_oom"].any()
 
 
-def test_eta_scales_time_per_token_position():
-    rows = [ok_row(60, 1, wall_s=2.0)]  # 64 positions (60 + 4 new) in 2 s
-    assert sweep.eta_s(rows, [(124, 2)], new_tokens=4) == pytest.approx(8.0)
-    assert sweep.eta_s([], [(8, 1)], 4) is None
+SMOLLM2 = sweep.ModelWork(params=134_515_008, attention_width=30 * 9 * 64)
+# SmolLM2-135M, fp32, this CPU on a quiet machine (docs: /work/shared/DESIGN.md): prompt tokens ->
+# (prefill ms, decode step ms), and 0.2 s per point outside model steps.
+MEASURED = {128: (600, 77), 512: (2400, 91), 2048: (11_500, 110), 8192: (88_000, 209)}
+
+
+def measured_row(prompt_tokens: int, new_tokens: int = 16) -> SweepRow:
+    ttft_ms, itl_ms = MEASURED[prompt_tokens]
+    wall_s = (ttft_ms + (new_tokens - 1) * itl_ms) / 1000 + 0.2
+    row = ok_row(prompt_tokens, 1, wall_s=wall_s, ttft_ms=ttft_ms, itl_median_ms=itl_ms)
+    return dataclasses.replace(row, new_tokens=new_tokens)
+
+
+@pytest.mark.parametrize("done", [1, 2])
+def test_eta_predicts_the_points_left_from_those_measured(done):
+    rows = [measured_row(p) for p in list(MEASURED)[:done]]
+    left = [(p, 1) for p in list(MEASURED)[done:]]
+    truth = sum(measured_row(p).wall_s for p, _ in left)
+    assert sweep.eta_s(rows, left, 16, SMOLLM2) == pytest.approx(truth, rel=0.15)
+
+
+def test_the_old_time_per_position_rule_was_far_off():
+    """What the page said before: time per token position so far x positions left (+35 % here,
+    and worse where decode steps dominate the first points)."""
+    rows, left = [measured_row(128)], [(512, 1), (2048, 1), (8192, 1)]
+    truth = sum(measured_row(p).wall_s for p, _ in left)
+    per_position = rows[0].wall_s / (128 + 16)
+    assert per_position * sum(p + 16 for p, _ in left) > 1.3 * truth
+
+
+def test_eta_parts():
+    work = sweep.ModelWork(params=1000, attention_width=10)
+    assert work.prefill_flops(100, 2) == 2 * (2 * 1000 * 100 + 2 * 10 * 100 ** 2)
+    assert sweep.fit_nonnegative_slope([1, 2, 3], [5, 4, 3]) == (4.0, 0.0)  # never faster with more cache
+    assert sweep.fit_nonnegative_slope([1, 3], [2, 4]) == pytest.approx((1.0, 1.0))
+    assert sweep.eta_s([], [(8, 1)], 4, work) is None
+    assert sweep.eta_s([measured_row(128)], [], 16, SMOLLM2) == 0
+
+
+def test_model_work_reads_the_config(lm):
+    work = sweep.model_work(lm)
+    assert work.params == sum(p.numel() for p in lm.model.parameters())
+    assert work.attention_width == 2 * 4 * 16  # tiny llama: 2 layers x 4 heads x head_dim 16
 
 
 @pytest.mark.parametrize("name, memory, preset", [
@@ -204,6 +244,10 @@ def test_cache_chart_draws_measured_points_formula_line_failures_and_budget():
     assert marks(spec) == ["line", "point", "point", "rule", "text"]
     assert spec["layer"][0]["encoding"]["x"]["scale"] == {"type": "log", "base": 2}
     assert spec["layer"][2]["encoding"]["shape"]["scale"]["range"][0] == "cross"
+    dash = spec["layer"][0]["encoding"]["strokeDash"]  # the formula line has its own legend entry
+    assert dash["scale"]["domain"] == [sweep_charts.FORMULA_SERIES] and dash["legend"]["orient"] == "bottom"
+    assert spec["layer"][1]["encoding"]["shape"]["scale"]["domain"] == [sweep_charts.MEASURED_SERIES]
+    assert spec["resolve"]["scale"]["shape"] == "independent"
     (budget,) = [d for d in spec["datasets"].values() if d and "label" in d[0]]
     assert budget[0]["bytes"] == 123_456
     assert marks(sweep_charts.cache_bytes_chart(sample_frame()).to_dict()) == ["line", "point", "point"]
