@@ -185,3 +185,24 @@ def test_page_refuses_a_pool_too_small(page):
     assert not page.exception
     assert any("enlarge the pool" in e.value for e in page.error)
     assert not page.get("vega_lite_chart")
+
+
+def test_axis_estimates_from_the_requests():
+    ids = [[1] * 10, [2] * 30, [3] * 5]
+    cfg = serving.ServingConfig(block_size=4, max_new_tokens=8, arrival_every=3, max_batch_tokens=16)
+    assert serving.expected_steps(ids, cfg) == max(2 * 3, cdiv(45, 16)) + 8 + 1
+    assert serving.unshared_blocks_bound(ids, cfg) == cdiv(18, 4) + cdiv(38, 4) + cdiv(13, 4)
+
+
+def test_slow_motion_pauses_the_loop_but_no_time_shown(lm):
+    import time
+    ids = serving.encode_requests(lm.tokenizer, PROMPTS[:1], chat=False)
+    started = time.perf_counter()
+    result = serving.run_serving(lm, ids, serving.ServingConfig(block_size=4, num_blocks=16, max_new_tokens=4,
+                                                                step_delay_ms=250))
+    wall_s = time.perf_counter() - started
+    steps = len(result.snapshots)
+    assert steps >= 3 and wall_s >= (steps - 1) * 0.25  # the loop really waited after each step
+    assert sorted(s.step_ms for s in result.snapshots)[steps // 2] < 250  # ...but steps' times hold no pause
+    assert result.total_s < wall_s - (steps - 1) * 0.25 * 0.9
+    assert result.snapshots[-1].time_s < result.total_s
