@@ -6,23 +6,41 @@ from kvviz.events import StepEvent
 from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
 
 
-def headline(meta: dict, sums: dict, last: StepEvent) -> list[tuple[str, str, str]]:
-    """(label, value, help) for the row of headline figures."""
+def headline(meta: dict, sums: dict, last: StepEvent,
+             wall_tokens_per_s: float | None = None) -> list[tuple[str, str, str]]:
+    """(label, value, help) for the row of headline figures.
+
+    `wall_tokens_per_s`: the rate the page itself saw (None where it was not measured: a replay,
+    a redrawn result), shown beside the compute-only rate so that neither is read as the other.
+    """
     c = sums["modes"].get("cached", {})
     speedup = sums["recompute_speedup"]
     return [
         ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
         cache_figure(last),
-        ("Formula", fmt_bytes(last.formula_bytes),
-         "per layer (kvviz.layout): tokens held × K+V values per token × batch × bytes per element, "
+        ("Formula (computed)", fmt_bytes(last.formula_bytes),
+         "computed from the model's config, not measured: per layer (kvviz.layout): tokens held × K+V values per token × batch × bytes per element, "
          "a sliding / chunked layer holding at most its window − 1, plus state layers' fixed state"),
         ("Time to first token", fmt_ms(c.get("ttft_ms")), "the prefill: the whole prompt in one pass"),
-        ("Inter-token (median)", fmt_ms(c.get("itl_median_ms")), "median decode step"),
-        ("Tokens/s", f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") and c.get("new_tokens", 0) > 1
-         else "–", "tokens × batch / measured step time (shown from the first decode step on)"),
-        ("vs recompute", fmt_ratio(speedup),
-         f"recompute time / cached time over the first {sums['speedup_steps']} steps of both"),
+        ("Decode step (median)", fmt_ms(c.get("itl_median_ms")),
+         "median time of one decode step's forward pass and sampling, as the engine times it; "
+         "the page's drawing is not in it"),
+        ("Tokens/s (compute)", f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") and c.get("new_tokens", 0) > 1
+         else "–", "tokens × batch / the summed forward + sampling time of every step (prefill "
+                   "included; shown from the first decode step on): the model's speed alone"),
+        ("Tokens/s (wall clock)", f"{wall_tokens_per_s:.1f}" if wall_tokens_per_s else "–",
+         "tokens × batch / wall-clock seconds from the first token to the latest, as this page "
+         "received them: compute plus the page's own drawing and whatever else the machine ran. "
+         "Shown for runs made here, not for replays"),
+        ("Recompute ÷ cached (same steps)", fmt_ratio(speedup),
+         f"measured: recompute time / cached time over the first {steps(sums['speedup_steps'])} that "
+         "both runs made. The race caption's figure extrapolates the no-cache run to every token "
+         "of the cached run, so it is larger"),
     ]
+
+
+def steps(n: int | None) -> str:
+    return "no steps" if not n else f"{n} step" if n == 1 else f"{n} steps"
 
 
 def cache_figure(last: StepEvent) -> tuple[str, str, str]:
@@ -71,7 +89,7 @@ def total_caption(meta: dict, last: StepEvent) -> str:
                f"the per-layer formula at {tokens} tokens × {meta['batch']} × {meta['elem_bytes']} B")
     return (f"Measured {fmt_bytes(last.kv_bytes)}; {formula} gives {fmt_bytes(last.formula_bytes)}."
             f"{layout_clause(meta)} A contiguous reservation "
-            f"for {meta['max_len']} tokens holds {fmt_bytes(meta['bytes_per_token'] * meta['max_len'] * meta['batch'])}; "
+            f"for {meta['max_len']} tokens (computed) holds {fmt_bytes(meta['bytes_per_token'] * meta['max_len'] * meta['batch'])}; "
             f"the weights take {fmt_bytes(meta['weight_bytes'])}, so the cache is "
             f"{last.kv_bytes / max(meta['weight_bytes'], 1):.1%} of them.")
 
@@ -89,7 +107,7 @@ def blocks_caption(meta: dict, last: StepEvent) -> str:
     if b is None:
         return ""
     paged, contiguous = wasted_fractions(last, meta["max_len"])
-    kind = "real: StaticCache allocated it" if b.contiguous_is_real else "modelled"
+    kind = "real: StaticCache allocated it" if b.contiguous_is_real else "computed, not allocated"
     return (f"{b.num_used_blocks} of {b.num_blocks} blocks of {b.block_size} slots in use; each "
             f"sequence's last block holds {b.num_slots_in_last_block}/{b.block_size}. Paged (modelled) "
             f"wastes {paged:.0%}, only inside last blocks; the contiguous {meta['max_len']}-token "
@@ -163,5 +181,7 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
     if estimate:
         text += (f" Finishing all {len(cached)} tokens without a cache would take ≈ {fmt_ms(estimate)} "
                  f"(extrapolated from {len(recompute)} measured steps): "
-                 f"{fmt_ratio(estimate / cached_ms)} the cached time.")
+                 f"{fmt_ratio(estimate / cached_ms)} the cached time for the whole run. The headline's "
+                 f"Recompute ÷ cached (same steps) compares only the {steps(len(recompute))} both runs made, "
+                 f"where the gap is still small.")
     return text

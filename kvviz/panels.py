@@ -20,6 +20,7 @@ from kvviz.units import fmt_bytes
 
 LOG = logging.getLogger("kvviz")
 CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
+REDRAW_SHARE = 0.25  # at most this share of a run's wall clock goes to redrawing figures
 TOKEN_MARK = "│"
 HEIGHTS = {"layers": 260, "total": 260, "reservation": 130, "steps": 240, "layer_times": 200,
            "race": 220, "positions": 220}  # pixels; the block grid sizes itself
@@ -52,7 +53,11 @@ class LiveView:
     def __init__(self, meta: dict, max_new_tokens: int, race_on: bool, show_tokens: bool):
         self.meta, self.race_on, self.show_tokens = meta, race_on, show_tokens
         self.last_chart_t = 0.0
-        self.metric_slots = [col.empty() for col in st.columns(7)]
+        self.chart_gap_s = CHART_INTERVAL_S  # grows when redraws are slow (REDRAW_SHARE)
+        self.measure_wall = False  # run_live: time the tokens' arrival for the wall-clock rate
+        self.arrivals: list[float] = []  # monotonic seconds when each cached event arrived
+        self.wall_rate: float | None = None  # show_result: the rate its run measured
+        self.metric_slots = [col.empty() for col in st.columns(8)]
         left, right, map_area = text_areas(race_on, ui.presenter_mode())
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
         self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
@@ -94,9 +99,19 @@ class LiveView:
             if final:
                 self.race_note_slot.caption(race_stop_note(cached, recompute))
         now = time.monotonic()
-        if cached and (final or now - self.last_chart_t >= CHART_INTERVAL_S):
+        if self.measure_wall and len(cached) > len(self.arrivals):
+            self.arrivals.append(now)
+        if cached and (final or now - self.last_chart_t >= self.chart_gap_s):
             self.last_chart_t = now
             self.draw_figures(trace, cached, recompute, final)
+            # the time budget: redraws take at most REDRAW_SHARE of the wall clock
+            self.chart_gap_s = max(CHART_INTERVAL_S, (time.monotonic() - now) / REDRAW_SHARE)
+
+    def wall_tokens_per_s(self) -> float | None:
+        """Tokens × batch per wall-clock second from the first cached token to the latest."""
+        if len(self.arrivals) < 2 or self.arrivals[-1] <= self.arrivals[0]:
+            return self.wall_rate
+        return (len(self.arrivals) - 1) * self.meta["batch"] / (self.arrivals[-1] - self.arrivals[0])
 
     def draw_figures(self, trace: Trace, cached, recompute, final: bool) -> None:
         self.figure_updates += 1
@@ -129,7 +144,8 @@ class LiveView:
         return changed
 
     def draw_metrics(self, sums: dict, last) -> None:
-        for slot, (label, value, help_text) in zip(self.metric_slots, captions.headline(self.meta, sums, last)):
+        figures = captions.headline(self.meta, sums, last, self.wall_tokens_per_s())
+        for slot, (label, value, help_text) in zip(self.metric_slots, figures):
             slot.metric(label, value, help=help_text)
 
 
@@ -243,9 +259,11 @@ def run_live(lm, cfg, opts, status) -> None:
         return
     trace = Trace(meta, [])
     st.session_state["trace"], st.session_state["run_done"] = trace, False
+    st.session_state.pop("wall_tokens_per_s", None)  # set again when this run ends
     view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], meta, cfg.max_new_tokens, opts.race,
                            opts.show_tokens)
     view.clear()
+    view.measure_wall = True
     with ui.device_turn(status):
         deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
         out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
@@ -266,6 +284,7 @@ def run_live(lm, cfg, opts, status) -> None:
     st.session_state["run_done"] = True
     if trace.events:
         view.update(trace, final=True)
+        st.session_state["wall_tokens_per_s"] = view.wall_tokens_per_s()
         downloads(trace)
 
 
@@ -298,6 +317,7 @@ def show_result(trace: Trace, show_tokens: bool) -> None:
     cfg = trace.meta.get("config", {})
     view = prompt_and_view(None, trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
                            "recompute" in trace.modes, show_tokens)
+    view.wall_rate = st.session_state.get("wall_tokens_per_s")
     view.update(trace, final=True)
     downloads(trace)
 

@@ -75,10 +75,12 @@ def test_generate_shows_text_figures_and_charts(at):
     assert cached.strip() and recompute.strip()
     assert cached.startswith(recompute)  # the same tokens, the recompute run behind
     figures = metrics(at)
-    assert list(figures) == ["Tokens", "KV cache (measured)", "Formula", "Time to first token",
-                             "Inter-token (median)", "Tokens/s", "vs recompute"]
+    assert list(figures) == ["Tokens", "KV cache (measured)", "Formula (computed)", "Time to first token",
+                             "Decode step (median)", "Tokens/s (compute)", "Tokens/s (wall clock)",
+                             "Recompute ÷ cached (same steps)"]
+    assert float(figures["Tokens/s (wall clock)"]) > 0  # measured by the page during the run
     assert figures["Tokens"] == "8 × 1"
-    assert figures["KV cache (measured)"] == figures["Formula"]
+    assert figures["KV cache (measured)"] == figures["Formula (computed)"]
     assert any(s.value.startswith("Same tokens") for s in at.success)
     assert len(charts(at)) >= 6  # layers, total, grid, reservation, steps, layer times (+ race)
     captions = " ".join(c.value for c in at.caption)
@@ -129,7 +131,7 @@ def test_batch_size_flows_into_the_figures(at):
     generate(at)
     figures = metrics(at)
     assert figures["Tokens"].endswith("× 2")
-    assert figures["KV cache (measured)"] == figures["Formula"]
+    assert figures["KV cache (measured)"] == figures["Formula (computed)"]
     captions = " ".join(c.value for c in at.caption)
     assert "× batch 2" in captions and "blocks of 4 slots" in captions
     assert any("× batch 2" in e.label for e in at.expander)
@@ -149,12 +151,15 @@ def test_race_off_has_no_recompute_panel(at):
     assert not at.success
     assert not any("Both runs take turns" in c.value for c in at.caption)
     assert len(charts(at)) >= 6
-    assert metrics(at)["KV cache (measured)"] == metrics(at)["Formula"]
+    assert metrics(at)["KV cache (measured)"] == metrics(at)["Formula (computed)"]
 
 
 @pytest.mark.parametrize("name", ["/nonexistent/kvviz-model", "kvviz-test/no-such-model"])
 def test_unknown_model_is_an_error_naming_it(at, name):
     at.text_input(key="model").set_value(name).run()
+    assert not at.exception and not at.error  # another model: nothing loads until asked
+    assert at.button(key="generate").disabled
+    at.button(key="load_model").click().run()
     assert not at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and inert(name) in errors[0]  # named, Markdown escaped

@@ -185,6 +185,8 @@ def test_wall_rate_spans_the_first_to_the_last_token_with_text():
     texts = ["", "Hello", ",", "", " world", ""]  # tokens 0, 3 and 5 add no text
     moments = [0.1, 0.5, 0.6, 0.7, 0.9, 1.5]
     assert browser_page.wall_tokens_per_s(moments, texts) == pytest.approx(3 / 0.4)
+    at_once = [0.1, 0.5, 0.5, 0.5, 0.5, 0.5]  # all in one frame: one frame's time, not a division by 0
+    assert browser_page.wall_tokens_per_s(at_once, texts) == pytest.approx(3 * 60)
 
 
 def test_screen_moments_map_text_lengths_on_screen_to_tokens():

@@ -42,3 +42,35 @@ def test_race_caption_extrapolates_only_when_final_and_behind():
     recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
     assert "extrapolated" not in captions.race_caption(cached, recompute, final=False)
     assert "extrapolated from 3 measured steps" in captions.race_caption(cached, recompute, final=True)
+
+
+def test_headline_names_what_each_rate_times_and_shows_the_wall_clock_beside_it():
+    from kvviz.trace import Trace, summary
+    cached = [event(i, 32 + i, 100.0 if i == 0 else 50.0) for i in range(5)]
+    recompute = [event(i, 32 + i, 120.0, "recompute", blocks=False) for i in range(3)]
+    sums = summary(Trace(META, cached + recompute))
+    figures = {label: (value, help_text) for label, value, help_text in
+               captions.headline(META, sums, cached[-1], wall_tokens_per_s=12.34)}
+    assert figures["Tokens/s (compute)"][0] == f"{5 / 0.3:.1f}"  # 5 tokens in 300 ms of steps
+    assert "forward + sampling" in figures["Tokens/s (compute)"][1]
+    assert figures["Tokens/s (wall clock)"][0] == "12.3" and "wall-clock" in figures["Tokens/s (wall clock)"][1]
+    assert "forward pass and sampling" in figures["Decode step (median)"][1]
+    assert figures["Formula (computed)"][1].startswith("computed from the model's config")
+    value, help_text = figures["Recompute ÷ cached (same steps)"]
+    assert value == f"{360 / 200:.1f}×" and "first 3 steps" in help_text and "extrapolates" in help_text
+    no_wall = dict((label, value) for label, value, _ in captions.headline(META, sums, cached[-1]))
+    assert no_wall["Tokens/s (wall clock)"] == "–"
+
+
+def test_race_caption_names_its_extrapolated_figure_apart_from_the_headline():
+    cached = [event(i, 32 + i, 10.0) for i in range(6)]
+    recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
+    text = captions.race_caption(cached, recompute, final=True)
+    assert "the cached time for the whole run" in text
+    assert "Recompute ÷ cached (same steps) compares only the 3 steps both runs made" in text
+
+
+def test_contiguous_reservation_is_labelled_computed():
+    last = event(2, 34, 10.0)
+    assert "(computed, not allocated)" in captions.blocks_caption(META, last)
+    assert "for 95 tokens (computed) holds" in captions.total_caption(META, last)

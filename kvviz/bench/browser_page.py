@@ -35,6 +35,7 @@ RUNNING = "[data-testid='stApp'][data-test-script-state='running']"
 LOAD_MS = 600_000  # the page's first model load, on a busy machine
 RUN_MS = 900_000  # one run with the race on
 COMPUTE_TARGET, WALL_TARGET, RACE_TARGET = 0.9, 0.8, 1.10
+FRAME_S = 1 / 60  # one display frame
 
 # Notes every change of the cached panel's text length and the script's run state, with the
 # page's own clock, from just before Generate is clicked.
@@ -43,7 +44,9 @@ OBSERVE_JS = """() => {
   const app = document.querySelector("[data-testid='stApp']");
   const read = () => {
     const el = document.querySelector(".st-key-cached-panel [data-testid='stCode'] code");
-    return el ? el.textContent.length : -1;
+    if (!el) return -1;
+    const text = el.textContent;
+    return text.trim() === '' ? 0 : text.length;  // the blank placeholder (" ") is no text
   };
   let last = read();
   const seen = () => {
@@ -72,11 +75,12 @@ def wall_tokens_per_s(moments_s: list[float | None], texts: list[str]) -> float:
 
     `moments_s[i]`: when event i's text was out (yielded headless, or on screen in the page).
     Tokens that add no text (some byte pieces, EOS) cannot be seen, so the span runs between
-    the first and the last token that added text, and counts the tokens in between.
+    the first and the last token that added text, and counts the tokens in between. A span
+    shorter than one display frame (a tiny model: every token in one frame) counts as a frame.
     """
     shown = [i for i, text in enumerate(texts) if text and moments_s[i] is not None]
     first, last = shown[0], shown[-1]
-    return (last - first) / (moments_s[last] - moments_s[first])
+    return (last - first) / max(moments_s[last] - moments_s[first], FRAME_S)
 
 
 def screen_moments(marks: list[list[float]], texts: list[str]) -> list[float | None]:
