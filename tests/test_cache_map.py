@@ -282,3 +282,34 @@ def test_a_batch_gets_a_row_picker_once_the_run_is_over(at):
     picker.set_value(1).run()
     assert not at.exception
     assert "Showing sequence 2 of 2" in " ".join(c.value for c in at.caption)
+
+
+# --- real cache kinds, from tiny models of each family -------------------------------------------
+
+@pytest.mark.parametrize("arch, expect", [
+    ("gemma3_text", {"dropped", "K", "V"}),  # 5 sliding : 1 full
+    ("llama4_text", {"dropped", "K", "V"}),  # 3 chunked : 1 full
+    ("deepseek_v3", {"latent (MLA)", "rope key (MLA)"}),
+    ("qwen3_next", {"state", "K", "V"}),  # 3 gated-delta state : 1 full
+    ("gemma3n_text", {"shared", "dropped"}),  # the last layers read earlier layers' KV
+])
+def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
+    from tiny import arch_lm
+
+    from kvviz import engine
+    from kvviz.config import RunConfig
+
+    lm = arch_lm(arch)
+    cfg = RunConfig(max_new_tokens=10, stop_on_eos=False)
+    meta = engine.run_meta(lm, cfg)
+    events = list(engine.generate(lm, cfg))
+    cells = cm.cells_frame(meta, events[-1])
+    assert expect <= set(cells.shade), set(cells.shade)
+    kinds = cm.layer_kinds(meta)
+    for layer, kind in enumerate(kinds):
+        mine = cells[cells.layer == layer]
+        covered = mine[mine.tensor_row == 0].positions.sum()
+        assert covered == cm.written(events[-1]), (layer, kind)  # every written position drawn once
+        if kind.kind in ("sliding", "chunked"):
+            assert mine[mine.status != "dropped"].positions.max() <= kind.token_cap * 2
+            assert (mine.status == "dropped").any()  # the run crossed the window / chunk
