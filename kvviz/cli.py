@@ -51,8 +51,18 @@ def run_record(args) -> int:
         print(f"kvviz record: error: {exc}", file=sys.stderr)
         return 2
     print(format_summary(summary(trace)))
+    print(layout_lines(trace))
     print(f"trace written to {args.out}")
     return 0
+
+
+def layout_lines(trace) -> str:
+    """The cache layout, the attention used, and why any bytes could not be measured."""
+    meta = trace.meta
+    lines = [f"cache layout: {meta.get('layout', '?')}; attention: {meta.get('attn_implementation', '?')}"
+             + (f" ({meta['attn_fallback']})" if meta.get("attn_fallback") else "")]
+    notes = dict.fromkeys(e.cache_note for e in trace.events if e.cache_note)
+    return "\n".join(lines + [f"note: {n}" for n in notes])
 
 
 def build_parser() -> argparse.ArgumentParser:

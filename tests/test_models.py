@@ -85,6 +85,16 @@ def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
     assert meta["attn_implementation"] == "eager" and meta["attn_fallback"] == lm.attn_fallback
 
 
+def test_record_prints_the_layout_and_the_attention_fallback(tmp_path, capsys):
+    from kvviz import cli
+    from tiny import save_arch
+    folder = save_arch(tmp_path / "gpt-oss", "gpt_oss")
+    rc = cli.main(["record", "--model", str(folder), "--prompt", "Hello there", "--max-new-tokens", "3",
+                   "--no-chat-template", "--out", str(tmp_path / "run.json")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "cache layout: 1 × sliding 6, 1 × full; attention: eager (sdpa → eager: " in out
+
+
 def test_supported_sdpa_is_kept_without_a_fallback_note(tiny_dir):
     lm = models.load_model(ModelSpec(name=str(tiny_dir)))
     assert lm.model.config._attn_implementation == "sdpa" and lm.attn_fallback == ""
