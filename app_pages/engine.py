@@ -14,11 +14,12 @@ allowed = hosted.engine_urls()
 if rules.enabled and not allowed:
     st.info("Watching vLLM servers is off on this hosted kvviz (the host lists none in KVVIZ_ENGINE_URLS).")
     st.stop()
+url_col, live_col, every_col, stop_col = st.columns([5, 1, 2, 1.4], vertical_alignment="bottom")
 if rules.enabled:
-    chosen = st.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted")
+    chosen = url_col.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted")
 else:
-    typed = st.text_area("vLLM base URLs, one per line (several servers or DP deployments side by side)",
-                         DEFAULT_URL, height=68, key="engine_urls")
+    typed = url_col.text_area("vLLM base URLs, one per line (several servers side by side)",
+                              DEFAULT_URL, height=68, key="engine_urls")
     chosen = [line for line in typed.splitlines() if line.strip()]
 urls = []
 for raw in chosen:
@@ -26,7 +27,6 @@ for raw in chosen:
         urls.append(normalize_url(raw))
     except EngineError as exc:
         st.error(ui.inert(exc))
-live_col, every_col, stop_col = st.columns([1, 2, 1], vertical_alignment="bottom")
 live = live_col.toggle("Live", value=True, key="engine_live", help="Off: freeze the picture")
 every_s = every_col.select_slider("Refresh every", [1.0, 2.0, 5.0], value=2.0, key="engine_every",
                                   format_func=lambda s: f"{s:g} s")

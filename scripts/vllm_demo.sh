@@ -14,7 +14,8 @@ RUNS="runs/vllm-demo"
 mkdir -p "$RUNS"
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  trap - EXIT INT TERM
+  for pid in "${pids[@]}"; do pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
 trap cleanup EXIT INT TERM
@@ -41,4 +42,9 @@ command -v xdg-open >/dev/null 2>&1 && [ -n "${DISPLAY:-}" ] && xdg-open "http:/
   done
 ) &
 pids+=($!)
-if [ -n "${DEMO_SECONDS:-}" ]; then sleep "$DEMO_SECONDS"; else wait "${pids[2]}"; echo "vllm-demo: load done; the dashboard stays up until Ctrl-C"; wait "${pids[0]}"; fi
+# `wait` (unlike a foreground sleep) returns as soon as a signal arrives, so Ctrl-C and kill stop at once.
+if [ -n "${DEMO_SECONDS:-}" ]; then
+  sleep "$DEMO_SECONDS" & pids+=($!); wait $!
+else
+  wait "${pids[2]}"; echo "vllm-demo: load done; the dashboard stays up until Ctrl-C"; wait "${pids[0]}"
+fi

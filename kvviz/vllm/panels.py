@@ -17,6 +17,7 @@ from kvviz.vllm.state import EngineState
 from kvviz.vllm.watch import EngineWatch
 
 MAX_SIDE_BY_SIDE = 3
+MAX_PLAY_FRAMES = 40  # frames drawn when a watch is played
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -43,7 +44,7 @@ def show_status(watch: EngineWatch) -> None:
     for conn in watch.connections:
         line = f"{conn.url}: {conn.status}"
         if conn.ok:
-            st.success(ui.inert(line), icon=":material/link:")
+            st.caption(":material/link: " + ui.inert(line))
         elif conn.status == "connecting…":
             st.info(ui.inert(line), icon=":material/hourglass_top:")
         else:
@@ -83,7 +84,7 @@ def show_engines(states: dict[str, EngineState], texts: dict, key: str) -> None:
         row = items[start:start + MAX_SIDE_BY_SIDE]
         for column, (name, state) in zip(st.columns(len(row)), row):
             with column:
-                show_engine(state, texts.get(url_of(name)), f"{key}-{start}-{name}")
+                show_engine(state, texts.get(url_of(name)), f"{key}-{start}-{name}", alone=len(items) == 1)
 
 
 def url_of(engine_key: str) -> str:
@@ -91,49 +92,59 @@ def url_of(engine_key: str) -> str:
     return host if "://" in host else "http://" + host
 
 
-def show_engine(state: EngineState, text_fn, key: str) -> None:
+def show_engine(state: EngineState, text_fn, key: str, alone: bool = False) -> None:
+    """One engine's panels; `alone` (the only engine) lays them out in two columns."""
     st.subheader(state.key, divider="gray")
-    show_numbers(state)
-    counts = views.pool_counts(state)
-    if counts is not None:
-        st.caption("Block pool now: held (metrics: usage × usable blocks); cached and free to evict "
-                   "(derived: cached blocks from events less the full blocks running requests hold)")
-        st.altair_chart(views.pool_chart(views.pool_frame(state), state.metrics.num_usable_blocks),
-                        width="stretch")
-    st.altair_chart(views.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks"),
-                    width="stretch")
-    st.altair_chart(views.lines_chart(views.requests_frame(state), "requests", views.REQUEST_COLORS,
-                                      "requests"), width="stretch")
-    show_tree(state, text_fn)
+    left, right = st.columns(2, gap="large") if alone else (st.container(), st.container())
+    with left:
+        show_numbers(state)
+        show_pool(state)
+        st.altair_chart(views.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks"),
+                        width="stretch", height=240)
+    with right:
+        show_tree(state, text_fn)
+        st.altair_chart(views.lines_chart(views.requests_frame(state), "requests", views.REQUEST_COLORS,
+                                          "requests"), width="stretch", height=200)
     left, right = st.columns(2)
     with left:
         st.altair_chart(views.histogram_chart(views.histogram_frame(state, "ttft"),
-                                              "time to first token (metrics)"), width="stretch")
+                                              "time to first token (metrics)"), width="stretch", height=220)
     with right:
         st.altair_chart(views.histogram_chart(views.histogram_frame(state, "itl"),
-                                              "inter-token latency (metrics)"), width="stretch")
+                                              "inter-token latency (metrics)"), width="stretch", height=220)
     with st.expander("Cache config (metrics: vllm:cache_config_info)"):
         st.dataframe(views.config_frame(state), hide_index=True, width="stretch")
+
+
+def show_pool(state: EngineState) -> None:
+    counts = views.pool_counts(state)
+    if counts is None:
+        st.info("The pool appears with the first /metrics read.")
+        return
+    st.caption("Block pool now: held (metrics: usage × usable blocks); cached and free to evict "
+               "(derived: cached blocks from events less the full blocks running requests hold)")
+    st.altair_chart(views.pool_chart(views.pool_frame(state), state.metrics.num_usable_blocks),
+                    width="stretch")
 
 
 def show_numbers(state: EngineState) -> None:
     pool, m = state.pool, state.metrics
     a, b, c, d = st.columns(4)
-    a.metric("Cached blocks (events)", f"{pool.num_cached_blocks:,}")
+    a.metric("Cached (events)", f"{pool.num_cached_blocks:,}")
     b.metric("Stored / evicted (events)", f"{pool.counts.num_stored:,} / {pool.counts.num_removed:,}",
-             help="Blocks newly cached / evicted since kvviz attached (replay included)")
+             help="Blocks newly cached / evicted since the server started (what replay still holds)")
     rate = m.hit_rate if m else None
-    c.metric("Prefix-cache hit rate (metrics)", f"{rate:.1%}" if rate is not None else "–",
+    c.metric("Hit rate (metrics)", f"{rate:.1%}" if rate is not None else "–",
              help="vllm:prefix_cache_hits / queries, in tokens, since the server started")
     d.metric("Running / waiting (metrics)",
              f"{m.num_requests_running:.0f} / {m.num_requests_waiting:.0f}" if m else "–")
     e, f, g, h = st.columns(4)
-    e.metric("Held by requests (metrics)", f"{m.num_held_blocks} / {m.num_usable_blocks}"
-             if m and m.num_usable_blocks else "–")
-    f.metric("Reused blocks reported (events)", f"{pool.counts.num_reused:,}",
+    e.metric("Held (metrics)", f"{m.num_held_blocks} / {m.num_usable_blocks}"
+             if m and m.num_usable_blocks else "–", help="Blocks held by running requests, of the usable pool")
+    f.metric("Reuse reported (events)", f"{pool.counts.num_reused:,}",
              help="Prefix hits vLLM reports for requests sent with kv_cache_report_mode=full")
     g.metric("Preemptions (metrics)", f"{m.num_preemptions:.0f}" if m else "–")
-    h.metric("Cache cleared / restarts (events)", f"{pool.counts.num_cleared} / {pool.counts.num_restarts}")
+    h.metric("Cleared / restarts (events)", f"{pool.counts.num_cleared} / {pool.counts.num_restarts}")
 
 
 def show_tree(state: EngineState, text_fn) -> None:
@@ -159,7 +170,8 @@ def show_notes(notes, limit: int = 6) -> None:
 
 
 def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
-    """A recorded watch through the same panels: at `upto_s`, or played from the start."""
+    """A recorded watch through the same panels: at `upto_s`, or played from the start at
+    `speed` × the recorded pace (0: straight to the end)."""
     texts = text_fns(recording.meta)
     slot = st.empty()
     if upto_s is not None:
@@ -168,13 +180,16 @@ def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
             show_engines(states, texts, "replay")
         show_notes([n for n in recording.notes if n.t_s <= upto_s])
         return
-    step_s = max(1.0, recording.duration_s / 60)
-    times = [i * step_s for i in range(int(recording.duration_s / step_s) + 2)]
+    step_s = max(1.0, recording.duration_s / MAX_PLAY_FRAMES)
+    count = int(recording.duration_s / step_s) + 1
+    times = [recording.duration_s] if speed <= 0 else [min(i * step_s, recording.duration_s) for i in range(count + 1)]
     for t_s, states in replay_frames(recording, times):
+        started = time.monotonic()
         with slot.container():
             st.caption(f"t = {t_s:.1f} s of {recording.duration_s:.1f} s")
             show_engines(states, texts, f"replay-{t_s}")
-        time.sleep(step_s / max(speed, 0.01) * 0.5)
+        if speed > 0:  # the recorded pace, scaled; drawing time counts against it
+            time.sleep(max(0.0, step_s / speed - (time.monotonic() - started)))
 
 
 def read_watch(path, upload) -> Recording | None:
@@ -204,4 +219,4 @@ def replay_page(recording: Recording) -> None:
     end = max(1.0, recording.duration_s)
     upto = time_col.slider("Time (s)", 0.0, end, end, key="watch_time")
     play = play_col.button("Play", type="primary", key="watch_play")
-    replay(recording, ui.SPEEDS[speed] or 1000.0, None if play else upto)
+    replay(recording, ui.SPEEDS[speed], None if play else upto)

@@ -80,11 +80,11 @@ def lines_chart(df: pd.DataFrame, y: str, colors: dict[str, str], y_title: str) 
     """Series over watch time (step lines). Columns: t_s, series, `y`."""
     return alt.Chart(df).mark_line(interpolate="step-after").encode(
         x=alt.X("t_s:Q", title="seconds since attached"),
-        y=alt.Y(f"{y}:Q", title=y_title),
+        y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format="d", tickMinStep=1)),
         color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(colors), range=list(colors.values())),
-                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
+                        legend=alt.Legend(orient="top", columns=2, labelLimit=300)),
         tooltip=["t_s:Q", "series:N", f"{y}:Q"],
-    ).properties(height=220)
+    )
 
 
 def histogram_frame(state: EngineState, name: str) -> pd.DataFrame:
@@ -103,7 +103,7 @@ def histogram_chart(df: pd.DataFrame, title: str) -> alt.Chart:
     return alt.Chart(df).mark_bar(color="#4C78A8").encode(
         x=alt.X("bucket:N", sort=alt.SortField("le"), title=title),
         y=alt.Y("requests:Q", title="count"), tooltip=["bucket:N", "requests:Q"],
-    ).properties(height=200)
+    )
 
 
 def sharers(pool: CachedBlocks) -> dict:
@@ -140,7 +140,7 @@ def tree_chart(df: pd.DataFrame) -> alt.Chart:
         y=alt.Y("sequence:N", title=None, sort=None),
         color=alt.Color("shared_by:Q", title="sequences sharing the block", scale=alt.Scale(scheme="purples")),
         tooltip=["sequence:N", "position:Q", "block:N", "shared_by:Q", "text:N"],
-    ).properties(height=alt.Step(14))
+    ).properties(height=alt.Step(16))
 
 
 def blocks_table(pool: CachedBlocks, text: TextFn = ids_text) -> pd.DataFrame:

@@ -1,0 +1,106 @@
+"""The vLLM engine page and Replay of a vLLM watch, headless (AppTest), on captured payloads served
+by tests/vllm_fake.py. Bad input shows a message, never an exception."""
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz import ui
+from kvviz.vllm import panels
+from vllm_fake import FakeVllm, free_port
+from test_vllm_readers import recording_of_capture
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = str(ROOT / "app_pages" / "engine.py")
+
+
+@pytest.fixture
+def fake():
+    server = FakeVllm()
+    server.publish_captured(upto=60)
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def stop_watches():
+    yield
+    panels.watch_for.clear()
+
+
+def run_engine(url: str, settle_s: float = 2.0) -> AppTest:
+    at = AppTest.from_file(ENGINE, default_timeout=60)
+    at.session_state["engine_urls"] = url
+    at.run()
+    time.sleep(settle_s)  # the watch thread connects and replays in the background
+    at.run()
+    return at
+
+
+def test_engine_page_shows_a_server_s_cache_from_events_and_metrics(fake):
+    at = run_engine(fake.url)
+    try:
+        assert not at.exception and not at.error
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics["Cached (events)"] != "0"
+        assert metrics["Hit rate (metrics)"] == f"{3840 / 8583:.1%}"
+        assert metrics["Held (metrics)"] == "0 / 71"
+        assert len(at.get("vega_lite_chart")) >= 5
+        assert any("vLLM 0" in c.value and "Instruct" in c.value for c in at.caption)
+    finally:
+        panels.watch_for(fake.url).stop()
+
+
+def test_engine_page_names_an_unreachable_server_and_keeps_going():
+    url = f"http://127.0.0.1:{free_port()}"
+    at = run_engine(url, settle_s=1.0)
+    try:
+        assert not at.exception
+        assert any("connection refused" in w.value and "retrying" in w.value for w in at.warning)
+    finally:
+        panels.watch_for(url).stop()
+
+
+def test_engine_page_refuses_a_malformed_url():
+    at = AppTest.from_file(ENGINE, default_timeout=60)
+    at.session_state["engine_urls"] = "ftp://nowhere"
+    at.run()
+    assert not at.exception
+    assert any("URL with a host" in e.value for e in at.error)
+
+
+def test_hosted_engine_page_is_off_without_an_allowlist(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.delenv("KVVIZ_ENGINE_URLS", raising=False)
+    at = AppTest.from_file(ENGINE, default_timeout=60).run()
+    assert not at.exception
+    assert any("off on this hosted kvviz" in i.value for i in at.info)
+    assert not at.text_area
+
+
+def test_hosted_engine_page_offers_only_the_allowlist(monkeypatch, fake):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_ENGINE_URLS", fake.url)
+    at = AppTest.from_file(ENGINE, default_timeout=60).run()
+    try:
+        assert not at.exception and not at.text_area
+        assert at.multiselect(key="engine_urls_hosted").options == [fake.url]
+    finally:
+        panels.watch_for(fake.url).stop()
+
+
+def test_replay_page_plays_a_vllm_watch(tmp_path, monkeypatch):
+    path = tmp_path / "vllm-watch.json"
+    recording_of_capture().save(path)
+    monkeypatch.setattr(ui, "example_traces", lambda: {"vllm-watch": path})
+    at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Stored / evicted (events)"].endswith("/ 104")
+    at.slider(key="watch_time").set_value(20.0).run()
+    assert {m.label: m.value for m in at.metric}["Running / waiting (metrics)"] == "4 / 0"
+    at.select_slider(key="watch_speed").set_value("instant").run()
+    at.button(key="watch_play").click().run()
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["Stored / evicted (events)"].endswith("/ 104")
