@@ -22,7 +22,7 @@ from kvviz import layout, probe
 from kvviz.blocks import BlockPool, cdiv
 from kvviz.config import RunConfig
 from kvviz.events import BlockStat, StepEvent
-from kvviz.hooks import attention_rows, find_decoder_layers, timed_layers
+from kvviz.hooks import attention_rows, device_sync, find_decoder_layers, timed_layers
 from kvviz.models import LoadedModel
 
 MODES = ("cached", "recompute")
@@ -140,16 +140,19 @@ def sample(logits: torch.Tensor, cfg: RunConfig, generator: torch.Generator) -> 
 
 
 class StepClock:
-    """Times one step: CUDA events on CUDA, perf_counter elsewhere."""
+    """Times one step: CUDA events on CUDA, perf_counter elsewhere (after an MPS device sync)."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
+        self.sync = device_sync(device)
 
     def __enter__(self):
         if self.cuda:
             self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             self.start.record()
         else:
+            if self.sync is not None:
+                self.sync()  # MPS: work queued before the step is not the step's
             self.t0 = time.perf_counter()
         return self
 
@@ -159,6 +162,8 @@ class StepClock:
             self.end.synchronize()
             self.ms = self.start.elapsed_time(self.end)
         else:
+            if self.sync is not None:
+                self.sync()  # MPS: the step's kernels have finished, not only been queued
             self.ms = (time.perf_counter() - self.t0) * 1e3
         return False
 
@@ -370,7 +375,7 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     per_token = plan.bytes_per_token
     layers = find_decoder_layers(model, plan.num_layers)
     capture = attention_rows(layers) if cfg.attention and cache is not None else nullcontext()
-    with timed_layers(layers, lm.device.type == "cuda") as timer, capture as attention:
+    with timed_layers(layers, lm.device.type == "cuda", device_sync(lm.device)) as timer, capture as attention:
         for step in range(cfg.max_new_tokens):
             if should_stop is not None and should_stop():
                 return

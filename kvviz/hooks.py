@@ -8,6 +8,7 @@ On CUDA the hooks record CUDA events (read after the step synchronises); elsewhe
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
@@ -21,12 +22,23 @@ def find_decoder_layers(model: torch.nn.Module, num_layers: int) -> torch.nn.Mod
     raise ValueError(f"no list of {num_layers} decoder layers found in {type(model).__name__}")
 
 
+def device_sync(device: torch.device) -> Callable[[], None] | None:
+    """What must run before a host clock is read on `device`, or None.
+
+    MPS queues kernels asynchronously, as CUDA does, but kvviz has no timing events there: its
+    clock reads wait for the device first. CPU runs synchronously; CUDA is timed with events.
+    """
+    return torch.mps.synchronize if device.type == "mps" else None
+
+
 class LayerTimer:
     """Collects one (start, end) pair per layer per forward pass."""
 
-    def __init__(self, num_layers: int, use_cuda_events: bool):
+    def __init__(self, num_layers: int, use_cuda_events: bool,
+                 synchronize: Callable[[], None] | None = None):
         self.num_layers = num_layers
         self.use_cuda_events = use_cuda_events
+        self.synchronize = synchronize  # see device_sync
         self.starts: list = [None] * num_layers
         self.ends: list = [None] * num_layers
 
@@ -36,6 +48,8 @@ class LayerTimer:
             event.record()
             marks[index] = event
         else:
+            if self.synchronize is not None:
+                self.synchronize()
             marks[index] = time.perf_counter()
 
     def take_ms(self) -> list[float]:
@@ -50,9 +64,10 @@ class LayerTimer:
 
 
 @contextmanager
-def timed_layers(layers: torch.nn.ModuleList, use_cuda_events: bool):
+def timed_layers(layers: torch.nn.ModuleList, use_cuda_events: bool,
+                 synchronize: Callable[[], None] | None = None):
     """Install timing hooks on every layer for the duration of the block; yields the timer."""
-    timer = LayerTimer(len(layers), use_cuda_events)
+    timer = LayerTimer(len(layers), use_cuda_events, synchronize)
     handles = []
     for i, layer in enumerate(layers):
         handles.append(layer.register_forward_pre_hook(lambda *_, i=i: timer.mark(timer.starts, i)))

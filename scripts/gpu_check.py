@@ -54,6 +54,53 @@ def check_trace(trace: Trace, tag: str, expect_parity: bool) -> None:
         print(f"INFO  {tag}: greedy cached vs recompute: {detail} (half precision may flip near-ties)")
 
 
+def reservation_bytes(meta: dict) -> int:
+    """What a StaticCache must hold, from the config alone: batch × max_len × bytes per token."""
+    return meta["batch"] * meta["max_len"] * meta["bytes_per_token"]
+
+
+def static_reservation_problems(meta: dict, kv_bytes: list[int], allocated_delta_bytes: int | None,
+                                slack_bytes: int = 2**20) -> list[str]:
+    """Why the static cache's measured bytes are not the full reservation (empty when they are).
+
+    Three independent sources must agree: the config (`reservation_bytes`), the cache tensors
+    after every step (`kv_bytes`, numel × element size) and, on CUDA, how much the allocator
+    grew when the cache was created and filled by the prefill (the tensors plus at most
+    `slack_bytes` of small buffers). A cache that grew per token, or a probe that counted
+    tokens instead of slots, fails.
+    """
+    want, problems = reservation_bytes(meta), []
+    wrong = [b for b in kv_bytes if b != want]
+    if not kv_bytes or wrong:
+        problems.append(f"cache tensors hold {wrong[:3] or 'nothing'} B, not the {want:,} B reserved")
+    if allocated_delta_bytes is not None and not want <= allocated_delta_bytes <= want + slack_bytes:
+        problems.append(f"the allocator grew by {allocated_delta_bytes:,} B for a {want:,} B reservation")
+    return problems
+
+
+def allocator_delta_bytes(lm, cfg: RunConfig) -> int:
+    """torch.cuda.memory_allocated growth from creating a StaticCache to after its prefill."""
+    batch = engine.encode_prompts(lm.tokenizer, cfg, lm.device)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with torch.inference_mode():
+        cache = engine.make_cache(lm.model, "static", engine.run_meta(lm, cfg)["max_len"])
+        logits = engine.prefill(lm.model, batch, cache)
+        del logits  # the step's output is not the cache
+    torch.cuda.synchronize()
+    delta = torch.cuda.memory_allocated() - before
+    del cache
+    return delta
+
+
+def check_static_reservation(lm, cfg: RunConfig, tag: str) -> None:
+    meta = engine.run_meta(lm, cfg)
+    kv_bytes = [e.kv_bytes for e in engine.generate(lm, cfg)]
+    problems = static_reservation_problems(meta, kv_bytes, allocator_delta_bytes(lm, cfg))
+    check(f"{tag}: static cache holds the whole reservation", not problems,
+          "; ".join(problems) or f"{reservation_bytes(meta):,} B")
+
+
 def check_sweep(lm) -> None:
     """A small sweep on CUDA: peak allocator bytes per point, and bytes == formula."""
     settings = sweep.SweepSettings(prompt_tokens=(256, 2048), batches=(1, 8), new_tokens=8)
@@ -83,9 +130,7 @@ def main() -> int:
     for dtype, parity in (("float32", True), ("bfloat16", False)):
         lm = models.load_model(ModelSpec(device="cuda", dtype=dtype))
         check_trace(record(lm, cfg, out, f"smollm2-cuda-{dtype}"), dtype, parity)
-        static = list(engine.generate(lm, replace(cfg, cache_backend="static")))
-        check(f"{dtype}: static cache reservation is real",
-              all(e.blocks.contiguous_is_real and e.kv_bytes == e.blocks.contiguous_bytes for e in static))
+        check_static_reservation(lm, replace(cfg, cache_backend="static"), dtype)
     check_sweep(models.load_model(ModelSpec(device="cuda", dtype="bfloat16")))
     print(f"{len(FAILURES)} failed" if FAILURES else "all CUDA checks passed")
     return 1 if FAILURES else 0
