@@ -104,3 +104,18 @@ def test_replay_page_plays_a_vllm_watch(tmp_path, monkeypatch):
     at.button(key="watch_play").click().run()
     assert not at.exception
     assert {m.label: m.value for m in at.metric}["Stored / evicted (events)"].endswith("/ 104")
+
+
+def test_several_servers_are_shown_side_by_side(fake):
+    other = FakeVllm()
+    other.publish_captured(upto=10)
+    at = run_engine(f"{fake.url}\n{other.url}")
+    try:
+        assert not at.exception and not at.error
+        headers = [h.value for h in at.subheader]
+        assert headers == sorted([f"127.0.0.1:{fake.http_port} · rank 0", f"127.0.0.1:{other.http_port} · rank 0"])
+        assert len([m for m in at.metric if m.label == "Cached (events)"]) == 2
+    finally:
+        panels.watch_for(fake.url).stop()
+        panels.watch_for(other.url).stop()
+        other.close()
