@@ -124,7 +124,8 @@ def test_live_page_measurement_on_a_tiny_model(tiny_dir, monkeypatch):
 # ---- the command: --only, and a missed target fails the command -----------------------------
 
 def test_only_selects_benchmarks_in_table_order_and_refuses_unknown_names():
-    assert command.selected(None) == list(command.BENCHES)
+    assert command.selected(None) == [n for n in command.BENCHES if n != "live-threads"]
+    assert command.selected("live-threads") == ["live-threads"]
     assert command.selected("soak, live-browser") == ["live-browser", "soak"]
     with pytest.raises(SystemExit, match="unknown benchmark nope"):
         command.selected("live-browser,nope")
@@ -207,3 +208,12 @@ def test_browser_rows_check_each_ratio_against_its_target():
     assert [(r.ratio, r.verdict) for r in rows] == [
         (pytest.approx(0.9), "PASS"), (pytest.approx(0.7), "FAIL"), (pytest.approx(1.15), "FAIL"),
         (pytest.approx(4 / 3), "info")]
+
+
+def test_thread_policy_rows_compare_the_policy_with_torchs_default():
+    from kvviz.bench import thread_policy
+    runs = {"policy": [{"wall": 9.0, "compute": 11.0}, {"wall": 10.0, "compute": 12.0}],
+            "torch default": [{"wall": 5.0, "compute": 12.0}, {"wall": 4.0, "compute": 12.0}]}
+    wall, compute = thread_policy.thread_rows(runs)
+    assert wall.ratio == pytest.approx(9.5 / 4.5) and compute.ratio == pytest.approx(11.5 / 12.0)
+    assert wall.verdict == compute.verdict == "info"

@@ -235,10 +235,10 @@ def rates(run: dict, moments_s: list[float | None]) -> dict:
 # ---- the benchmark --------------------------------------------------------------------------
 
 def measure_rounds(s: Settings, context, url: str, headless: Headless) -> dict[str, list[dict]]:
-    """A warm-up round, then `s.reps` interleaved rounds: page (race off), headless, page (race on)."""
+    """A warm-up round, then `s.browser_reps` interleaved rounds: page (race off), headless, page (race on)."""
     off, on = (open_page(context, url, race, s.new_tokens) for race in (False, True))
     samples: dict[str, list[dict]] = {"page": [], "headless": [], "race": []}
-    for round_ in range(s.reps + 1):
+    for round_ in range(s.browser_reps + 1):
         page = page_run(off)
         alone = headless.run(page["config"])
         raced = page_run(on)
@@ -299,7 +299,7 @@ def browser_method(s: Settings, samples: dict, versions: dict) -> str:
         "model. A headless worker process runs the same generation as `kvviz record` does (the "
         "engine's cached mode, torch's own thread count: "
         f"{versions['headless torch threads']}), with the very config the page's trace records. "
-        f"One warm-up round, then {s.reps} rounds of page (race off), headless, page (race on); "
+        f"One warm-up round, then {s.browser_reps} rounds of page (race off), headless, page (race on); "
         "ratios of medians. **Compute-only** tokens/s is 1000 / the median decode step time "
         "(forward + sampling, as the page's trace records it and as its Decode tokens/s figure "
         "shows it). **Wall-clock** tokens/s counts the tokens between the first and the last one "
@@ -315,7 +315,7 @@ def browser_method(s: Settings, samples: dict, versions: dict) -> str:
 
 if __name__ == "__main__":  # `python -m kvviz.bench.browser_page [reps] [new_tokens]`: a quick look
     args = [int(a) for a in sys.argv[1:]]
-    rows, method = browser_vs_headless(Settings(reps=args[0] if args else 1,
+    rows, method = browser_vs_headless(Settings(browser_reps=args[0] if args else 1,
                                                 new_tokens=args[1] if len(args) > 1 else 16))
     from kvviz.bench.results import render_table
     print(render_table(rows))

@@ -39,6 +39,11 @@ def live_apptest(s: Settings, ctx: dict):
     return live_page_in_subprocess(s, ctx.get("threads"))
 
 
+def live_threads(s: Settings, ctx: dict):
+    from kvviz.bench.thread_policy import thread_policy
+    return thread_policy(s)
+
+
 def model_load(s: Settings, ctx: dict):
     from kvviz.bench.load import model_load as measure
     return measure(s)
@@ -61,15 +66,19 @@ BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(s
     "cache-map": ("Cache map: attention capture and redraw", cache_map_costs),
     "live-browser": ("Live page in a real browser vs headless", live_browser),
     "live-apptest": ("Live page in AppTest vs headless (harness)", live_apptest),
+    "live-threads": ("Torch thread policy on the live page", live_threads),
     "load": ("Default model load", model_load),
     "soak": ("Soak", soak),
 }
 
 
+OPTIONAL = ("live-threads",)  # run only when named: minutes for a decision made once per machine
+
+
 def selected(only: str | None) -> list[str]:
-    """The benchmarks `--only a,b` names, in table order; all of them without it."""
+    """The benchmarks `--only a,b` names, in table order; without it all but the OPTIONAL ones."""
     if not only:
-        return list(BENCHES)
+        return [name for name in BENCHES if name not in OPTIONAL]
     names = [n.strip() for n in only.split(",") if n.strip()]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
@@ -112,7 +121,8 @@ def command_line(args) -> str:
 def settings_of(args) -> Settings:
     s = QUICK if args.quick else FULL
     if args.reps:
-        s = dataclasses.replace(s, reps=args.reps, recompute_reps=min(args.reps, s.recompute_reps))
+        s = dataclasses.replace(s, reps=args.reps, recompute_reps=min(args.reps, s.recompute_reps),
+                                browser_reps=args.reps)
     return s
 
 
