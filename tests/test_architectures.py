@@ -193,3 +193,13 @@ def test_state_sizes_and_dtypes_of_state_space_families(name):
         for stat, spec in zip(e.layers, specs, strict=True):
             assert stat.k_bytes + stat.v_bytes + stat.state_bytes == layout.layer_formula_bytes(spec, tokens, 2, elem)
         assert e.kv_bytes == e.formula_bytes
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_planner_on_the_same_config_agrees_with_the_live_run(name):
+    """The capacity planner reads the model's config.json; its bytes equal the live measurement."""
+    from kvviz import capacity, plan_models
+    model = plan_models.model_from_config(arch_lm(name).model.config.to_dict(), name, given_params=1)
+    first, second, *_, last = recorded(name).events_of("cached")
+    assert capacity.kv_bytes_per_token(model, "fp32") * 2 == second.kv_bytes - first.kv_bytes
+    assert capacity.kv_bytes_for_context(model, last.seq_len - 1, "fp32", batch=2) == last.kv_bytes
