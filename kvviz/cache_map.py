@@ -28,6 +28,7 @@ from kvviz.events import StepEvent
 MAX_COLUMNS = 160  # hover / attention columns at most; wider runs are binned
 MAX_TEXT_CHARS = 80  # a binned column's text is cut here, with an ellipsis
 NEWLINE = "⏎"
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # shown as U+FFFD: a tooltip cannot show them, SVG refuses them
 SAFE_LABEL = re.compile(r"[^A-Za-z0-9 .·/+←-]")  # labels go into an axis expression and captions
 CELL_COLUMNS = ["layer", "tensor_row", "shade", "status", "pos_start", "pos_end", "positions"]
 COLUMN_COLUMNS = ["pos_start", "pos_end", "positions", "part", "text"]
@@ -159,8 +160,10 @@ def position_texts(meta: dict, events: Sequence[StepEvent], seq: int = 0) -> lis
 
 
 def _column_text(texts: Sequence[str | None]) -> str:
-    """The column's text for display: newlines shown, lone surrogates (valid JSON, not UTF-8) as "?"."""
-    joined = "".join(t for t in texts if t).replace("\n", NEWLINE).encode("utf-8", "replace").decode("utf-8")
+    """The column's text for display: newlines shown as ⏎, other control characters as �, lone
+    surrogates (valid in JSON, not in UTF-8) as "?"."""
+    joined = CONTROL.sub("\ufffd", "".join(t for t in texts if t).replace("\n", NEWLINE))
+    joined = joined.encode("utf-8", "replace").decode("utf-8")
     return joined if len(joined) <= MAX_TEXT_CHARS else joined[:MAX_TEXT_CHARS - 1] + "…"
 
 

@@ -108,14 +108,22 @@ def kinds_sentence(kinds: list[cm.LayerKind]) -> str:
     if uniform == "full":
         return f"All {len(kinds)} layers are full attention: every layer keeps every position."
     if uniform is not None:
-        return f"All {len(kinds)} layers are {uniform}."
+        return " ".join([f"All {len(kinds)} layers are {uniform}.", *[n for k, n in KIND_NOTES.items() if k == kinds[0].kind.replace("chunked", "sliding")]])
     counts: dict[str, int] = {}
     for kind in kinds:
         counts[kind.label] = counts.get(kind.label, 0) + 1
     listed = ", ".join(f"{n} × {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    capped = any(k.kind in ("sliding", "chunked") for k in kinds)
-    return f"Layers: {listed}." + (" Sliding / chunked layers keep only their newest positions: the "
-                                   "grey cells are positions they have dropped." if capped else "")
+    present = {"sliding" if k.kind == "chunked" else k.kind for k in kinds}  # one note for both
+    notes = [KIND_NOTES[kind] for kind in KIND_NOTES if kind in present]
+    return " ".join([f"Layers: {listed}.", *notes])
+
+
+KIND_NOTES = {  # what each kind's cells mean, said once when the model has such layers
+    "sliding": "Sliding / chunked layers keep only their newest positions: grey cells are dropped.",
+    "latent": "Latent (MLA) layers cache one compressed vector and a rope key per position.",
+    "state": "State layers (green) keep one fixed-size state that sums up every position: it does not grow.",
+    "shared": "Shared layers hold nothing of their own: they read an earlier layer's K and V.",
+}
 
 
 ATTENTION_HELP = ("Records, for the cache map, how much the newest token attends to each cached "

@@ -77,6 +77,8 @@ def test_columns_carry_token_text_and_tell_prompt_from_generated():
     cols = cm.columns_frame(META, events, width=1)
     assert list(cols.text) == ["", "a", "b⏎", "c", "<g0>", "<g1>"]  # untrusted text kept verbatim
     assert list(cols.part) == ["padding", "prompt", "prompt", "prompt", "generated", "generated"]
+    meta = {**META, "prompt_pieces": [[None, "\x1c", "\ud800", "\t"]]}
+    assert list(cm.columns_frame(meta, events[:1], width=1).text) == ["", "\ufffd", "?", "\ufffd"]
 
 
 def test_wide_runs_are_binned_to_at_most_max_columns():
