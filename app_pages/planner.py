@@ -8,7 +8,7 @@ ours to echo).
 """
 import streamlit as st
 
-from kvviz import capacity, deployment, parallel, plan_models, planner_charts, planner_frames, units
+from kvviz import capacity, deployment, panels, parallel, plan_models, planner_charts, planner_frames, units
 from kvviz.ui import inert
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
@@ -179,6 +179,11 @@ else:
                "vLLM also subtracts the activation peak it measures at start-up, which is not "
                "modelled here.")
     metric_row(planner_frames.vllm_metrics(plan))
+    if not result["vllm"]["starts"]:
+        st.warning(f"vLLM would refuse to start: one request of max_model_len "
+                   f"{result['vllm']['max_model_len']:,} tokens needs more blocks than fit. The "
+                   f"longest that fits is {result['vllm']['longest_max_model_len']:,} tokens: set "
+                   f"max_model_len at most that (in the serving setup above).")
     with st.expander("vLLM's figures as a table"):
         vllm_table = planner_frames.vllm_frame(plan)
         st.dataframe(vllm_table, hide_index=True, key="plan_vllm_table")
@@ -200,36 +205,25 @@ with curve_col:
     curve = planner_frames.fit_curve_frame(plan, top)
     curve_chart = planner_charts.fit_curve_chart(curve, plan.context_tokens,
                                                  planner_frames.CURVE_MIN_TOKENS, top)
-    st.altair_chart(curve_chart, key="plan_curve_chart")
+    panels.draw_altair(st, curve_chart, key="plan_curve_chart")
     downloads("kvviz-requests-vs-context", curve_chart, curve)
 with table_col:
     table = planner_frames.context_table_frame(plan)
     st.subheader(planner_frames.context_sentence(table))
-    st.dataframe(planner_frames.for_people(table), hide_index=True, key="plan_context_table",
-                 column_config={
-                     "context_tokens": st.column_config.TextColumn("context (tokens)"),
-                     "kv_bytes_per_request": st.column_config.TextColumn("KV / request / GPU"),
-                     "max_concurrent_requests": st.column_config.TextColumn(
-                         "fit / replica", help="floor(KV budget per GPU / KV per request)"),
-                     "vllm_requests_per_replica": st.column_config.TextColumn(
-                         "as vLLM", help="requests in whole blocks, per replica"),
-                     "requests_total": st.column_config.TextColumn("in all", help="× DP replicas"),
-                     "decode_step_floor_ms": st.column_config.TextColumn(
-                         "step ≥ ms", help=f"decode step floor, batch {plan.setup.batch}"),
-                     "tokens_per_s_per_request_ceiling": st.column_config.TextColumn(
-                         "tok/s/req ≤", help="ceiling per request"),
-                     "tokens_per_s_aggregate_ceiling_at_max": st.column_config.TextColumn(
-                         "tok/s all ≤", help="ceiling, every request that fits decoding"),
-                 })
+    panels.people_table(table, {c: planner_frames.TABLE_COLUMNS[c] for c in table.columns},
+                        key="plan_context_table")
     downloads("kvviz-capacity-table", table=table)
-    st.caption("Each request holds its whole context (no prefix sharing). Times are lower "
-               "bounds, rates ceilings, from peak bandwidth.")
+    st.caption("fit / replica: KV budget per GPU ÷ KV per request, rounded down; as vLLM: the "
+               "same in whole blocks; in all: × DP replicas. Each request holds its whole context "
+               f"(no prefix sharing). Step ≥: the decode-step floor for a batch of "
+               f"{plan.setup.batch}; tok/s: ceilings, from peak bandwidth.")
 
 st.subheader("Where the bytes per token come from")
 kinds = planner_frames.layer_kinds_frame(plan)
-st.dataframe(planner_frames.for_people(kinds), hide_index=True, key="plan_kinds_table",
-             column_config={"layer_kind": "layer kind", "kv_bytes_per_token": "KV per token",
-                            "kv_bytes_per_request": f"KV per request at {plan.context_tokens:,}"})
+panels.people_table(kinds, {"layer_kind": ("layer kind", "text"), "layers": ("layers", "count"),
+                            "kv_bytes_per_token": ("KV per token", "bytes"),
+                            "kv_bytes_per_request": (f"KV per request at {plan.context_tokens:,}",
+                                                     "bytes")}, key="plan_kinds_table")
 downloads("kvviz-layer-kinds", table=kinds)
 st.caption("Full layers keep every token; sliding and chunked layers only their window; latent "
            "(MLA) layers one compressed vector per token; state layers a fixed state per request; "
@@ -241,10 +235,11 @@ what_window = st.number_input("Sliding window for the what-if (tokens)", 1, 10_0
                               key="plan_window", bind=URL)
 what_ifs = planner_frames.what_if_frame(plan, int(what_window))
 what_if_chart = planner_charts.what_if_chart(what_ifs, plan.context_tokens)
-st.altair_chart(what_if_chart, key="plan_what_if_chart")
+panels.draw_altair(st, what_if_chart, key="plan_what_if_chart")
 downloads("kvviz-what-ifs", what_if_chart, what_ifs.drop(columns=["order"]))
 with st.expander("What-ifs as a table"):
-    st.dataframe(planner_frames.for_people(what_ifs), hide_index=True, key="plan_what_if_table")
+    panels.people_table(what_ifs, {c: planner_frames.TABLE_COLUMNS[c] for c in what_ifs.columns
+                                   if c in planner_frames.TABLE_COLUMNS}, key="plan_what_if_table")
 st.caption("Solid bars: the model as configured. KV per token is the same with or without a "
            "window; the window caps how many tokens each sliding layer keeps. Figures per GPU "
            "and per replica of the setup above.")

@@ -368,7 +368,10 @@ def _vllm_lines(plan: dict) -> list[str]:
         f"group(s) of {v['group_size']} layers) → GPU KV cache size {v['num_tokens']:,} tokens; "
         f"maximum concurrency for {v['max_model_len']:,} tokens per request: "
         f"{v['max_concurrency']:.3f}×",
-    ]
+    ] + ([] if v["starts"] else [
+        f"  vLLM would refuse to start: one request of max_model_len {v['max_model_len']:,} tokens "
+        f"needs more blocks than fit; the longest that fits is {v['longest_max_model_len']:,} "
+        f"(--max-model-len)"])
 
 
 def _what_if_lines(plan: dict) -> list[str]:

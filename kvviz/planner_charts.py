@@ -92,7 +92,7 @@ def _what_if_bars(field: str, title: str, label_expr: str, axis: alt.Axis,
     bars = alt.Chart().mark_bar().encode(
         x=alt.X(f"{field}:Q", title=title, axis=axis),
         y=y,
-        color=alt.Color("group:N", title="what-if", scale=alt.Scale(
+        color=alt.Color("group:N", title="what-if", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
             domain=list(GROUP_COLORS), range=list(GROUP_COLORS.values()))),
         opacity=alt.condition(alt.datum.current, alt.value(1.0), alt.value(0.5)),
         tooltip=["group:N", "variant:N", alt.Tooltip("kv_heads:Q", title="KV heads"),

@@ -4,8 +4,8 @@ All arithmetic is kvviz.capacity's, kvviz.serving_plan's and kvviz.parallel's, g
 kvviz.deployment; this module only picks the inputs (contexts, what-if variants), calls them,
 and lays the answers out as frames whose column names are theirs (`context_tokens`,
 `kv_bytes_per_request`, `max_concurrent_requests`, …), so the same names run on into the chart
-encodings (kvviz/planner_charts.py). `for_people` formats a frame for display (thousands
-separators, units); the raw frame is what the CSV downloads hold.
+encodings (kvviz/planner_charts.py). `TABLE_COLUMNS` says how panels.people_table shows them
+(thousands separators, units); the raw frames are what the CSV downloads hold.
 
 Standard library, pandas and kvviz only: no streamlit, no torch.
 """
@@ -439,24 +439,21 @@ def what_if_frame(plan: Plan, window: int | None = None) -> pd.DataFrame:
 # ---------------------------------------------------------------- tables for people
 
 
-_BYTES_COLUMNS = ("kv_bytes_per_token", "kv_bytes_per_request")
-_COUNT_COLUMNS = ("context_tokens", "max_concurrent_requests", "vllm_requests_per_replica",
-                  "requests_total", "layers", "kv_heads", "tokens_per_s_per_request_ceiling",
-                  "tokens_per_s_aggregate_ceiling_at_max")
-
-
-def for_people(df: pd.DataFrame) -> pd.DataFrame:
-    """A copy for display: bytes in KiB/MiB/GiB, counts with thousands separators, ms with two
-    decimals, booleans and the sort column dropped. The raw frame is what CSVs hold."""
-    out = df.drop(columns=[c for c in ("order", "current") if c in df.columns])
-    for col in out.columns:
-        if col in _BYTES_COLUMNS:
-            out[col] = out[col].map(units.fmt_bytes)
-        elif col in _COUNT_COLUMNS:
-            out[col] = out[col].map(lambda v: "–" if v is None or pd.isna(v) else f"{v:,.0f}")
-        elif col == "decode_step_floor_ms":
-            out[col] = out[col].map(lambda v: f"{v:,.2f}")
-    return out
+# column -> (label, kind) for panels.people_table: counts with thousands separators, bytes in
+# KiB / MiB / GiB, ms with a decimal. The frames keep raw numbers: the CSV downloads hold those.
+TABLE_COLUMNS = {
+    "context_tokens": ("context (tokens)", "count"),
+    "kv_bytes_per_request": ("KV / request / GPU", "bytes"),
+    "max_concurrent_requests": ("fit / replica", "count"),
+    "vllm_requests_per_replica": ("as vLLM (whole blocks)", "count"),
+    "requests_total": ("in all", "count"),
+    "decode_step_floor_ms": ("step ≥", "ms"),
+    "tokens_per_s_per_request_ceiling": ("tok/s/req ≤", "count"),
+    "tokens_per_s_aggregate_ceiling_at_max": ("tok/s all ≤", "count"),
+    "group": ("what-if", "text"), "variant": ("variant", "text"), "kv_heads": ("KV heads", "count"),
+    "kv_dtype": ("KV dtype", "text"), "kv_bytes_per_token": ("KV per token", "bytes"),
+    "current": ("as configured", "flag"),
+}
 
 
 # ---------------------------------------------------------------- where the time goes

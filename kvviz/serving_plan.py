@@ -217,3 +217,22 @@ def requests_at(pages: list[PageSpec], available_bytes: int, context_tokens: int
 def min_over_stages(allocs: list[Allocation]) -> Allocation:
     """Pipeline stages all keep the smallest stage's block count (vLLM's get_kv_cache_configs)."""
     return min(allocs, key=lambda a: a.num_blocks)
+
+
+def longest_model_len(pages: list[PageSpec], available_bytes: int, max_model_len: int,
+                      max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
+    """The longest max_model_len whose one request fits in the blocks (vLLM refuses to start
+    otherwise and suggests this length; its binary search over `_max_memory_usage_bytes`).
+    0 when not even one token fits."""
+    def fits(length: int) -> bool:
+        alloc = allocate(pages, available_bytes, length, max_num_batched_tokens)
+        return alloc.blocks_per_request <= alloc.num_blocks
+
+    low, high, best = 1, max_model_len, 0
+    while low <= high:
+        mid = (low + high) // 2
+        if fits(mid):
+            best, low = mid, mid + 1
+        else:
+            high = mid - 1
+    return best

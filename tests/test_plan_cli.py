@@ -217,3 +217,14 @@ def test_json_int4_has_no_vllm_figures(capsys):
     plan = run_json(capsys, "SmolLM2-135M", "--kv-dtype", "int4")
     assert "int4" in plan["deployment"]["vllm"]["error"]
     assert plan["rows"][0]["vllm_requests_per_replica"] is None
+
+
+def test_vllm_would_refuse_a_max_model_len_that_does_not_fit(capsys):
+    assert plan_cli.run(parse("Llama-4-Scout", "--gpu", "H100", "--tp", "4")) == 0  # 10M positions
+    out = capsys.readouterr().out
+    assert "vLLM would refuse to start" in out and "--max-model-len" in out
+    plan = run_json(capsys, "Llama-4-Scout", "--gpu", "H100", "--tp", "4")
+    longest = plan["deployment"]["vllm"]["longest_max_model_len"]
+    assert plan["deployment"]["vllm"]["starts"] is False and 8192 < longest < 10_485_760
+    fixed = run_json(capsys, "Llama-4-Scout", "--gpu", "H100", "--tp", "4", "--max-model-len", str(longest))
+    assert fixed["deployment"]["vllm"]["starts"] is True

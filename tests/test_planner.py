@@ -166,14 +166,13 @@ def test_layer_kinds_and_vllm_frames():
     assert pf.vllm_frame(llama8b_plan(kv_dtype="int4")).empty
 
 
-def test_for_people_formats_numbers_and_keeps_the_raw_frame():
-    table = pf.context_table_frame(llama8b_plan())
-    shown = pf.for_people(table)
-    assert list(shown["max_concurrent_requests"]) == ["853", "213", "53"]
-    assert list(shown["vllm_requests_per_replica"]) == ["833", "213", "53"]
-    assert list(shown["context_tokens"]) == ["500", "2,000", "8,000"]
-    assert list(shown["kv_bytes_per_request"]) == ["62.5 MiB", "250 MiB", "1,000 MiB"]
-    assert table["max_concurrent_requests"].dtype.kind == "i"  # the CSV keeps numbers
+def test_every_table_column_has_a_label_and_a_kind():
+    frames = [pf.context_table_frame(llama8b_plan()), pf.what_if_frame(llama8b_plan(), 1024)]
+    shown = {c for f in frames for c in f.columns} - {"order"}
+    assert shown <= set(pf.TABLE_COLUMNS)
+    kinds = {kind for _, kind in pf.TABLE_COLUMNS.values()}
+    assert kinds <= {"count", "bytes", "ms", "text", "flag"}
+    assert pf.TABLE_COLUMNS["max_concurrent_requests"][1] == "count"  # thousands separators
 
 
 def test_fmt_seconds():
@@ -328,8 +327,8 @@ def test_page_default_catalog_model():
     assert any(h.value == sentence for h in at.subheader)
     assert len(at.get("vega_lite_chart")) == 2
     table = next(d.value for d in at.dataframe if "max_concurrent_requests" in d.value.columns)
-    assert list(table["max_concurrent_requests"]) == ["853", "213", "53"]
-    assert list(table["vllm_requests_per_replica"]) == ["833", "213", "53"]
+    assert list(table["max_concurrent_requests"]) == [853, 213, 53]  # shown as "%,d"
+    assert list(table["vllm_requests_per_replica"]) == [833, 213, 53]
     assert list(table["kv_bytes_per_request"]) == ["62.5 MiB", "250 MiB", "1,000 MiB"]
     labels = [b.label for b in at.get("download_button")]
     assert labels.count("PNG") == 2 and labels.count("SVG") == 2 and labels.count("CSV") >= 4
@@ -444,3 +443,12 @@ def test_page_impossible_tp_is_a_message():
     at = page(plan_model="Llama-3.1-70B", plan_tp="3")
     assert not at.exception
     assert "TP 3 does not divide" in at.error[0].value.replace("\\", "") and not at.metric
+
+
+def test_page_warns_when_vllm_would_refuse_to_start():
+    at = page(plan_model="Llama-4-Scout", plan_tp="4")  # max_position_embeddings 10,485,760
+    assert not at.exception
+    assert any("vLLM would refuse to start" in w.value for w in at.warning)
+    at.number_input(key="plan_max_model_len").set_value(32_768)
+    at.run()
+    assert not any("refuse to start" in w.value for w in at.warning)

@@ -109,3 +109,11 @@ def test_no_memory_no_blocks():
     assert sp.allocate(pages("SmolLM2-135M"), 0, 2048).num_blocks == 0
     with pytest.raises(sp.NotServable):
         sp.allocate([], GIB, 2048)
+
+
+def test_longest_max_model_len_when_one_request_does_not_fit():
+    # SmolLM2 fp32, 1 GiB, block 128: 182 blocks → at most 182 × 128 = 23,296 tokens in one request
+    smol = pages("SmolLM2-135M", "fp32", 128)
+    assert sp.allocate(smol, GIB, 32_768).max_concurrency < 1
+    assert sp.longest_model_len(smol, GIB, 32_768) == 23_296
+    assert sp.longest_model_len(smol, 0, 32_768) == 0
