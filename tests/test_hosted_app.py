@@ -143,3 +143,16 @@ def test_hosted_load_waits_for_the_run_holding_the_device(monkeypatch, default_l
     assert seen == ["model-a"]
     assert not at.exception and not at.error
     assert store.get(ui.ModelSpec()) is not None and not at.button(key="generate").disabled
+
+
+@pytest.mark.parametrize("hosted_on, cap", [(True, "8 MiB"), (False, "64 MiB")])
+def test_uploader_label_states_the_cap_in_force(monkeypatch, hosted_on, cap):
+    if hosted_on:
+        monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    else:
+        monkeypatch.delenv("KVVIZ_HOSTED", raising=False)
+    at = AppTest.from_file(str(Path(APP).parent / "app_pages" / "replay.py"), default_timeout=120).run()
+    at.radio(key="replay_source").set_value("Upload a file").run()
+    (uploader,) = at.get("file_uploader")
+    assert f"at most {cap}" in uploader.proto.label
+    assert uploader.proto.max_upload_size_mb == int(cap.split()[0])
