@@ -80,11 +80,14 @@ def position_ids(mask: torch.Tensor) -> torch.Tensor:
 def make_cache(model, backend: str, max_len: int):
     """The cache the model's forward expects: its own class when its module ships one (MiniMax's
     `MiniMaxCache`), else a DynamicCache laid out from the config (sliding, shared, linear layers)."""
-    if backend == "static":
-        return StaticCache(config=model.config, max_cache_len=max_len)
-    if backend != "dynamic":
+    if backend not in ("dynamic", "static"):
         raise ValueError(f"unknown cache backend {backend!r}: use 'dynamic' or 'static'")
     own = model_cache_class(model)
+    if backend == "static" and own is not None:
+        raise ValueError(f"{type(model).__name__} keeps its own cache ({own.__name__}); the static "
+                         "backend cannot replace it: choose the dynamic cache")
+    if backend == "static":
+        return StaticCache(config=model.config, max_cache_len=max_len)
     return own() if own is not None else DynamicCache(config=model.config)
 
 

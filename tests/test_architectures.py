@@ -203,3 +203,11 @@ def test_planner_on_the_same_config_agrees_with_the_live_run(name):
     first, second, *_, last = recorded(name).events_of("cached")
     assert capacity.kv_bytes_per_token(model, "fp32") * 2 == second.kv_bytes - first.kv_bytes
     assert capacity.kv_bytes_for_context(model, last.seq_len - 1, "fp32", batch=2) == last.kv_bytes
+
+
+def test_minimax_gets_its_own_cache_and_refuses_the_static_backend_clearly():
+    from transformers.models.minimax.modeling_minimax import MiniMaxCache
+    lm = arch_lm("minimax")
+    assert type(engine.make_cache(lm.model, "dynamic", 16)) is MiniMaxCache
+    with pytest.raises(ValueError, match="keeps its own cache \\(MiniMaxCache\\).*choose the dynamic cache"):
+        engine.make_cache(lm.model, "static", 16)
