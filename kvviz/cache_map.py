@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from kvviz.events import StepEvent
@@ -221,21 +222,33 @@ def attention_frame(meta: dict, events: Sequence[StepEvent], seq: int = 0,
     """The newest token's attention over the cached positions, per layer, summed per column.
 
     Columns: layer, pos_start, pos_end, share (the part of the layer's attention, averaged over
-    heads, that falls on these positions: a layer's shares sum to 1), part, text. Empty when the
-    last event carries no attention.
+    heads, that falls on these positions: a layer's shares sum to 1), part, text. Only columns a
+    layer read get a row. Empty when the last event carries no attention.
     """
     last = events[-1] if events else None
     if last is None or not last.attention or seq >= len(last.attention):
         return pd.DataFrame(columns=ATTENTION_COLUMNS)
-    columns = columns_frame(meta, events, seq, width)
     width = width or bin_width(int(meta.get("max_len", 1)))
-    newest = written(last) - 1
-    rows = []
+    columns = list(zip(*column_rows(meta, events, seq, width))) or [()] * len(COLUMN_COLUMNS)
+    starts, ends, _, parts, texts = (np.asarray(c, dtype=object if i > 2 else np.int64) for i, c in enumerate(columns))
+    newest, layers, picks, shares = written(last) - 1, [], [], []
     for layer, weights in enumerate(last.attention[seq]):
-        sums: dict[int, float] = {}
-        for pos, share in zip(attention_positions(weights, newest), weights):
-            if pos >= 0:
-                sums[pos // width] = sums.get(pos // width, 0.0) + share
-        rows += [(layer, col.pos_start, col.pos_end, sums.get(i, 0.0), col.part, col.text)
-                 for i, col in enumerate(columns.itertuples()) if i in sums]
-    return pd.DataFrame(rows, columns=ATTENTION_COLUMNS)
+        first, sums = _column_sums(weights, newest, width)
+        keep = max(0, min(len(sums), len(starts) - first))
+        layers.append(np.full(keep, layer))
+        picks.append(np.arange(first, first + keep))
+        shares.append(sums[:keep])
+    pick = np.concatenate(picks) if picks else np.array([], dtype=int)
+    values = (np.concatenate(layers) if layers else pick, starts[pick], ends[pick],
+              np.concatenate(shares) if shares else pick, parts[pick], texts[pick])
+    return pd.DataFrame(dict(zip(ATTENTION_COLUMNS, values)), columns=ATTENTION_COLUMNS)
+
+
+def _column_sums(weights: Sequence[float], newest: int, width: int) -> tuple[int, np.ndarray]:
+    """(first column, each column's summed weight) of a row ending at position `newest`."""
+    start = newest - len(weights) + 1
+    row = np.asarray(weights[max(0, -start):], dtype=float)
+    if not len(row):
+        return 0, row
+    cols = np.arange(max(start, 0), newest + 1) // width
+    return int(cols[0]), np.bincount(cols - cols[0], weights=row)

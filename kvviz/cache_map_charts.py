@@ -18,7 +18,7 @@ from kvviz.cache_map import SAFE_LABEL, TENSORS, LayerKind, uniform_label
 
 SHADES = {"K": "#4C78A8", "V": "#F58518", "latent (MLA)": "#B279A2", "rope key (MLA)": "#FF9DA6",
           "state": "#54A24B", "shared": "#9D755D", "dropped": "#D9D9D9", "padding": "#F0F0F0"}
-STATUS_OPACITY = {"prompt": 0.4, "generated": 1.0, "dropped": 1.0, "padding": 1.0, "state": 0.8}
+STATUS_OPACITY = {"prompt": 0.35, "generated": 1.0, "dropped": 1.0, "padding": 1.0, "state": 0.8}
 ROW_PX = 10  # height of one layer (its two tensor rows)
 FRAME_PX = 90  # axes, legend and the boundary label: Streamlit fits the whole chart in its height
 MAX_PLOT_PX = 300  # deeper models get thinner rows: the whole map stays under 400 px (a 1280 x 720 stage)
