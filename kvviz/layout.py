@@ -102,11 +102,7 @@ def _config_problem(exc: Exception) -> str:
 def layer_specs(config) -> tuple[LayerSpec, ...]:
     """One LayerSpec per decoder layer, from a transformers config (the text config of multimodal ones)."""
     text = config.get_text_config(decoder=True)
-    if text.model_type == "minimax":
-        types = list(text.layer_types)  # MiniMaxCache: its own cache, not DynamicCache's resolution
-        kwargs = [{} for _ in types]
-    else:
-        types, kwargs = get_layer_types_and_kwargs(text)
+    types, kwargs = get_layer_types_and_kwargs(text)  # what DynamicCache(config=...) builds from
     layer_configs = list(getattr(text, "per_layer_config", None) or [text] * len(types))
     shared = _shared_sources(text, types)
     return tuple(_spec(text, lc, t, kw, shared.get(i)) for i, (t, kw, lc)
