@@ -12,13 +12,15 @@ never keeps a second set of rules. What this module adds is the size of each kin
 | sliding W | SlidingWindowSpec            | DynamicSlidingWindowLayer      | same, capped at W − 1   |
 | chunked C | ChunkedLocalAttentionSpec    | DynamicSlidingWindowLayer      | same, capped at C − 1   |
 | latent    | MLAAttentionSpec             | DynamicLayer (one "head")      | kv_lora_rank + rope dim |
-| state     | MambaSpec                    | LinearAttentionLayer           | 0 (fixed state values)  |
+| state     | MambaSpec                    | LinearAttentionLayer (hybrid: LinearAttentionAnd…Layer) | 0 (fixed state values) |
 | shared ←j | (KV sharing)                 | DummyLayer                     | 0 (reuses layer j)      |
 
 Values are elements; multiply by the element size of the cache (the model's dtype). Some
 recurrent states are kept in float32 whatever the model dtype (`state_float32_values`: the SSM
-states of Jamba / Bamba, Qwen3-Next's delta-rule state; measured in bf16).
-No torch here: only transformers' config classes and its layer-type resolution.
+states of the Mamba families, Qwen3-Next's delta-rule state; measured in bf16). A layer kind
+transformers has but kvviz does not size (e.g. DeepSeek-V3.2's "indexed_attention") raises
+ValueError naming it; a state family without a size rule here gets `state_known=False`.
+No torch import here: only transformers' config classes and its layer-type resolution.
 """
 from __future__ import annotations
 
