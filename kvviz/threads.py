@@ -3,9 +3,12 @@
 On a small machine the Streamlit server and the browser drawing the page share the cores with
 torch. Torch's default (one thread per core) makes every decode step wait for its slowest
 thread, and the thread that loses its core to the server or the browser stalls the step: on
-2 cores the live page ran at half the headless speed until torch kept one core free
-(docs/benchmarks.md measures both policies). So the default leaves one core to the rest,
-and `KVVIZ_TORCH_THREADS=N` overrides it (`KVVIZ_TORCH_THREADS=0` keeps torch's own choice).
+2 cores the live page ran at half the headless speed until torch kept one core free. Measured
+with `kvviz bench --only live-threads --reps 3` (2026-12-03, the 2-core development machine under
+heavy load from other sessions, load average ≈ 15): the page in Chromium decoded 1.21 tok/s wall
+clock with this policy (1 thread) against 0.55 with torch's default (2), compute-only 1.64 vs
+0.66. So the default leaves one core to the rest, and `KVVIZ_TORCH_THREADS=N` overrides it
+(`KVVIZ_TORCH_THREADS=0` keeps torch's own choice); rerun that benchmark on your machine.
 """
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def hook_overhead(lm, s: Settings) -> tuple[list[Result], str]:
     row = Result("Hook overhead: decode step, hooked / un-hooked", f"{m['hooked']:.2f} ms",
                  f"{m['bare']:.2f} ms", m["hooked"] / m["bare"], "<=", 1.03)
     return [row], (
-        "A bare greedy loop (`BareDecodeLoop` in `kvviz/bench.py`) runs the engine's own `prefill` "
+        "A bare greedy loop (`BareDecodeLoop` in `kvviz/bench/engine_runs.py`) runs the engine's own `prefill` "
         "and `decode_step` and nothing else. Its decode steps alternate one by one (A, B, A, B, …) "
         "between having `kvviz.hooks.timed_layers` installed on every decoder layer — reading the "
         "layer times after the step, as the engine does — and having no hooks; so both variants "
