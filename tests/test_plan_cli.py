@@ -228,3 +228,15 @@ def test_vllm_would_refuse_a_max_model_len_that_does_not_fit(capsys):
     assert plan["deployment"]["vllm"]["starts"] is False and 8192 < longest < 10_485_760
     fixed = run_json(capsys, "Llama-4-Scout", "--gpu", "H100", "--tp", "4", "--max-model-len", str(longest))
     assert fixed["deployment"]["vllm"]["starts"] is True
+
+
+@pytest.mark.parametrize("entry", __import__("kvviz.capacity").capacity.load_catalog(),
+                         ids=lambda e: e["name"])
+def test_json_for_every_catalog_model(capsys, entry):
+    plan = run_json(capsys, entry["name"], "--gpu-gb", "1500", "--weight-dtype", "fp8",
+                    "--context", "4096", "--max-model-len", "32768")
+    assert sum(plan["model"]["bytes_per_token_by_kind"].values()) == plan["kv_bytes_per_token"]
+    assert plan["weight_params"] == pytest.approx(entry["num_parameters"], rel=0.2)
+    vllm = plan["deployment"]["vllm"]
+    assert vllm["num_blocks"] > 0 and vllm["num_tokens"] > 0
+    assert plan["rows"][0]["max_concurrent_requests"] > 0
