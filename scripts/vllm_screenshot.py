@@ -35,7 +35,7 @@ def main() -> int:
                                                     args=ARGS, viewport={"width": 1600, "height": 1000})
         page = ctx.new_page()
         page.goto(args.url, timeout=120_000)
-        page.get_by_test_id("stMetric").first.wait_for(timeout=180_000)
+        page.get_by_test_id("stMetric").first.wait_for(timeout=int(args.wait_s * 1000))
         deadline = time.monotonic() + args.wait_s
         while evicted(page) < args.min_evicted and time.monotonic() < deadline:
             time.sleep(2)
