@@ -15,17 +15,20 @@ never keeps a second set of rules. What this module adds is the size of each kin
 | state     | MambaSpec                    | LinearAttentionLayer (hybrid: LinearAttentionAnd…Layer) | 0 (fixed state values) |
 | shared ←j | (KV sharing)                 | DummyLayer                     | 0 (reuses layer j)      |
 
+An "indexed_attention" layer (DeepSeek-V3.2's sparse attention, DynamicIndexedLayer) is a full or
+latent layer whose tokens also keep `index_head_dim` indexer-key values (`index_values`).
+
 Values are elements; multiply by the element size of the cache (the model's dtype). Some
 recurrent states are kept in float32 whatever the model dtype (`state_float32_values`: the SSM
 states of the Mamba families, Qwen3-Next's delta-rule state; measured in bf16). A layer kind
-transformers has but kvviz does not size (e.g. DeepSeek-V3.2's "indexed_attention") raises
+transformers has but kvviz does not size (e.g. DeepSeek-V4's compressed attention) raises
 ValueError naming it; a state family without a size rule here gets `state_known=False`.
 No torch import here: only transformers' config classes and its layer-type resolution.
 """
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from transformers import AutoConfig
 from transformers.cache_utils import get_layer_types_and_kwargs
@@ -53,14 +56,17 @@ class LayerSpec:
     state_float32_values: int = 0  # fixed values per sequence kept in float32 whatever the dtype
     state_known: bool = True  # False: a state layer of a family whose state size kvviz does not know
     latent_rope: int = 0  # LATENT: the rope-key part of values_per_token (the rest is kv_lora_rank)
+    index_values: int = 0  # sparse-attention indexer keys per token, part of values_per_token (DSA)
 
     def label(self) -> str:
         """"full", "sliding 4096", "chunked 8192", "latent 512+64", "state", "shared ← 18"."""
         if self.kind == SHARED:
             return f"shared ← {self.shared_with}"
+        index = f" + index {self.index_values}" if self.index_values else ""
         if self.kind == LATENT:
-            return f"latent {self.values_per_token - self.latent_rope}+{self.latent_rope}"
-        base = f"{self.kind} {self.token_cap}" if self.kind in (SLIDING, CHUNKED) else self.kind
+            rank = self.values_per_token - self.latent_rope - self.index_values
+            return f"latent {rank}+{self.latent_rope}{index}"
+        base = f"{self.kind} {self.token_cap}" if self.kind in (SLIDING, CHUNKED) else self.kind + index
         hybrid = self.kind != STATE and (self.has_state or not self.state_known)
         return base + " + state" if hybrid else base
 
@@ -121,6 +127,9 @@ def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None)
                                                  if layer_type == "hybrid_sliding" else "full_attention", kwargs))
     if layer_type in ("full_attention", "sliding_attention", "chunked_attention"):
         return _attention_spec(layer_config, layer_type, kwargs)
+    if layer_type == "indexed_attention":  # DSA (DeepSeek-V3.2, GLM-5): K/V plus indexer keys
+        base, index = _attention_spec(layer_config, "full_attention", kwargs), layer_config.index_head_dim
+        return replace(base, values_per_token=base.values_per_token + index, index_values=index)
     raise ValueError(f"{text.model_type}: layer type {layer_type!r} is not modelled by kvviz")
 
 

@@ -10,7 +10,8 @@ A `Cache` holds one layer object per decoder layer. What each keeps is modelled 
   keeps a slice of the freshly concatenated keys (W − 1 of W tokens, or of the whole prompt right
   after a long prefill).
 
-Layer classes read (exactly these, see READABLE): DynamicLayer, DynamicSlidingWindowLayer, the
+Layer classes read (exactly these, see READABLE): DynamicLayer, DynamicSlidingWindowLayer,
+DynamicIndexedLayer (DeepSeek-V3.2: its indexer keys are counted with the keys), the
 static layers, LinearAttentionLayer and the hybrid linear + attention layers, DummyLayer (a layer
 that reuses another layer's KV: it holds nothing), and MiniMax's own cache (its `linear_cache`
 beside plain dynamic layers). Any other layer class raises `UnreadableCache` naming it, and the
@@ -21,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers.cache_utils import (CacheLayerMixin, DummyLayer, DynamicLayer, DynamicSlidingWindowLayer,
+from transformers.cache_utils import (CacheLayerMixin, DummyLayer, DynamicIndexedLayer, DynamicLayer,
+                                      DynamicSlidingWindowLayer,
                                       LinearAttentionAndFullAttentionLayer,
                                       LinearAttentionAndSlidingWindowAttentionLayer,
                                       LinearAttentionAndStaticFullAttentionLayer,
@@ -35,7 +37,7 @@ from kvviz.events import LayerStat
 
 # Exactly these classes: a subclass (a model's own layer, a quantized or indexed layer) may keep
 # tensors elsewhere, and guessing would show wrong bytes as measured.
-READABLE = (DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer,
+READABLE = (DynamicLayer, DynamicSlidingWindowLayer, DynamicIndexedLayer, StaticLayer, StaticSlidingWindowLayer,
             LinearAttentionLayer, LinearAttentionAndFullAttentionLayer,
             LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionAndStaticFullAttentionLayer,
             LinearAttentionAndStaticSlidingWindowAttentionLayer, DummyLayer)
@@ -76,6 +78,10 @@ def _read_kv(layer, out: LayerBytes) -> None:
         out.tokens = min(int(layer.get_seq_length()), out.tokens)
     _pin(out.storages, keys)
     _pin(out.storages, values)
+    if isinstance(layer, DynamicIndexedLayer):  # sparse-attention indexer keys count as keys
+        for t in (layer.indexer_keys, layer.indexer_position_ids):
+            out.k_bytes += tensor_bytes(t)
+            _pin(out.storages, t)
 
 
 def _read_states(layer, out: LayerBytes) -> None:

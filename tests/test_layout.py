@@ -146,6 +146,8 @@ def test_labels_and_summary():
     assert layout.LayerSpec(SHARED, 0, 0, None, 0, 18).label() == "shared ← 18"
     assert layout.LayerSpec(LATENT, 1, 576, None, 0, None, latent_rope=64).label() == "latent 512+64"
     assert layout.LayerSpec(CHUNKED, 8, 2048, 8192, 0, None).label() == "chunked 8192"
+    dsa = layout.LayerSpec(LATENT, 1, 704, None, 0, None, latent_rope=64, index_values=128)
+    assert dsa.label() == "latent 512+64 + index 128"
     assert layout.LayerSpec(FULL, 8, 2048, None, 10, None).label() == "full + state"
     specs = [layout.LayerSpec(FULL, 2, 64, None, 0, None)] * 30
     assert layout.kinds_summary(specs) == "30 × full"

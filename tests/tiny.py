@@ -109,6 +109,11 @@ ARCHS = {
                                         qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
                                         n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
                                         moe_intermediate_size=32, first_k_dense_replace=1)),  # MLA
+    "deepseek_v32": ("deepseek_v32", dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32,
+                                          qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                          n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                          moe_intermediate_size=32, first_k_dense_replace=1, index_head_dim=16,
+                                          index_n_heads=2, index_topk=4)),  # MLA + sparse-attention indexer
     "llama4_text": ("llama4_text", dict(num_hidden_layers=4, head_dim=16, attention_chunk_size=WINDOW,
                                         num_local_experts=2, intermediate_size_mlp=128)),  # 3 chunked : 1 full
     "qwen3_next": ("qwen3_next", dict(num_hidden_layers=4, head_dim=16, linear_key_head_dim=8,
