@@ -202,7 +202,7 @@ def test_unknown_cache_layer_class_is_named_and_the_run_goes_on(monkeypatch):
 
 def test_a_layout_kvviz_cannot_model_is_named_and_the_run_goes_on(monkeypatch):
     def unknown(config):
-        raise ValueError("llama: layer type 'indexed_attention' is not modelled by kvviz")
+        raise ValueError("llama: layer type 'compressed_sparse_attention' is not modelled by kvviz")
 
     monkeypatch.setattr(layout, "layer_specs", unknown)
     lm = tiny_lm()
@@ -210,5 +210,5 @@ def test_a_layout_kvviz_cannot_model_is_named_and_the_run_goes_on(monkeypatch):
     assert meta["num_layers"] == 2 and meta["layout"].startswith("not modelled: llama: layer type")
     events = run(lm, max_new_tokens=4)
     assert len(events) == 4 and all(e.step_ms > 0 and e.kv_bytes == e.formula_bytes == 0 for e in events)
-    assert events[0].cache_note == ("llama: layer type 'indexed_attention' is not modelled by kvviz: "
+    assert events[0].cache_note == ("llama: layer type 'compressed_sparse_attention' is not modelled by kvviz: "
                                     "cache bytes not shown")
