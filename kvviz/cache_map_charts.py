@@ -81,11 +81,12 @@ def _columns_layer() -> alt.Chart:
 
 
 def cache_map_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
-                    prompt_len: int, padded: bool = True) -> alt.LayerChart:
+                    prompt_len: int, padded: bool = True, hover: bool = True) -> alt.LayerChart:
     """Positions (x) × layers (y), two thin rows per layer (K over V, latent over rope key).
 
     Input (map_frame): row, layer, tensor_row, shade, status, pos_start, pos_end, positions, part,
-    text. `padded`: whether the legend lists padding (a batch of several sequences). Colour = what a cell holds; the prompt's cells are paler than generated ones; positions a
+    text. `padded`: whether the legend lists padding (a batch of several sequences); `hover`: the
+    invisible columns carrying each column's text (off for a static picture). Colour = what a cell holds; the prompt's cells are paler than generated ones; positions a
     sliding / chunked layer has dropped are grey. x domain [0, max_len] fixed, so a column
     appears per step in a still frame.
     """
@@ -93,13 +94,15 @@ def cache_map_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
     opacity = alt.Opacity("status:N", legend=None, scale=alt.Scale(
         domain=list(STATUS_OPACITY), range=list(STATUS_OPACITY.values())))
     cells = alt.Chart().transform_filter(alt.datum.row == "cell").mark_rect().encode(
-        x=_x(max_len, "token position (hover a column for its text)"), x2="pos_end:Q", y=_y(kinds),
+        x=_x(max_len, "token position (hover a column for its text)" if hover else "token position"),
+        x2="pos_end:Q", y=_y(kinds),
         yOffset=alt.YOffset("tensor_row:O", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("shade:N", title="cache holds", scale=alt.Scale(
             domain=list(shades), range=list(shades.values())),
             legend=alt.Legend(orient="top", direction="horizontal", titleOrient="left")),
         opacity=opacity)
-    return alt.layer(cells, *_boundary(prompt_len), _columns_layer(), data=df).properties(
+    columns = [_columns_layer()] if hover else []
+    return alt.layer(cells, *_boundary(prompt_len), *columns, data=df).properties(
         height=map_height(len(kinds)))
 
 

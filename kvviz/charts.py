@@ -138,7 +138,8 @@ def layer_groups_chart(df: pd.DataFrame, max_bytes: int, groups: list[str],
     the widest layer at max length); `tensors` the bars per group (K, V, and state for models
     with state layers). A uniform model is one group: its layers are all alike.
     """
-    x = alt.X("group:N", title=None, sort=groups, scale=alt.Scale(domain=groups),
+    x = alt.X("group:N", title=None, sort=groups,
+              scale=alt.Scale(domain=groups, paddingInner=0.3, paddingOuter=0.5),
               axis=alt.Axis(labelAngle=0, labelLimit=260))
     offset = alt.XOffset("kind:N", scale=alt.Scale(domain=list(tensors)))
     y = alt.Y("kv_bytes:Q", title="bytes held by one layer", scale=_domain(0, max_bytes),

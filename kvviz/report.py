@@ -121,7 +121,7 @@ def cache_map_charts_of(meta: dict, cached: list[StepEvent]) -> dict[str, alt.To
     args = (kinds, int(meta["max_len"]), cache_map.prompt_len(meta))
     cells = cache_map.map_frame(meta, cached)
     out = {"cache_map": cache_map_charts.cache_map_chart(cells[cells["row"] == "cell"], *args,
-                                                          padded=meta["batch"] > 1)}
+                                                          padded=meta["batch"] > 1, hover=False)}
     attention = cache_map.attention_frame(meta, cached).drop(columns=["text"])
     if not attention.empty:
         out["attention"] = cache_map_charts.attention_chart(attention, *args)
