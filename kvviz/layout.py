@@ -216,7 +216,8 @@ def _nemotron_h_state(c) -> tuple[int, int]:
 
 
 def _gated_delta_state(c) -> tuple[int, int]:
-    """Qwen3-Next's Gated DeltaNet: conv over q, k, v (× kernel) + a float32 state per value head."""
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5, OLMo hybrid): conv over q, k, v (× kernel) + a float32
+    state per value head."""
     key_dim = c.linear_num_key_heads * c.linear_key_head_dim
     value_dim = c.linear_num_value_heads * c.linear_value_head_dim
     conv = (2 * key_dim + value_dim) * c.linear_conv_kernel_dim
@@ -239,6 +240,8 @@ def _lightning_state(c) -> tuple[int, int]:
 _STATE_SIZES = {"jamba": _jamba_state, "mamba": _mamba_state, "falcon_mamba": _mamba_state,
                 "bamba": _bamba_state, "granitemoehybrid": _bamba_state, "falcon_h1": _falcon_h1_state,
                 "mamba2": _mamba2_state, "nemotron_h": _nemotron_h_state, "qwen3_next": _gated_delta_state,
+                "qwen3_5_text": _gated_delta_state, "qwen3_5_moe_text": _gated_delta_state,
+                "olmo_hybrid": _gated_delta_state,
                 "lfm2": _short_conv_state, "minimax": _lightning_state}
 
 

@@ -171,8 +171,8 @@ def test_hybrid_layers_carry_attention_and_state():
 
 
 def test_state_of_an_unmodelled_family_is_flagged():
-    specs = layout.layer_specs(layout.config_from_dict({"model_type": "olmo_hybrid"}))
-    assert layout.unknown_states(specs) and layout.kinds_summary(specs) == "24 × state, 8 × full"
+    specs = layout.layer_specs(layout.config_from_dict({"model_type": "kimi_linear"}))
+    assert layout.unknown_states(specs) and layout.kinds_summary(specs) == "21 × state, 6 × latent 512+64"
 
 
 @pytest.mark.parametrize("config, message", [

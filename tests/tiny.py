@@ -146,6 +146,12 @@ STATE_ARCHS = {
                                       mamba_head_dim=16, ssm_state_size=8, n_groups=2, head_dim=16,
                                       chunk_size=8)),
     "mamba2": ("mamba2", dict(num_heads=8, head_dim=16, state_size=8, n_groups=2, chunk_size=8)),
+    "qwen3_5_text": ("qwen3_5_text", dict(layer_types=["linear_attention", "full_attention"], head_dim=16,
+                                          linear_key_head_dim=8, linear_value_head_dim=8,
+                                          linear_num_key_heads=2, linear_num_value_heads=4)),
+    "olmo_hybrid": ("olmo_hybrid", dict(layer_types=["linear_attention", "full_attention"], head_dim=16,
+                                        linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+                                        linear_num_value_heads=4)),
     "mamba": ("mamba", dict(state_size=8)),
     "falcon_mamba": ("falcon_mamba", dict(state_size=8)),
 }
