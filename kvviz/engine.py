@@ -269,7 +269,7 @@ def layout_meta(specs) -> dict:
     """
     widest = max(specs, key=lambda s: s.values_per_token, default=None)
     heads = widest.kv_heads if widest else 0
-    head_dim = widest.values_per_token if widest else 0
+    head_dim = widest.values_per_token - widest.index_values if widest else 0
     if heads and widest.kind != layout.LATENT:
         head_dim //= 2 * heads
     return {"num_layers": len(specs), "num_kv_heads": heads, "head_dim": head_dim,
