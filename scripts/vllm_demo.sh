@@ -2,14 +2,14 @@
 # `make vllm-demo`: a real vLLM (from .venv-vllm) serving kvviz's default model with prefix caching,
 # a small pool and KV events on loopback; a bounded load generator whose requests share a system
 # prompt; and kvviz's dashboard on the vLLM engine page. Ctrl-C stops everything it started.
-# Environment: PORT (dashboard, 8501), VLLM_PORT (8000), VLLM_NUM_BLOCKS (72),
+# Environment: PORT (dashboard, 8501), KVVIZ_VLLM_PORT (8000), KVVIZ_VLLM_NUM_BLOCKS (72),
 # DEMO_ROUNDS (load rounds, 3), DEMO_SECONDS (stop after this long; default: run until Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${PORT:-8501}"
-export VLLM_PORT="${VLLM_PORT:-8000}"
-export VLLM_EXTRA_ARGS="${VLLM_EXTRA_ARGS:---enforce-eager}"  # starts in ~1 min instead of ~4 (no torch.compile)
-URL="http://127.0.0.1:$VLLM_PORT"
+export KVVIZ_VLLM_PORT="${KVVIZ_VLLM_PORT:-8000}"
+export KVVIZ_VLLM_EXTRA_ARGS="${KVVIZ_VLLM_EXTRA_ARGS:---enforce-eager}"  # starts in ~1 min instead of ~4 (no torch.compile)
+URL="http://127.0.0.1:$KVVIZ_VLLM_PORT"
 RUNS="runs/vllm-demo"
 mkdir -p "$RUNS"
 pids=()

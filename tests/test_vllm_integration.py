@@ -77,10 +77,10 @@ def vllm_server(tmp_path_factory):
         pytest.fail(f"{VENV} is missing: `make test` creates it (scripts/vllm_install.sh)")
     port, events, replay = free_port(), free_port(), free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_PORT": str(port), "VLLM_EVENTS_PORT": str(events),
-           "VLLM_REPLAY_PORT": str(replay), "VLLM_BLOCK_SIZE": str(BLOCK_SIZE),
-           "VLLM_NUM_BLOCKS": str(NUM_BLOCKS), "VLLM_MAX_MODEL_LEN": "512",
-           "VLLM_EXTRA_ARGS": "--enforce-eager"}
+    env = {**os.environ, "KVVIZ_VLLM_PORT": str(port), "KVVIZ_VLLM_EVENTS_PORT": str(events),
+           "KVVIZ_VLLM_REPLAY_PORT": str(replay), "KVVIZ_VLLM_BLOCK_SIZE": str(BLOCK_SIZE),
+           "KVVIZ_VLLM_NUM_BLOCKS": str(NUM_BLOCKS), "KVVIZ_VLLM_MAX_MODEL_LEN": "512",
+           "KVVIZ_VLLM_EXTRA_ARGS": "--enforce-eager"}
     with open(log, "wb") as out:
         proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "vllm_serve.sh")], env=env, cwd=ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
