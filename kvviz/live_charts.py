@@ -76,6 +76,25 @@ def layer_groups_frame(meta: dict, event: StepEvent) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
+def largest_tensor_bytes(meta: dict) -> int:
+    """The per-layer chart's y top: the largest one tensor (K, V or state) of any layer can get.
+
+    From the layout's per-layer bytes per token (K and V halves; a latent layer's K, the latent, is
+    bounded by its whole) held up to max_len or the layer's cap, and its state; older traces
+    without them: kv_heads x head_dim x max_len.
+    """
+    per_token, states = meta.get("layer_bytes_per_token"), meta.get("layer_state_bytes")
+    n, batch, max_len = meta["num_layers"], meta["batch"], meta["max_len"]
+    if not (isinstance(per_token, list) and isinstance(states, list) and len(per_token) == len(states) == n):
+        return meta["num_kv_heads"] * meta["head_dim"] * max_len * batch * meta["elem_bytes"]
+    tops = [1]
+    for kind, tokens_bytes, state in zip(cache_map.layer_kinds(meta), per_token, states):
+        held = min(max_len, kind.token_cap) if kind.token_cap else max_len
+        tensor = tokens_bytes if kind.kind == "latent" else tokens_bytes / 2
+        tops += [int(tensor * held * batch), int(state) * batch]
+    return max(tops)
+
+
 def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:
     """The weights' rule, or 0 (left out) when it would flatten the cache to the floor."""
     return weight_bytes if weight_bytes <= WEIGHTS_RULE_MAX * contiguous_bytes else 0
@@ -83,7 +102,7 @@ def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:
 
 def build_charts(meta: dict, max_new_tokens: int, data: dict) -> dict[str, alt.TopLevelMixin]:
     """Every chart of `data`, with axes fixed to the run's maxima so marks grow in a still frame."""
-    layer_max = meta["num_kv_heads"] * meta["head_dim"] * meta["max_len"] * meta["batch"] * meta["elem_bytes"]
+    layer_max = largest_tensor_bytes(meta)
     contiguous = meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
     built = {
         "layers": charts.layer_groups_chart(data["layers"], layer_max, list(layer_groups(meta)),

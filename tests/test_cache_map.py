@@ -315,3 +315,11 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
         if kind.kind in ("sliding", "chunked"):
             assert mine[mine.status != "dropped"].positions.max() <= kind.token_cap * 2
             assert (mine.status == "dropped").any()  # the run crossed the window / chunk
+    from kvviz import live_charts
+
+    data = live_charts.chart_data(meta, events, [])
+    groups = data["layers"]
+    assert set(groups.group) == set(live_charts.layer_groups(meta))
+    assert len(set(groups.group)) == len({k.label for k in kinds})  # one group per kind label
+    assert groups.kv_bytes.max() <= live_charts.largest_tensor_bytes(meta)  # the axis holds every bar
+    assert charts.to_spec(live_charts.build_charts(meta, 10, data)["layers"])

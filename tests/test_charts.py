@@ -251,3 +251,15 @@ def test_charts_are_altair_objects():
     for name, (build, small, _) in builders().items():
         assert isinstance(build(small), (alt.Chart, alt.LayerChart)), name
     assert isinstance(charts.with_data(charts.race_chart(steps()), pd.DataFrame()), alt.Chart)
+
+
+def test_the_per_layer_axis_fits_the_largest_tensor_of_any_kind():
+    base = {"num_layers": 3, "batch": 2, "max_len": 100, "num_kv_heads": 2, "head_dim": 8, "elem_bytes": 2}
+    assert live_charts.largest_tensor_bytes(base) == 2 * 8 * 100 * 2 * 2  # older traces
+    meta = {**base, "windows": [None, 10, None], "layer_kinds": ["sliding", "sliding", "state"],
+            "layer_labels": ["sliding 10"] * 2 + ["state"], "layer_bytes_per_token": [64, 64, 0],
+            "layer_state_bytes": [0, 0, 0]}
+    meta["windows"][0] = 10
+    assert live_charts.largest_tensor_bytes(meta) == 32 * 10 * 2  # capped at the window
+    meta["layer_state_bytes"] = [0, 0, 5000]
+    assert live_charts.largest_tensor_bytes(meta) == 10_000  # a state larger than any K or V
