@@ -89,7 +89,7 @@ def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> dict:
     except serving_plan.NotServable as err:
         return {"error": str(err)}
     a = serving_plan.min_over_stages(allocs)
-    starts = a.blocks_per_request <= a.num_blocks  # vLLM refuses to start otherwise
+    starts = serving_plan.starts(a)  # vLLM refuses to start otherwise
     longest = length if starts else min(serving_plan.longest_model_len(
         p, budget, length, s.max_num_batched_tokens) for p in pages)
     return {"starts": starts, "longest_max_model_len": longest,"gpu_memory_utilization": round(1 - s.overhead_fraction, 6), "block_size": a.block_size,

@@ -90,7 +90,9 @@ def _add_serving_options(p: argparse.ArgumentParser) -> None:
                    help="longest request vLLM admits (default: the model's max position)")
     g.add_argument("--max-num-batched-tokens", type=int,
                    default=serving_plan.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                   help="vLLM's prefill chunk (sliding/chunked layers' reservation; default 8192)")
+                   help="tokens in flight that sliding/chunked layers reserve for (default 8192; "
+                        "vLLM 0.32 reserves concurrent batches × max_num_batched_tokens: pass "
+                        "2 × it with async scheduling)")
     g.add_argument("--prefix-tokens", type=int, default=0,
                    help="what-if: every request starts with the same S-token system prompt")
     g.add_argument("--offload-gb", type=float, default=0.0,
@@ -365,7 +367,7 @@ def _vllm_lines(plan: dict) -> list[str]:
         f"as vLLM would allocate it (gpu_memory_utilization {v['gpu_memory_utilization']:g}, "
         f"block size {v['block_size']}, max_model_len {v['max_model_len']:,}):",
         f"  {v['num_blocks']:,} blocks per GPU ({v['layout']}, {v['num_groups']} KV cache "
-        f"group(s) of {v['group_size']} layers) → GPU KV cache size {v['num_tokens']:,} tokens; "
+        f"group(s) of {v['group_size']} layers) → KV cache size {v['num_tokens']:,} tokens; "
         f"maximum concurrency for {v['max_model_len']:,} tokens per request: "
         f"{v['max_concurrency']:.3f}×",
     ] + ([] if v["starts"] else [

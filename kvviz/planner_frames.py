@@ -215,7 +215,7 @@ def vllm_metrics(plan: Plan) -> list[Metric]:
                f"Memory for KV ÷ page size ÷ layers per group (block size {v['block_size']}, "
                f"{v['num_groups']} group(s) of {v['group_size']} layers, {v['layout']})."),
         Metric("Tokens that fit (vLLM)", fmt_count(v["num_tokens"]),
-               "What vLLM logs as \"GPU KV cache size\": blocks ÷ groups × block size."),
+               "What vLLM logs as \"KV cache size\": max concurrency × max_model_len."),
         Metric(f"Max concurrency at {v['max_model_len']:,} tokens", f"{v['max_concurrency']:,.3f}×",
                "Blocks ÷ blocks one request of max_model_len needs, as vLLM logs it."),
         Metric(f"Requests of {t:,} tokens (whole blocks)",
@@ -359,7 +359,7 @@ def vllm_frame(plan: Plan) -> pd.DataFrame:
         ("page size", units.fmt_bytes(v["page_bytes"]), "one block of one layer"),
         ("KV cache groups", f"{v['num_groups']:,} × {v['group_size']:,} layers", v["layout"]),
         ("num_gpu_blocks", f"{v['num_blocks']:,}", "blocks per GPU"),
-        ("GPU KV cache size", f"{v['num_tokens']:,} tokens", "blocks ÷ groups × block size"),
+        ("KV cache size", f"{v['num_tokens']:,} tokens", "max concurrency × max_model_len"),
         ("blocks per request", f"{v['blocks_per_request']:,}", "at max_model_len, all groups"),
         ("maximum concurrency", f"{v['max_concurrency']:,.3f}×", "at max_model_len"),
     ]

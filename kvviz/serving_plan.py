@@ -13,8 +13,11 @@ layer: its whole state in one page). Then, on each GPU:
   of `group_size` layers (the smallest kind's count, or the largest's when within 1.5×), and
   `num_blocks = memory // page // group_size`.
 
-It reports `num_blocks // groups × block_size` tokens ("GPU KV cache size") and a maximum
-concurrency at `max_model_len` of `num_blocks / cdiv(Σ_groups max memory per request, page)`,
+It reports a maximum concurrency at `max_model_len` of
+`num_blocks / Σ_groups cdiv(max memory per request, page)` and, since vLLM 0.32, a "KV cache
+size" of `int(max concurrency × max_model_len)` tokens (older releases logged
+`num_blocks // groups × block_size`; the two agree for one group and a max_model_len in whole
+blocks),
 where a full layer needs `cdiv(max_model_len, block)` pages, a sliding one
 `cdiv(min(W − 1 + max_num_batched_tokens, max_model_len), block) + 1`, a chunked one
 `cdiv(min(C + max_num_batched_tokens, max_model_len), block)` and a Mamba layer 1.
@@ -63,7 +66,7 @@ class Allocation:
     """vLLM's KV cache on one GPU (a worker): what its start-up log reports."""
 
     num_blocks: int  # blocks per KV tensor (`num_gpu_blocks`)
-    num_tokens: int  # "GPU KV cache size: N tokens"
+    num_tokens: int  # "KV cache size: N tokens" = int(max_concurrency × max_model_len)
     max_concurrency: float  # "Maximum concurrency for max_model_len tokens per request: X×"
     block_size: int  # tokens per block (smallest over groups)
     page_bytes: int  # bytes of one page (uniform after unification)
@@ -170,11 +173,17 @@ def allocate(pages: list[PageSpec], available_bytes: int, max_model_len: int,
     return _hybrid(pages, available_bytes, max_model_len, max_num_batched_tokens)
 
 
+def _tokens(num_blocks: int, per_request: int, max_model_len: int) -> int:
+    """vLLM 0.32's get_kv_cache_capacity: int(max_concurrency × max_model_len), in floats as it is."""
+    return int(num_blocks / per_request * max_model_len)
+
+
 def _uniform(pages, available_bytes, max_model_len, batched) -> Allocation:
     p, layers = pages[0], len(pages)
     num_blocks = available_bytes // p.page_bytes // layers
     per_request = math.ceil(max_memory_bytes(p, max_model_len, batched) / p.page_bytes)
-    return Allocation(num_blocks, num_blocks * p.block_size, num_blocks / per_request, p.block_size,
+    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
+                      num_blocks / per_request, p.block_size,
                       p.page_bytes, 1, layers, per_request, "uniform",
                       int(p.kind in (FULL, LATENT)))
 
@@ -185,7 +194,8 @@ def _uniform_type(pages, available_bytes, max_model_len, batched) -> Allocation:
     need = sum(max_memory_bytes(p, max_model_len, batched) for p in pages)
     per_request = math.ceil(need / page_sum)
     block = pages[0].block_size
-    return Allocation(num_blocks, num_blocks * block, num_blocks / per_request, block, page_sum, 1,
+    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
+                      num_blocks / per_request, block, page_sum, 1,
                       len(pages), per_request, "uniform type", int(pages[0].kind in (FULL, LATENT)))
 
 
@@ -202,7 +212,8 @@ def _hybrid(pages, available_bytes, max_model_len, batched) -> Allocation:
     num_groups = sum(groups.values())
     block = min(p.block_size for p in pages)
     full = sum(n for key, n in groups.items() if by_key[key].kind in (FULL, LATENT))
-    return Allocation(num_blocks, num_blocks // num_groups * block, num_blocks / per_request, block,
+    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
+                      num_blocks / per_request, block,
                       page, num_groups, group_size, per_request, "hybrid", full)
 
 
@@ -225,8 +236,7 @@ def longest_model_len(pages: list[PageSpec], available_bytes: int, max_model_len
     otherwise and suggests this length; its binary search over `_max_memory_usage_bytes`).
     0 when not even one token fits."""
     def fits(length: int) -> bool:
-        alloc = allocate(pages, available_bytes, length, max_num_batched_tokens)
-        return alloc.blocks_per_request <= alloc.num_blocks
+        return starts(allocate(pages, available_bytes, length, max_num_batched_tokens))
 
     low, high, best = 1, max_model_len, 0
     while low <= high:
@@ -236,3 +246,9 @@ def longest_model_len(pages: list[PageSpec], available_bytes: int, max_model_len
         else:
             high = mid - 1
     return best
+
+
+def starts(alloc: Allocation) -> bool:
+    """Whether vLLM starts: one request of max_model_len must fit in the blocks left after the
+    null block its BlockPool keeps back (vLLM 0.32's `check_memory`)."""
+    return alloc.blocks_per_request <= alloc.num_blocks - 1

@@ -42,7 +42,7 @@ def test_catalog_name_text_table(capsys):
     assert "23,040 B per token" in out  # 2 × 30 × 3 × 64 × 2
     assert "H100 SXM" in out and "requests that fit" in out
     assert "8,000" in out and "2,000" in out and "500" in out
-    assert "as vLLM would allocate it" in out and "GPU KV cache size" in out
+    assert "as vLLM would allocate it" in out and "KV cache size" in out
 
 
 def test_json_llama_8b_on_h100(capsys):

