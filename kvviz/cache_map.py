@@ -126,7 +126,9 @@ def layer_cells(kind: LayerKind, tokens: int, end: int, pad: int, prompt: int) -
 
 
 def cell_rows(meta: dict, event: StepEvent, seq: int = 0) -> list[tuple]:
-    """cells_frame's rows, as tuples in CELL_COLUMNS order."""
+    """cells_frame's rows, as tuples in CELL_COLUMNS order (none when the cache could not be read)."""
+    if event.cache_note:
+        return []
     end, pad, prompt = written(event), padding(meta, seq), prompt_len(meta)
     kinds = layer_kinds(meta)
     rows = []

@@ -81,6 +81,9 @@ def caption(meta: dict, last: StepEvent, seq: int, final: bool, hover: bool = Tr
     held = cm.written(last)
     parts = [f"{held:,} positions cached after step {last.step}; each layer is two thin rows, "
              "K above V (paler: the prompt)."]
+    if last.cache_note:
+        parts = [f"{held:,} positions written after step {last.step}, but kvviz could not read this "
+                 "cache, so the map shows no cells (the run's note says why)."]
     parts.append(kinds_sentence(kinds))
     width = cm.bin_width(int(meta["max_len"]))
     if width > 1:

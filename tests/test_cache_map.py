@@ -323,3 +323,13 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
     assert len(set(groups.group)) == len({k.label for k in kinds})  # one group per kind label
     assert groups.kv_bytes.max() <= live_charts.largest_tensor_bytes(meta)  # the axis holds every bar
     assert charts.to_spec(live_charts.build_charts(meta, 10, data)["layers"])
+
+
+def test_an_unreadable_cache_draws_no_cells_and_says_so():
+    from dataclasses import replace
+
+    from kvviz import cache_map_panel
+
+    ev = replace(run(META, 2, [None, 3])[-1], cache_note="kvviz cannot read cache layers of class X")
+    assert cm.cells_frame(META, ev).empty
+    assert "could not read this cache" in cache_map_panel.caption({**META, "batch": 1}, ev, 0, True)
