@@ -333,3 +333,10 @@ def test_an_unreadable_cache_draws_no_cells_and_says_so():
     ev = replace(run(META, 2, [None, 3])[-1], cache_note="kvviz cannot read cache layers of class X")
     assert cm.cells_frame(META, ev).empty
     assert "could not read this cache" in cache_map_panel.caption({**META, "batch": 1}, ev, 0, True)
+
+
+@pytest.mark.parametrize("name", ["cache_map", "cache_map_charts", "cache_map_panel"])
+def test_the_cache_map_modules_import_no_torch_transformers_or_streamlit(name):
+    from test_imports import KVVIZ, imported_roots
+
+    assert not imported_roots(KVVIZ / f"{name}.py") & {"torch", "transformers", "streamlit"}
