@@ -104,8 +104,11 @@ def test_a_payload_of_another_schema_becomes_a_status_line(fake):
         time.sleep(0.3)
         import msgspec
         fake.publish(0, msgspec.msgpack.encode([1.0, [{"type": "Teleported"}], 0]))
+        fake.publish(1, frames()[0][2])  # a good batch right behind the bad one still counts
         assert wait_for(lambda: "schema" in watch.connections[0].status)
         assert watch.running
+        assert wait_for(lambda: pool_of(watch) is not None and pool_of(watch).num_cached_blocks == 10)
+        assert any("replayed batch(es) skipped" in n.text for n in watch.recording.notes)
     finally:
         watch.stop()
 

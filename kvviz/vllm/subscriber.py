@@ -97,19 +97,25 @@ class Subscriber:
             self.sub.close(linger=0)
             raise EngineError(sub_error(source, exc)) from None
 
-    def receive(self, timeout_ms: int) -> list[Message]:
-        """Messages waiting now (after at most `timeout_ms` for the first); SchemaMismatch on a bad one."""
+    def receive(self, timeout_ms: int) -> tuple[list[Message], list[str]]:
+        """(messages, problems) waiting now, after at most `timeout_ms` for the first: a message
+        that does not decode becomes a problem (SchemaMismatch's text) and the others still count."""
         out: list[Message] = []
+        problems: list[str] = []
         if not self.sub.poll(timeout_ms):
-            return out
-        while len(out) < MAX_DRAIN and self.sub.poll(0):
-            out.append(decode_message(self.sub.recv_multipart()))
-        return out
+            return out, problems
+        while len(out) + len(problems) < MAX_DRAIN and self.sub.poll(0):
+            try:
+                out.append(decode_message(self.sub.recv_multipart()))
+            except SchemaMismatch as exc:
+                problems.append(str(exc))
+        return out, problems
 
-    def replay(self, start_seq: int, timeout_ms: int = REPLAY_TIMEOUT_MS) -> list[Message]:
-        """Buffered batches from `start_seq` on ([] without a replay endpoint); EngineError on timeout."""
+    def replay(self, start_seq: int, timeout_ms: int = REPLAY_TIMEOUT_MS) -> tuple[list[Message], list[str]]:
+        """(batches from `start_seq` on, problems) — nothing without a replay endpoint; a batch that
+        does not decode is a problem and the rest still count. EngineError on a timeout."""
         if not self.source.replay_address:
-            return []
+            return [], []
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         try:
@@ -123,18 +129,22 @@ class Subscriber:
         self.sub.close(linger=0)
 
 
-def read_replay(dealer: zmq.Socket, timeout_ms: int, address: str) -> list[Message]:
+def read_replay(dealer: zmq.Socket, timeout_ms: int, address: str) -> tuple[list[Message], list[str]]:
     out: list[Message] = []
+    problems: list[str] = []
     while True:
         if not dealer.poll(timeout_ms):
             raise EngineError(f"the replay endpoint {address} did not answer within "
                               f"{timeout_ms / 1000:g} s")
         frames = dealer.recv_multipart()
-        if len(frames) != 4:
-            raise SchemaMismatch(f"a replayed message has {len(frames)} frames, expected 4")
-        if int.from_bytes(frames[2], "big", signed=True) == END_SEQ:
-            return out
-        out.append(decode_message(frames[1:]))
+        try:
+            if len(frames) != 4:
+                raise SchemaMismatch(f"a replayed message has {len(frames)} frames, expected 4")
+            if int.from_bytes(frames[2], "big", signed=True) == END_SEQ:
+                return out, problems
+            out.append(decode_message(frames[1:]))
+        except SchemaMismatch as exc:
+            problems.append(str(exc))
 
 
 def sub_error(source: EventSource, exc: zmq.ZMQError) -> str:

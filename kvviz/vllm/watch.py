@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvviz.vllm import client
-from kvviz.vllm.events import Message, SchemaMismatch
+from kvviz.vllm.events import Message
 from kvviz.vllm.metrics import NotVllmMetrics, parse_metrics
 from kvviz.vllm.recording import BatchRecord, NoteRecord, Recording, ScrapeRecord
 from kvviz.vllm.state import EngineState, apply_batch, apply_scrape, state_for
@@ -140,15 +140,13 @@ class EngineWatch:
             del self.recording.notes[:-1000]
 
     def receive(self, conn: Connection, sub: Subscriber) -> bool:
-        try:
-            messages = sub.receive(0)
-        except SchemaMismatch as exc:
-            self.note(conn.url, str(exc))
-            conn.status, conn.ok = str(exc), False
-            return True
+        messages, problems = sub.receive(0)
+        for problem in problems[-1:]:  # one note per round is enough to say what is wrong
+            self.note(conn.url, f"rank {sub.source.rank}: {problem}")
+            conn.status, conn.ok = problem, False
         for message in messages:
             self.deliver(conn, sub, message)
-        return bool(messages)
+        return bool(messages or problems)
 
     def deliver(self, conn: Connection, sub: Subscriber, message: Message) -> None:
         """Apply a live message, first replaying what was missed (a gap, or a restart)."""
@@ -169,10 +167,13 @@ class EngineWatch:
 
     def fill(self, conn: Connection, sub: Subscriber, start_seq: int) -> None:
         try:
-            missed = sub.replay(start_seq, int(self.timeout_s * 1000))
-        except (client.EngineError, SchemaMismatch) as exc:
+            missed, problems = sub.replay(start_seq, int(self.timeout_s * 1000))
+        except client.EngineError as exc:
             self.note(conn.url, f"rank {sub.source.rank}: could not replay missed events: {exc}")
             return
+        if problems:
+            self.note(conn.url, f"rank {sub.source.rank}: {len(problems)} replayed batch(es) skipped: "
+                                f"{problems[-1]}")
         if missed and start_seq == 0 and missed[0].seq > 0:
             self.note(conn.url, f"rank {sub.source.rank}: the server's replay buffer starts at "
                                 f"batch {missed[0].seq}; blocks stored before are not shown")
