@@ -179,6 +179,10 @@ else:
                "vLLM also subtracts the activation peak it measures at start-up, which is not "
                "modelled here.")
     metric_row(planner_frames.vllm_metrics(plan))
+    if any(spec.has_state for spec in model.specs):
+        st.caption("Recurrent-state (Mamba-style) layers: modelled with vLLM's page padding; "
+                   "vLLM 0.32 may pack such layers differently, so read these figures as "
+                   "approximate (see docs/planner.md).")
     if not result["vllm"]["starts"]:
         st.warning(f"vLLM would refuse to start: one request of max_model_len "
                    f"{result['vllm']['max_model_len']:,} tokens needs more blocks than fit. The "
