@@ -18,7 +18,8 @@ kv_lora_rank + rope dim for a latent layer). Refinements, each in its own small 
   `(active_weight_bytes + cache_bytes) / bandwidth` is a lower bound on its time.
 
 Units live in names: `_bytes`, `_s`, `_tokens`, `_per_s`. "GB" in this project means 1e9 bytes.
-No torch, transformers or streamlit here (kvviz.plan_models turns configs into a `ModelKV`).
+Imports only the standard library and kvviz.layout's spec type and helpers (which build on
+transformers' config classes); kvviz.plan_models turns configs into a `ModelKV`.
 """
 from __future__ import annotations
 
