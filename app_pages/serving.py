@@ -200,13 +200,14 @@ def show_requests(result: serving.ServingResult) -> None:
             st.code(r.text or " ", language=None, wrap_lines=True)
 
 
-view = StepView()
+has_result = "serving_result" in st.session_state
+view = StepView() if (run and lm is not None) or has_result else None  # no empty panels before a run
 requests_slot = st.container()
-fresh = execute(view) if run and lm is not None else None
+fresh = execute(view) if view is not None and run else None
 if fresh is not None:
     st.session_state["serving_result"] = fresh
     st.session_state["serving_run"] = st.session_state.get("serving_run", 0) + 1
-if "serving_result" in st.session_state and not (run and fresh is None):
+if view is not None and "serving_result" in st.session_state and not (run and fresh is None):
     result = st.session_state["serving_result"]
     if result.source != "real":
         status.warning("transformers' block tables could not be read here: the pool is modelled from the "
