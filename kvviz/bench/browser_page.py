@@ -12,6 +12,7 @@ and from each headless run the step times and the moment each event was yielded.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -264,8 +265,18 @@ def browser_vs_headless(s: Settings, model: str | None = None) -> tuple[list[Res
             samples = measure_rounds(s, context, server.url, headless)
         finally:
             context.close()
-        versions = {"chromium": pw.chromium.name, "headless torch threads": headless.ready["torch_threads"]}
+        versions = {"headless torch threads": headless.ready["torch_threads"],
+                    "server torch threads": server_threads(headless.ready["torch_threads"])}
     return browser_rows(samples), browser_method(s, samples, versions)
+
+
+def server_threads(torch_default: int) -> int | str:
+    """The torch threads kvviz's thread policy gives the server here (kvviz.threads)."""
+    from kvviz.threads import torch_threads
+    try:
+        return torch_threads(os.cpu_count() or 1, torch_default)
+    except ValueError as exc:
+        return str(exc)
 
 
 def of(samples: list[dict], key: str) -> list[float]:
@@ -296,8 +307,9 @@ def browser_method(s: Settings, samples: dict, versions: dict) -> str:
         "it, so `.streamlit/config.toml` applies: file watcher off), and Debian's Chromium driven by "
         "playwright on the same machine and cores. Two tabs (two sessions) open the live page with "
         f"`?max_new={s.new_tokens}`, one with the race off and one with it on; the default prompt and "
-        "model. A headless worker process runs the same generation as `kvviz record` does (the "
-        "engine's cached mode, torch's own thread count: "
+        "model; the server's torch threads by kvviz's policy: "
+        f"{versions['server torch threads']}. A headless worker process runs the same generation "
+        "as `kvviz record` does (the engine's cached mode, torch's own thread count: "
         f"{versions['headless torch threads']}), with the very config the page's trace records. "
         f"One warm-up round, then {s.browser_reps} rounds of page (race off), headless, page (race on); "
         "ratios of medians. **Compute-only** tokens/s is 1000 / the median decode step time "
