@@ -20,8 +20,9 @@ SHADES = {"K": "#4C78A8", "V": "#F58518", "latent (MLA)": "#B279A2", "rope key (
           "state": "#54A24B", "shared": "#9D755D", "dropped": "#D9D9D9", "padding": "#F0F0F0"}
 STATUS_OPACITY = {"prompt": 0.35, "generated": 1.0, "dropped": 1.0, "padding": 1.0, "state": 0.8}
 ROW_PX = 10  # height of one layer (its two tensor rows)
-FRAME_PX = 90  # axes, legend and the boundary label: Streamlit fits the whole chart in its height
-MAX_PLOT_PX = 300  # deeper models get thinner rows: the whole map stays under 400 px (a 1280 x 720 stage)
+FRAME_PX = 130  # legend, boundary label, axis and its title: Streamlit fits the whole chart in its height
+MAX_PLOT_PX = 270  # deeper models get thinner rows: the whole map stays under 400 px (a 1280 x 720 stage)
+MIN_PLOT_PX = 120  # a model of few layers still gets rows tall enough to read
 
 
 def shades_for(kinds: Sequence[LayerKind], padded: bool = True) -> dict[str, str]:
@@ -37,7 +38,7 @@ def shades_for(kinds: Sequence[LayerKind], padded: bool = True) -> dict[str, str
 
 def map_height(num_layers: int) -> int:
     """The whole chart's height: the plot (capped for very deep models) plus its frame."""
-    return max(60, min(MAX_PLOT_PX, num_layers * ROW_PX)) + FRAME_PX
+    return max(MIN_PLOT_PX, min(MAX_PLOT_PX, num_layers * ROW_PX)) + FRAME_PX
 
 
 def layer_axis(kinds: Sequence[LayerKind]) -> alt.Axis:

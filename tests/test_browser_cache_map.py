@@ -120,3 +120,30 @@ def test_the_cache_map_renders_and_gains_columns_during_a_run(page):
     expect(tooltip).to_be_visible(timeout=10_000)
     assert "generated" in tooltip.inner_text() and "position" in tooltip.inner_text()
     page.screenshot(path=str(ARTIFACTS / "cache-map-hover.png"))
+
+
+COUNT_DROPPED = """el => [...el.querySelectorAll('g.role-mark.mark-rect path')]
+    .filter(p => (p.getAttribute('fill') || '').toLowerCase() === '#d9d9d9').length"""
+
+
+def test_sliding_layers_drop_their_oldest_positions_on_screen(page, server, tmp_path_factory):
+    """A tiny Gemma 3 (5 sliding layers of window 6, 1 full) loaded by link: grey cells appear."""
+    from playwright.sync_api import expect
+    from tiny import save_arch
+
+    folder = save_arch(tmp_path_factory.mktemp("tiny-gemma3"), "gemma3_text")
+    page.goto(f"{server}/?model={folder}&dtype=float32&race=false&max_new=16")
+    page.get_by_role("button", name="Load").click(timeout=LOAD_MS)
+    expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_selector(RUNNING, timeout=60_000)
+    page.wait_for_selector(IDLE, timeout=RUN_MS)
+    chart = page.locator(MAP).first
+    expect(chart.locator("svg")).to_be_visible(timeout=30_000)
+    assert chart.evaluate(COUNT_DROPPED) >= 2 * 5  # K and V rows of each sliding layer
+    caption = page.locator(".st-key-cache-map-panel [data-testid='stCaptionContainer']").first.inner_text()
+    assert "5 × sliding 6" in caption and "dropped" in caption
+    assert "sliding 6" in chart.inner_html()  # the layer axis names each layer's kind
+    page.locator(".st-key-cache-map-panel").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "cache-map-sliding.png"))
