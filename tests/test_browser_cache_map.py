@@ -3,6 +3,8 @@
 On the embedded default model (SmolLM2-135M, 30 layers): while a run is going the map is drawn
 and gains columns (one per cached position: this run is short enough not to be binned); hovering
 a column shows its token's text; after the run the map is whole and no error is on the page.
+Then a tiny Gemma 3 (5 sliding layers, 1 full), loaded by a link: its sliding layers' dropped
+positions are drawn grey and the axis names each layer's kind.
 Screenshots (1600 x 1000) land in test-artifacts/cache-map-*.png.
 
 Uses Debian's /usr/bin/chromium; without it the tests skip, except under CI (env CI set), where

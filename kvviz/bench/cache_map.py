@@ -26,12 +26,17 @@ def attention_step_ms(loop, attention: bool) -> float:
         return (time.perf_counter() - start) * 1e3
 
 
+def loops(s: Settings) -> int:
+    """Decode loops per variant: at most 3 (≈ 30 s on a 2-core CPU), to keep `make bench` short."""
+    return min(s.reps, 3)
+
+
 def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
     cfg = bench_config(2 * s.new_tokens + 2)
     samples: dict[str, list[float]] = {"attention": [], "sdpa": []}
     previous = lm.model.config._attn_implementation
     try:
-        for _ in range(s.reps):
+        for _ in range(loops(s)):
             loop = BareDecodeLoop(lm, cfg)
             variants = {"attention": lambda: attention_step_ms(loop, True),
                         "sdpa": lambda: attention_step_ms(loop, False)}
@@ -50,7 +55,7 @@ def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
         "token's weights, averaged over heads (`kvviz.hooks.attention_rows`). A bare greedy loop "
         "(`BareDecodeLoop`) on the default model alternates its decode steps one by one between "
         "that (the rows read after each step, as the engine does) and sdpa without hooks, so both "
-        f"see the same lengths and load; {s.reps} loops of {s.new_tokens} steps per variant after "
+        f"see the same lengths and load; {loops(s)} loops of {s.new_tokens} steps per variant after "
         f"a discarded pair. With capture: {spread(samples['attention'])} ms; sdpa: "
         f"{spread(samples['sdpa'])} ms. " + redraw_note)
 
