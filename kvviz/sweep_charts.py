@@ -14,7 +14,6 @@ import pandas as pd
 from kvviz.charts import MODE_COLORS, STATE_COLORS, _rules, bytes_expr
 
 FORMULA_SERIES = "formula: 2 × layers × kv_heads × head_dim × tokens × batch × bytes"
-MEASURED_SERIES = "measured after the prefill"
 OOM_COLOR = MODE_COLORS["recompute"]  # the palette's red
 NOT_RUN_COLOR = STATE_COLORS["free"]  # grey cells: the point has no measurement
 BATCH_SCHEME = "tableau10"
@@ -69,14 +68,12 @@ def cache_bytes_chart(df: pd.DataFrame, budget_bytes: int | None = None) -> alt.
     formula = alt.Chart().transform_calculate(
         bytes="datum.prefill_formula_bytes", source=f"'{FORMULA_SERIES}'",
     ).mark_line(strokeWidth=1.5).encode(
-        x=_prompt_x(df), y=y, color=_batch_color(), strokeDash=_source_dash())
+        x=_prompt_x(df), y=y, color=_batch_color(), strokeDash=_formula_dash())
     measured = _ok().transform_calculate(
         bytes="datum.prefill_kv_bytes", size=bytes_expr("datum.prefill_kv_bytes"),
-        formula=bytes_expr("datum.prefill_formula_bytes"), source=f"'{MEASURED_SERIES}'",
+        formula=bytes_expr("datum.prefill_formula_bytes"),
     ).mark_point(filled=True, size=70).encode(
-        x=_prompt_x(df), y=y, color=_batch_color(), shape=alt.Shape(
-            "source:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=600),
-            scale=alt.Scale(domain=[MEASURED_SERIES], range=["circle"])),
+        x=_prompt_x(df), y=y, color=_batch_color(),
         tooltip=["prompt_tokens:Q", "batch:O", alt.Tooltip("size:N", title="measured"),
                  alt.Tooltip("formula:N", title="formula")])
     failed = [s for s in FAILED_SHAPES if s in set(df["status"])] if len(df) else []
@@ -86,11 +83,11 @@ def cache_bytes_chart(df: pd.DataFrame, budget_bytes: int | None = None) -> alt.
     return alt.layer(*layers, data=df).resolve_scale(shape="independent")
 
 
-def _source_dash() -> alt.StrokeDash:
-    """The formula line's legend entry: a dashed line named for what it computes."""
-    return alt.StrokeDash("source:N", title=None, legend=alt.Legend(
-        orient="bottom", symbolStrokeColor="#555555", labelLimit=600),
-                          scale=alt.Scale(domain=[FORMULA_SERIES], range=[[6, 4]]))
+def _formula_dash() -> alt.StrokeDash:
+    """The formula lines' legend entry: a dashed stroke, below the plot."""
+    return alt.StrokeDash("source:N", title=None, scale=alt.Scale(domain=[FORMULA_SERIES], range=[[6, 4]]),
+                          legend=alt.Legend(orient="bottom", symbolType="stroke", symbolStrokeColor="#555555",
+                                            symbolStrokeWidth=2, labelLimit=600))
 
 
 def _failed_marks(df: pd.DataFrame, y: alt.Y, statuses: list[str]) -> alt.Chart:

@@ -244,9 +244,8 @@ def test_cache_chart_draws_measured_points_formula_line_failures_and_budget():
     assert marks(spec) == ["line", "point", "point", "rule", "text"]
     assert spec["layer"][0]["encoding"]["x"]["scale"] == {"type": "log", "base": 2}
     assert spec["layer"][2]["encoding"]["shape"]["scale"]["range"][0] == "cross"
-    dash = spec["layer"][0]["encoding"]["strokeDash"]  # the formula line has its own legend entry
-    assert dash["scale"]["domain"] == [sweep_charts.FORMULA_SERIES] and dash["legend"]["orient"] == "bottom"
-    assert spec["layer"][1]["encoding"]["shape"]["scale"]["domain"] == [sweep_charts.MEASURED_SERIES]
+    dash = spec["layer"][0]["encoding"]["strokeDash"]  # the formula lines have a legend entry
+    assert dash["scale"]["domain"] == [sweep_charts.FORMULA_SERIES] and dash["legend"]["symbolType"] == "stroke"
     assert spec["resolve"]["scale"]["shape"] == "independent"
     (budget,) = [d for d in spec["datasets"].values() if d and "label" in d[0]]
     assert budget[0]["bytes"] == 123_456
