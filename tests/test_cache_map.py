@@ -340,3 +340,14 @@ def test_the_cache_map_modules_import_no_torch_transformers_or_streamlit(name):
     from test_imports import KVVIZ, imported_roots
 
     assert not imported_roots(KVVIZ / f"{name}.py") & {"torch", "transformers", "streamlit"}
+
+
+def test_replay_draws_the_map_of_the_step_the_scrubber_names():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
+    assert not at.exception and not at.error
+    assert len(map_specs_on_page(at)) == 1
+    at.slider(key="replay_step").set_value(5).run()
+    caption = " ".join(c.value for c in at.caption)
+    assert "after step 4;" in caption  # the scrubber's 5th cached step is step 4
