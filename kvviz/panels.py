@@ -58,6 +58,7 @@ class LiveView:
         self.arrivals: list[float] = []  # monotonic seconds when each cached event arrived
         self.wall_rate: float | None = None  # show_result: the rate its run measured
         self.metric_slots = [col.empty() for col in st.columns(8)]
+        self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
         left, right, map_area = text_areas(race_on, ui.presenter_mode())
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
         self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
@@ -113,9 +114,16 @@ class LiveView:
             return self.wall_rate
         return (len(self.arrivals) - 1) * self.meta["batch"] / (self.arrivals[-1] - self.arrivals[0])
 
+    def draw_notes(self, last) -> None:
+        notes = run_notes(self.meta, last)
+        if notes:  # the note quotes a model's layer class: escaped
+            self.notes_slot.warning("  \n".join(ui.inert(n) for n in notes))
+
     def draw_figures(self, trace: Trace, cached, recompute, final: bool) -> None:
         self.figure_updates += 1
         self.draw_metrics(summary(trace), cached[-1])
+        if self.figure_updates == 1 or final:
+            self.draw_notes(cached[-1])
         data = live_charts.chart_data(self.meta, cached, recompute)
         if self.specs is None:
             self.specs = build_specs(self.meta, self.max_new_tokens, data)
@@ -147,6 +155,17 @@ class LiveView:
         figures = captions.headline(self.meta, sums, last, self.wall_tokens_per_s())
         for slot, (label, value, help_text) in zip(self.metric_slots, figures):
             slot.metric(label, value, help=help_text)
+
+
+def run_notes(meta: dict, last) -> list[str]:
+    """What a reader must know to trust the figures: bytes kvviz could not measure, an attention
+    implementation other than the one asked for, a state whose size the formula leaves out."""
+    notes = [last.cache_note] if getattr(last, "cache_note", "") else []
+    if meta.get("attn_fallback"):
+        notes.append(f"Attention ran as {meta.get('attn_implementation', '?')}: {meta['attn_fallback']}.")
+    if meta.get("state_modelled") is False:
+        notes.append("Some state layers have a size kvviz does not model: the formula leaves them out.")
+    return notes
 
 
 def text_areas(race_on: bool, presenting: bool):

@@ -212,3 +212,13 @@ def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_d
     assert not at.toggle(key="race").value
     assert not at.main.code and not at.metric  # nothing ran
     assert any("Press **Generate**" in i.value for i in at.info)
+
+
+def test_run_notes_say_what_the_figures_lack():
+    from types import SimpleNamespace
+
+    from kvviz.panels import run_notes
+    meta = {"attn_fallback": "sdpa → eager: refused", "attn_implementation": "eager", "state_modelled": False}
+    notes = run_notes(meta, SimpleNamespace(cache_note="kvviz cannot read cache layers of class X"))
+    assert notes[0].startswith("kvviz cannot read") and "eager" in notes[1] and "formula leaves" in notes[2]
+    assert run_notes({"state_modelled": True}, SimpleNamespace(cache_note="")) == []
