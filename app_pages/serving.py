@@ -49,7 +49,9 @@ every = c4.slider("A new request every … steps", 0, 16, 2, key="srv_every",
 delay_ms = c5.slider("Slow motion (ms pause per step)", 0, 1000, 150, 50, key="srv_delay",
                      help="Holds the batching loop after every step so each one can be followed; "
                           "pauses are left out of every time shown")
-run = st.button("Run", type="primary", disabled=lm is None, key="srv_run")
+run_col, stop_col, _ = st.columns([1, 1, 8], vertical_alignment="center")
+run = run_col.button("Run", type="primary", disabled=lm is None, key="srv_run")
+stopped = stop_col.button("Stop", key="srv_stop", help="Ends a run between two steps (its steps are not kept)")
 status = st.empty()
 metrics_slot, scrub_slot, header = st.empty(), st.empty(), st.empty()
 
@@ -212,9 +214,13 @@ if view is not None and "serving_result" in st.session_state and not (run and fr
     if result.source != "real":
         status.warning("transformers' block tables could not be read here: the pool is modelled from the "
                        "scheduler's token counts.")
+    elif stopped:
+        status.info("Stopped. Below: the last run that finished.")
     show_metrics(result)
     view.show_result(result)
     with requests_slot:
         show_requests(result)
+elif stopped:
+    status.info("Stopped. Press **Run** to send the requests again.")
 elif not run:
     status.info("Press **Run** to send the requests through one shared paged cache.")
