@@ -292,7 +292,7 @@ def _texts_html(trace: Trace) -> str:
             parts.append(f'{label}<pre class="text">{esc(text)}</pre>')
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
     if cached and recompute:
-        same, line = captions.parity(cached, recompute)
+        same, line = captions.parity(cached, recompute, final=True)
         parts.append(f'<p class="{"ok" if same else "warn"}">{esc(line)}</p>')
     return "".join(parts) or '<p class="note">The trace holds no steps.</p>'
 
