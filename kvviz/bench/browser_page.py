@@ -313,7 +313,7 @@ def browser_method(s: Settings, samples: dict, versions: dict) -> str:
         f"{versions['headless torch threads']}), with the very config the page's trace records. "
         f"One warm-up round, then {s.browser_reps} rounds of page (race off), headless, page (race on); "
         "ratios of medians. **Compute-only** tokens/s is 1000 / the median decode step time "
-        "(forward + sampling, as the page's trace records it and as its Decode tokens/s figure "
+        "(forward + sampling, as the page's trace records it and its Decode step (median) figure "
         "shows it). **Wall-clock** tokens/s counts the tokens between the first and the last one "
         "that added text over the time between them: on the page, when the text reached that "
         "length on screen (a MutationObserver in the page); headless, when the engine yielded it. "
