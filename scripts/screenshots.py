@@ -56,7 +56,7 @@ def live_mid_run(page) -> None:
 
 def serving_mid_run(page) -> None:
     """The finished Serving run scrubbed back to a middle step, when the pool is busiest."""
-    slider = page.get_by_role("slider", name="Step")
+    slider = page.locator("input[aria-label='Step']")
     slider.focus()
     page.keyboard.press("Home")
     for _ in range(17):
