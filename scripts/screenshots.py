@@ -14,11 +14,9 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE, RUNNING
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-RUNNING = "[data-testid='stApp'][data-test-script-state='running']"
 WAIT_MS = 600_000
 PAGES = [  # (file name, path, button to press or None, ready selector)
     ("live", "/?dtype=float32", "Generate", "h1"),
@@ -83,7 +81,7 @@ def shoot(browser, base: str, name: str, path: str, button: str | None, ready: s
 
 def main(base: str) -> None:
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             for name, path, button, ready in PAGES:
                 shoot(browser, base, name, path, button, ready)

@@ -12,8 +12,8 @@ import time
 
 from playwright.sync_api import sync_playwright
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from kvviz.bench.app_server import chromium_context
+
 
 
 def evicted(page) -> int:
@@ -31,8 +31,7 @@ def main() -> int:
     p.add_argument("--min-evicted", type=int, default=1)
     args = p.parse_args()
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium",
-                                                    args=ARGS, viewport={"width": 1600, "height": 1000})
+        ctx = chromium_context(pw, profile, {"width": 1600, "height": 1000})
         page = ctx.new_page()
         page.goto(args.url, timeout=120_000)
         page.get_by_test_id("stMetric").first.wait_for(timeout=int(args.wait_s * 1000))

@@ -16,28 +16,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from browser_kit import ARTIFACTS, ROOT, chromium_context, served_app
+
+from kvviz.bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
 DOCS_SHOT = ROOT / "docs" / "screenshot.png"
-CHROMIUM = Path("/usr/bin/chromium")
-STREAMLIT = Path(sys.executable).parent / "streamlit"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1600, "height": 1200}
 TALL_VIEWPORT = {"width": 1600, "height": 1800}  # the README shot: text panels and first charts
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-RUNNING = "[data-testid='stApp'][data-test-script-state='running']"
 CACHED_TEXT = ".st-key-cached-panel [data-testid='stCode']"
 LOAD_MS = 300_000  # first use converts the default model (~40 s alone; far more on a busy box)
 RUN_MS = 600_000  # a whole run with the race, on a shared CPU, with the browser on it too
@@ -51,71 +42,18 @@ COUNT_DATA_MARKS = """(el, kinds) => {
 }"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}; see test-artifacts/streamlit.log")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout_s} s")
+@pytest.fixture(scope="module")
+def server():
+    """`streamlit run app.py` on a free port, on the default model; stopped by its pid after."""
+    yield from served_app("streamlit.log")
 
 
 @pytest.fixture(scope="module")
-def chromium_path() -> Path:
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing; CI must install Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run browser tests)")
-    return CHROMIUM
-
-
-@pytest.fixture(scope="module")
-def server(chromium_path):
-    """`streamlit run app.py` on a free port, on the default model; killed on teardown."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
-        env.pop(name, None)
-    cmd = [str(STREAMLIT), "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    with open(ARTIFACTS / "streamlit.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(proc, url)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
-
-
-@pytest.fixture(scope="module")
-def browser_context(chromium_path, tmp_path_factory):
+def browser_context(server, tmp_path_factory):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        # Playwright refuses --user-data-dir in args: a persistent context takes a fresh one instead.
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(chromium_path),
-            args=CHROMIUM_ARGS, viewport=VIEWPORT)
+        context = chromium_context(pw, tmp_path_factory.mktemp("chromium-profile"), VIEWPORT)
         try:
             yield context
         finally:

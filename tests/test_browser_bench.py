@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from browser_kit import require_chromium
 
 from kvviz.bench import browser_page
 from kvviz.bench.results import OPS
@@ -16,10 +17,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def chromium():
-    if not browser_page.CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{browser_page.CHROMIUM} is missing; CI must install Debian's chromium")
-        pytest.skip(f"{browser_page.CHROMIUM} is missing (install Debian's chromium)")
+    require_chromium()
 
 
 def test_browser_benchmark_measures_page_and_headless_on_a_tiny_model(chromium, tiny_dir):

@@ -1,4 +1,4 @@
-"""The cache map in a real browser: `streamlit run app.py` on port 8630, driven by Chromium.
+"""The cache map in a real browser: `streamlit run app.py` on a free port, driven by Chromium.
 
 On the embedded default model (SmolLM2-135M, 30 layers): while a run is going the map is drawn
 and gains columns (one per cached position: this run is short enough not to be binned); hovering
@@ -12,17 +12,14 @@ they fail. Waits are bounded and generous: the machine may be a loaded 2-core bo
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 
 import pytest
-from test_browser import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, IDLE, LOAD_MS, ROOT, RUN_MS, RUNNING,
-                          STREAMLIT, wait_healthy)
+from browser_kit import ARTIFACTS, chromium_context, served_app
+from test_browser import IDLE, LOAD_MS, RUN_MS, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-PORT = 8630
 VIEWPORT = {"width": 1600, "height": 1000}
 MAP = ".st-key-cache-map-panel [data-testid='stVegaLiteChart']"
 # Rectangles drawn in the map's SVG (the cells' runs plus one invisible hover column per position).
@@ -32,30 +29,7 @@ COUNT_RECTS = """el => [...el.querySelectorAll('g.role-mark.mark-rect')]
 
 @pytest.fixture(scope="module")
 def server():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing; CI must install Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run browser tests)")
-    ARTIFACTS.mkdir(exist_ok=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
-        env.pop(name, None)
-    cmd = [str(STREAMLIT), "run", "app.py", "--server.headless", "true", "--server.port", str(PORT),
-           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    with open(ARTIFACTS / "streamlit-cache-map.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{PORT}"
-            wait_healthy(proc, url)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
+    yield from served_app("streamlit-cache-map.log")
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +37,7 @@ def page(server, tmp_path_factory):
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-cache-map")), executable_path=str(CHROMIUM),
-            args=CHROMIUM_ARGS, viewport=VIEWPORT)
+        context = chromium_context(pw, tmp_path_factory.mktemp("chromium-cache-map"), VIEWPORT)
         try:
             page = context.new_page()
             # fp32, no race (the map is about the cached run), 40 tokens: long enough to watch.

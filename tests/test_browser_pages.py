@@ -18,27 +18,16 @@ where it fails. Waits are generous (a shared 2-core machine); no speed is assert
 from __future__ import annotations
 
 import hashlib
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from browser_kit import ARTIFACTS, ROOT, require_chromium, served_app
+
+from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-STREAMLIT = Path(sys.executable).parent / "streamlit"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PORTS = range(8641, 8650)
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-RUNNING = "[data-testid='stApp'][data-test-script-state='running']"
 LOAD_MS = 240_000  # a page's first script run on a loaded machine (imports, the tiny model)
 RUN_MS = 300_000
 APP_PAGES = ["Live", "Replay", "Sweep", "Serving", "Capacity planner", "vLLM engine"]
@@ -86,76 +75,22 @@ CLIPPED_OR_OUT = """() => {
 }"""
 
 
-def free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
-
-
-def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}; see test-artifacts/pages-streamlit.log")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout_s} s")
-
-
 @pytest.fixture(scope="module")
-def chromium_path() -> Path:
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing; CI must install Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run browser tests)")
-    return CHROMIUM
-
-
-@pytest.fixture(scope="module")
-def server(chromium_path, tmp_path_factory):
+def server(tmp_path_factory):
     """`streamlit run app.py` with a tiny local model as the host's model; stopped by its pid."""
     from tiny import save_tiny
 
-    ARTIFACTS.mkdir(exist_ok=True)
+    require_chromium()
     model_dir = save_tiny(tmp_path_factory.mktemp("tiny-llama-pages"))
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", KVVIZ_MODEL=str(model_dir))
-    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
-        env.pop(name, None)
-    cmd = [str(STREAMLIT), "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    with open(ARTIFACTS / "pages-streamlit.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(proc, url)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
+    yield from served_app("pages-streamlit.log", {"KVVIZ_MODEL": str(model_dir)}, PORTS)
 
 
 @pytest.fixture(scope="module")
-def browser(chromium_path):
+def browser(server):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             yield browser
         finally:

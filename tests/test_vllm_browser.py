@@ -1,53 +1,23 @@
 """The vLLM engine page in a real Chromium against `streamlit run`: it attaches to a server (the
 captured payloads of tests/vllm_fake.py), and its numbers move as new events arrive, without a
 reload, while the rest of the app keeps answering."""
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from vllm_fake import FakeVllm, free_port
+from browser_kit import chromium_context, served_app
+from vllm_fake import FakeVllm
 from vllm_payloads import frames
 
 pytestmark = pytest.mark.browser
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing; CI must install Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is missing")
-    port = free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVVIZ_HOSTED")}
-    cmd = [str(Path(sys.executable).parent / "streamlit"), "run", "app.py", "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(15)
+def app_url():
+    yield from served_app("vllm-browser-streamlit.log")
 
 
 def metric_value(page, label: str) -> str:
@@ -62,8 +32,7 @@ def test_engine_page_updates_live_in_a_browser(app_url, tmp_path):
     fake.publish_captured(upto=10)
     try:
         with sync_playwright() as pw:
-            ctx = pw.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
-                                                        args=ARGS, viewport={"width": 1600, "height": 1000})
+            ctx = chromium_context(pw, tmp_path / "profile", {"width": 1600, "height": 1000})
             page = ctx.new_page()
             page.goto(app_url + "/engine", timeout=WAIT_MS)
             area = page.get_by_label(re.compile("vLLM base URLs"))

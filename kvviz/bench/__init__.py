@@ -10,6 +10,7 @@ benchmark are written as Markdown (docs/benchmarks.md). One module per benchmark
 | `engine_runs` | hook overhead, engine vs `model.generate`, recompute vs cached (headless) |
 | `cache_map` | attention capture (eager + hooks) vs sdpa per decode step; a cache-map redraw |
 | `browser_page` | the live page in Chromium against `streamlit run`, beside headless runs |
+| `app_server` | `streamlit run` as `make run` starts it, and Chromium's launch (also used by the browser tests) |
 | `apptest_page` | the live page in Streamlit's AppTest harness (informational) |
 | `load`, `soak` | default model load times; memory over many generations |
 | `results`, `machine`, `settings`, `subproc`, `command` | the table, the machine, the CLI |

@@ -13,26 +13,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 from kvviz.bench.results import Result, medians, spread
 from kvviz.bench.settings import Settings
+from kvviz.bench.app_server import CHROMIUM, IDLE, chromium_context
+from kvviz.bench.app_server import Server as AppServer
 from kvviz.bench.subproc import bench_env
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-PORTS = range(8620, 8630)
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-RUNNING = "[data-testid='stApp'][data-test-script-state='running']"
+PORTS = range(8620, 8630)  # the benchmark's own servers
+VIEWPORT = {"width": 1600, "height": 1200}
 LOAD_MS = 600_000  # the page's first model load, on a busy machine
 RUN_MS = 900_000  # one run with the race on
 COMPUTE_TARGET, WALL_TARGET, RACE_TARGET = 0.9, 0.8, 1.10
@@ -102,68 +96,11 @@ def screen_moments(marks: list[list[float]], texts: list[str]) -> list[float | N
 
 # ---- the server, the worker and the browser ------------------------------------------------
 
-def free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError(f"no free port in {PORTS.start}–{PORTS.stop - 1}")
-
-
-class Server:
-    """`streamlit run app.py` from the repository root, as `make run` starts it; stopped by pid."""
+class Server(AppServer):
+    """`streamlit run app.py` as `make run` starts it, on one of the benchmark's own ports."""
 
     def __init__(self, env_extra: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env_extra = env_extra or {}
-
-    def __enter__(self):
-        env = bench_env()
-        for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
-            env.pop(name, None)
-        env.update(self.env_extra)
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="kvviz-bench-streamlit-", suffix=".log")
-        streamlit = Path(sys.executable).parent / "streamlit"
-        self.proc = subprocess.Popen([str(streamlit), "run", "app.py", "--server.port", str(self.port),
-                                      "--server.headless", "true"], cwd=ROOT, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            self.wait_healthy(180)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        raise TimeoutError(f"streamlit did not answer within {timeout_s:.0f} s:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-3000:]
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=20)
-        self.log.close()
-        return False
+        super().__init__(env_extra, PORTS)
 
 
 class Headless:
@@ -259,8 +196,7 @@ def browser_vs_headless(s: Settings, model: str | None = None) -> tuple[list[Res
         raise RuntimeError(f"{CHROMIUM} is missing: the live-page benchmark needs Debian's chromium")
     with Server({"KVVIZ_MODEL": model} if model else None) as server, Headless(model) as headless, sync_playwright() as pw, \
             tempfile.TemporaryDirectory(prefix="kvviz-bench-chromium-") as profile:
-        context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM),
-                                                        args=CHROMIUM_ARGS, viewport={"width": 1600, "height": 1200})
+        context = chromium_context(pw, profile, VIEWPORT)
         try:
             samples = measure_rounds(s, context, server.url, headless)
         finally:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import tempfile
 
-from kvviz.bench.browser_page import (CHROMIUM, CHROMIUM_ARGS, Server, open_page, page_run, rates,
-                                      screen_moments)
+from kvviz.bench.app_server import chromium_context
+from kvviz.bench.browser_page import VIEWPORT, Server, open_page, page_run, rates, screen_moments
 from kvviz.bench.results import Result, interleaved, medians, spread
 from kvviz.bench.settings import Settings
 
@@ -25,8 +25,7 @@ def thread_policy(s: Settings) -> tuple[list[Result], str]:
     from playwright.sync_api import sync_playwright
     with Server(VARIANTS["policy"]) as ours, Server(VARIANTS["torch default"]) as theirs, \
             sync_playwright() as pw, tempfile.TemporaryDirectory(prefix="kvviz-bench-chromium-") as profile:
-        context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM),
-                                                        args=CHROMIUM_ARGS, viewport={"width": 1600, "height": 1200})
+        context = chromium_context(pw, profile, VIEWPORT)
         try:
             pages = {"policy": open_page(context, ours.url, False, s.new_tokens),
                      "torch default": open_page(context, theirs.url, False, s.new_tokens)}
