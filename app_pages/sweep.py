@@ -42,8 +42,10 @@ rules = ui.policy()
 spec = ui.model_settings()
 st.title("Sweep: prompt length × batch size")
 st.caption("Each point runs the cached engine once on a prompt of exactly that many tokens "
-           "(chat template off, EOS ignored) and measures it. Formula lines are the textbook "
-           "2 × layers × kv_heads × head_dim × tokens × batch × bytes.")
+           "(chat template off, EOS ignored) and measures it. Formula lines are kvviz's layout "
+           "formula: per layer, tokens held × K+V values per token × batch × bytes "
+           "(2 × kv_heads × head_dim values for plain attention; windows, latents and states "
+           "as the model's layers keep them).")
 lm = ui.load_model_with_progress(spec)
 if lm is None:
     st.stop()
