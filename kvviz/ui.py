@@ -255,7 +255,13 @@ PAGE_CSS = """<style>
 [data-testid="stMetric"] .stMarkdownEllipsis, [data-testid="stMetric"] .stMarkdownEllipsis p,
 [data-testid="stSidebarNav"] span, [data-testid="stPageLink"] p {
   white-space: normal; overflow: visible; text-overflow: clip; }
-</style>"""  # every mode: metric labels and values, and sidebar links, wrap instead of being cut
+[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"]) {
+  flex-wrap: wrap; row-gap: 0.75rem; }
+[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"])
+  > [data-testid="stColumn"] { min-width: 7.5rem; }
+</style>"""  # every mode: metric labels and values, and sidebar links, wrap instead of being cut;
+# a row of metrics too narrow for its figures (8 headline figures beside the sidebar at 1280 px)
+# wraps onto a second line rather than breaking words mid-letter
 
 PRESENTER_CSS = """<style>
 html { font-size: clamp(16px, 1.1vw, 22px); }
