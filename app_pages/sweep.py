@@ -158,8 +158,7 @@ if rows:
         st.caption(f"Predicted by kvviz.capacity: the cache must fit in "
                    f"{units.fmt_bytes(device.kv_budget_bytes)} (device memory less the weights and "
                    f"{capacity.DEFAULT_OVERHEAD_FRACTION:.0%} overhead).")
-        boundary = pd.DataFrame(sweep.boundary_rows(rows, device.kv_budget_bytes, device.bytes_per_token,
-                                                    new_tokens))
+        boundary = pd.DataFrame(sweep.boundary_rows(rows, device, new_tokens))
         panels.people_table(boundary, BOUNDARY_COLUMNS)
     st.download_button("Download results (CSV)", sweep.rows_frame(rows).to_csv(index=False),
                        "kvviz-sweep.csv", "text/csv", key="sweep_csv")

@@ -245,6 +245,8 @@ class DeviceFacts:
     peak_bandwidth_bytes_per_s: float | None  # the preset's peak memory bandwidth
     kv_budget_bytes: int | None  # memory - weights - overhead: where the cache must fit
     bytes_per_token: int  # cache bytes per token of one sequence, every layer
+    specs: tuple = ()  # the model's layout.LayerSpec per layer: the one formula every figure uses
+    elem_bytes: float = 4  # bytes per cached value in the run's dtype
 
 
 def device_facts(lm: LoadedModel) -> DeviceFacts:
@@ -252,7 +254,8 @@ def device_facts(lm: LoadedModel) -> DeviceFacts:
     preset = gpu_preset(name, memory) if lm.device.type == "cuda" else None
     return DeviceFacts(name, memory, preset and preset["name"],
                        preset and preset["bandwidth_bytes_per_s"],
-                       kv_budget_bytes(memory, lm.weight_bytes), bytes_per_token(lm))
+                       kv_budget_bytes(memory, lm.weight_bytes), bytes_per_token(lm),
+                       layout.layer_specs(lm.model.config), torch.finfo(lm.dtype).bits // 8)
 
 
 def reset_peak(device: torch.device) -> None:
@@ -450,14 +453,26 @@ def kv_budget_bytes(gpu_bytes: int | None, weight_bytes: int,
     return capacity.kv_budget_bytes(gpu_bytes, weight_bytes, overhead_fraction)
 
 
-def predicted_max_prompt_tokens(budget_bytes: int, bytes_per_token: int, batch: int,
-                                new_tokens: int) -> int:
-    """Longest prompt whose cache (prompt + new tokens, whole batch) fits in the budget."""
-    return max(0, budget_bytes // (bytes_per_token * batch) - new_tokens)
+def predicted_max_prompt_tokens(budget_bytes: int, specs, elem_bytes: float, batch: int,
+                                new_tokens: int, limit: int = 1 << 31) -> int | None:
+    """Longest prompt whose end-of-run cache (layout.formula_bytes at prompt + new_tokens - 1
+    tokens, whole batch) fits in the budget: the same formula as `end_formula_bytes`, so this
+    boundary and the `predicted_oom` flag always agree. None when the cache stops growing (every
+    layer sliding, chunked or state) and fits at `limit` tokens: no prompt length runs out."""
+    def fits(prompt: int) -> bool:
+        return layout.formula_bytes(specs, prompt + new_tokens - 1, batch, elem_bytes) <= budget_bytes
+    if fits(limit):
+        return None
+    if not fits(1):
+        return 0
+    lo, hi = 1, limit  # invariant: fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
-def boundary_rows(rows: Iterable[SweepRow], budget_bytes: int, bytes_per_token: int,
-                  new_tokens: int) -> list[dict]:
+def boundary_rows(rows: Iterable[SweepRow], device: DeviceFacts, new_tokens: int) -> list[dict]:
     """Per batch: the predicted longest prompt that fits, and the shortest that really ran out."""
     rows = list(rows)
     table = []
@@ -465,7 +480,7 @@ def boundary_rows(rows: Iterable[SweepRow], budget_bytes: int, bytes_per_token: 
         oom = [r.prompt_tokens for r in rows if r.batch == batch and r.status == "oom"]
         table.append({"batch": batch,
                       "predicted_max_prompt_tokens": predicted_max_prompt_tokens(
-                          budget_bytes, bytes_per_token, batch, new_tokens),
+                          device.kv_budget_bytes, device.specs, device.elem_bytes, batch, new_tokens),
                       "first_oom_prompt_tokens": min(oom) if oom else None})
     return table
 

@@ -8,7 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
-from kvviz import engine, sweep, sweep_charts
+from kvviz import engine, layout, sweep, sweep_charts
 from kvviz.sweep import SweepRow, SweepSettings
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "sweep.py")
@@ -152,11 +152,36 @@ def test_predicted_out_of_memory_boundary():
     budget = sweep.kv_budget_bytes(100 * 10**9, 20 * 10**9)  # less weights, less 10 % overhead
     assert budget == 70 * 10**9
     assert sweep.kv_budget_bytes(None, 1) is None
-    # 1,000,000 B of budget at 1,000 B per token and batch 2: 500 tokens each, 16 of them new
-    assert sweep.predicted_max_prompt_tokens(1_000_000, 1000, 2, 16) == 484
+    # 1,000,000 B of budget at 1,000 B per token and batch 2: 500 cached tokens each at the end
+    # (prompt + 16 new - 1, the last token is never cached), so a 485-token prompt is the longest
+    specs = (layout.LayerSpec("full", 1, 250, None, 0, None),)  # 250 values x 4 B = 1,000 B
+    assert sweep.predicted_max_prompt_tokens(1_000_000, specs, 4, 2, 16) == 485
+    device = sweep.DeviceFacts("cuda", 10**9, None, None, 1_000_000, 1000, specs, 4)
     rows = [ok_row(64, 2), SweepRow(512, 2, 16, "oom", 0, 0), SweepRow(1024, 2, 16, "oom", 0, 0)]
-    assert sweep.boundary_rows(rows, 1_000_000, 1000, 16) == [
-        {"batch": 2, "predicted_max_prompt_tokens": 484, "first_oom_prompt_tokens": 512}]
+    assert sweep.boundary_rows(rows, device, 16) == [
+        {"batch": 2, "predicted_max_prompt_tokens": 485, "first_oom_prompt_tokens": 512}]
+
+
+def test_boundary_and_predicted_oom_flag_agree_with_sliding_windows():
+    """The boundary table and the heatmap's 'predicted not to fit' flag are one formula: on a
+    Gemma 3-style 5:1 sliding/full mix they flip at the same prompt length, for every batch."""
+    config = layout.config_from_dict({"model_type": "gemma3_text", "num_hidden_layers": 6,
+                                      "num_attention_heads": 2, "num_key_value_heads": 1,
+                                      "head_dim": 16, "hidden_size": 32, "sliding_window": 64})
+    specs = layout.layer_specs(config)
+    assert {s.kind for s in specs} == {"full", "sliding"}
+    budget, new_tokens = 400_000, 8
+    prompts = list(range(1, 3000, 7))
+    for batch in (1, 2, 3):
+        longest = sweep.predicted_max_prompt_tokens(budget, specs, 4, batch, new_tokens)
+        rows = [SweepRow(p, batch, new_tokens, "ok", 0,
+                         layout.formula_bytes(specs, p + new_tokens - 1, batch, 4)) for p in prompts]
+        flags = sweep.rows_frame(rows, budget_bytes=budget)["predicted_oom"].tolist()
+        assert flags == [p > longest for p in prompts]
+        assert any(flags) and not all(flags)
+    # a cache that stops growing (every layer sliding) never runs out: no boundary
+    only_sliding = tuple(s for s in specs if s.kind == "sliding")
+    assert sweep.predicted_max_prompt_tokens(budget, only_sliding, 4, 1, new_tokens) is None
 
 
 def test_rows_frame_marks_points_predicted_not_to_fit():
