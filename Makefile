@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 PORT ?= 8501
 
-.PHONY: run present test bench gpu-check clean vllm-demo
+.PHONY: run present test check bench gpu-check clean vllm-demo
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ $(VLLM_STAMP):
 
 test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q
+
+# The fast loop: lint, then every test that needs no browser, no vLLM server and no default model.
+check: $(STAMP)
+	$(VENV)/bin/ruff check kvviz app_pages tests app.py scripts
+	$(PY) -m pytest -q -m "not slow and not browser"
 
 # Exits non-zero when a target is missed. A subset: make bench BENCH_ARGS="--only live-browser --quick"
 BENCH_ARGS ?=

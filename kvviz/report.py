@@ -22,7 +22,7 @@ from collections.abc import Callable
 import altair as alt
 import pandas as pd
 
-from kvviz import cache_map, cache_map_charts, cache_map_panel, captions, charts, frames, live_charts
+from kvviz import cache_map, cache_map_charts, cache_map_panel, captions, frames, live_charts
 from kvviz.events import StepEvent
 from kvviz.trace import VERSION, Trace, TraceError, check_run_meta, summary
 from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
