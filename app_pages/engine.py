@@ -1,4 +1,11 @@
-"""vLLM engine: attach to running vLLM servers and watch their real KV cache, live."""
+"""vLLM engine: attach to running vLLM servers and watch their real KV cache, live.
+
+The URLs are bound to the page's link (`?engine_urls=...`). In hosted mode only the host's list
+(KVVIZ_ENGINE_URLS) can be chosen: a link naming any other URL is ignored, never contacted.
+Without one, the box starts at KVVIZ_VLLM_URL (`make vllm-demo` sets it to its own server).
+"""
+import os
+
 import streamlit as st
 
 from kvviz import hosted, ui
@@ -10,16 +17,19 @@ st.caption("kvviz subscribes to the server's KV-cache events (ZMQ; blocks stored
            "and reads its Prometheus `/metrics`. Each number says where it comes from: "
            "**events**, **metrics**, or **derived** from both. Start a server with `make vllm-demo`.")
 rules = ui.policy()
+ui.share_link()
 allowed = hosted.engine_urls()
 if rules.enabled and not allowed:
     st.info("Watching vLLM servers is off on this hosted kvviz (the host lists none in KVVIZ_ENGINE_URLS).")
     st.stop()
 url_col, live_col, every_col, stop_col = st.columns([5, 1, 2, 1.4], vertical_alignment="bottom")
 if rules.enabled:
-    chosen = url_col.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted")
+    chosen = url_col.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted",
+                                 bind="query-params")
 else:
     typed = url_col.text_area("vLLM base URLs, one per line (several servers side by side)",
-                              DEFAULT_URL, height=68, key="engine_urls")
+                              os.environ.get("KVVIZ_VLLM_URL", "").strip() or DEFAULT_URL, height=68,
+                              key="engine_urls", bind="query-params")
     chosen = [line for line in typed.splitlines() if line.strip()]
 urls = []
 for raw in chosen:

@@ -10,6 +10,7 @@ st.caption("Traces come from `kvviz record` or the Live page's download. Replayi
 examples = ui.example_traces()
 source = st.radio("Trace", list(examples) + ["Upload a file"], horizontal=True, key="replay_source",
                   bind="query-params")
+ui.share_link()
 upload = None
 if source == "Upload a file":
     upload = ui.trace_uploader()
@@ -28,7 +29,7 @@ if trace is None:
 st.caption(ui.trace_origin(trace))
 speed_col, step_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
 with speed_col:
-    speed = st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_speed",
+    speed = st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_speed", bind="query-params",
                              help="How fast the recorded steps play back: ¼× takes four times as long as the "
                                   "run did; instant draws each step without waiting")
     slow_end, fast_end = st.columns(2)
@@ -47,7 +48,7 @@ def play_from_scrubber() -> None:
 
 play_col.button("Play", type="primary", key="replay_play", on_click=play_from_scrubber)
 start = st.session_state.pop("replay_from", None)
-show_tokens = st.toggle("Token boundaries", key="replay_tokens")
+show_tokens = st.toggle("Token boundaries", key="replay_tokens", bind="query-params")
 if start is None:
     panels.replay(trace, ui.SPEEDS[speed], show_tokens, upto_step=upto - 1)
 else:

@@ -12,11 +12,10 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import streamlit as st
 
-from kvviz import hosted, models, threads
+from kvviz import hosted, links, models, threads
 from kvviz.device_queue import DeviceQueue
 from kvviz.model_store import ModelStore
 from kvviz.config import DEFAULT_MODEL, ModelSpec, RunConfig
@@ -198,8 +197,8 @@ def prompt_settings() -> tuple[str, str, bool]:
     presets = prompt_presets()
     choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset",
                                   bind="query-params")
-    preset = presets.get(choice, {"system": "", "prompt": ""})
     chars = policy().cap("prompt_chars", MAX_PROMPT_CHARS)
+    preset = presets.get(choice) or links.free_text_from_link(st.query_params, chars)
     system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}",
                                   max_chars=chars)
     prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120,
@@ -233,7 +232,7 @@ def live_settings() -> LiveOptions:
     st.sidebar.subheader("Show")
     race = st.sidebar.toggle("Race a no-cache run", value=True, key="race", bind="query-params")
     pace = st.sidebar.radio("Playback pace", list(PACES), key="pace", bind="query-params")
-    tokens = st.sidebar.toggle("Token boundaries", value=False, key="show_tokens")
+    tokens = st.sidebar.toggle("Token boundaries", value=False, key="show_tokens", bind="query-params")
     return LiveOptions(race=race, pace=PACES[pace], show_tokens=tokens)
 
 
@@ -241,7 +240,7 @@ def sidebar() -> tuple[ModelSpec, RunConfig, LiveOptions]:
     spec = model_settings()
     cfg = run_settings(*prompt_settings())
     opts = live_settings()
-    share_link()
+    share_link(links.prompt_pairs(st.session_state.get("preset"), cfg.system, cfg.prompts[0]))
     return spec, cfg, opts
 
 
@@ -340,9 +339,10 @@ def explainer() -> None:
         st.markdown((ASSETS / "glossary.md").read_text())
 
 
-def share_link() -> None:
-    """The page's URL with its bound settings, in a code box (which has a copy button)."""
-    base = st.context.url or ""
-    query = "&".join(f"{k}={quote(str(v))}" for k, v in st.query_params.items())
-    st.sidebar.caption("Link to these settings (opening it never starts a run)")
-    st.sidebar.code(f"{base}?{query}" if query else base, language=None)
+def share_link(extra: list[tuple[str, str]] = ()) -> None:
+    """The page's URL with its bound settings (every value of a multiselect) and `extra` (a
+    free-text prompt, kvviz.links), in a code box (which has a copy button)."""
+    url = links.share_url(st.context.url or "", st.query_params, extra)
+    st.sidebar.caption("Link to these settings (opening it never starts a run; a free-text prompt "
+                       f"up to {links.MAX_LINK_PROMPT_CHARS:,} characters is included)")
+    st.sidebar.code(url, language=None)
