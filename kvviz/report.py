@@ -6,7 +6,9 @@ as inline SVG and the table of steps. It loads nothing: no scripts at all, no st
 images from elsewhere, and a Content-Security-Policy that would block them if any slipped in.
 
 Everything that comes from the trace (model names, prompts, generated text, any meta value) is
-untrusted — an uploaded trace can say anything — and goes through `html.escape`, always.
+untrusted — an uploaded trace can say anything — and reaches the page only through the
+autoescaping Jinja2 template `templates/report.html.j2`: this module computes the sections as plain
+data; only the SVG vl-convert drew and the steps table pandas escaped are passed as Markup.
 
 Charts are the very builders of kvviz/charts.py, rendered to SVG by vl-convert-python (Vega-Lite
 compiled and drawn in-process, bundled fonts, no browser, no network: external data URLs are
@@ -14,13 +16,15 @@ refused). Without that package the report still has every figure and table, and 
 """
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 import altair as alt
+import jinja2
 import pandas as pd
+from markupsafe import Markup
 
 from kvviz import cache_map, cache_map_charts, cache_map_panel, captions, frames, live_charts
 from kvviz.events import StepEvent
@@ -65,11 +69,6 @@ Svg = Callable[[dict], str]  # a Vega-Lite spec -> an SVG document
 def _utf8(text: str) -> str:
     """`text` with lone surrogates (valid in a JSON string, not in UTF-8) replaced by "?"."""
     return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def esc(value) -> str:
-    """Any value as escaped HTML text (quotes too: safe in attributes as well)."""
-    return html.escape(str(value), quote=True)
 
 
 # --- CSV -----------------------------------------------------------------------------------------
@@ -180,32 +179,27 @@ def _chart_captions(trace: Trace) -> dict[str, str]:
     return out
 
 
-def _charts_html(trace: Trace, svg: Svg | None) -> str:
+def _charts(trace: Trace, svg: Svg | None) -> dict:
+    """The charts section: each figure's name, title, inline SVG (Markup) or error, caption."""
     if svg is None:
         try:
             import vl_convert  # noqa: F401
             svg = vl_convert_svg
         except ImportError:
-            return ('<p class="note">The charts need the package <code>vl-convert-python</code>, '
-                    "which is not installed here; the figures and tables below hold every number."
-                    "</p>")
+            return {"missing_renderer": True, "figures": [], "heatmap_cells": 0}
     notes = _chart_captions(trace)
-    parts = []
+    figures = []
     for i, (name, chart) in enumerate(report_charts(trace).items()):
+        drawing, error = None, None
         try:
-            drawing = inline_svg(svg(_sized(name, chart)), f"c{i}")
+            drawing = Markup(inline_svg(svg(_sized(name, chart)), f"c{i}"))
         except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
-            drawing = f'<p class="note">This chart could not be drawn ({esc(type(exc).__name__)}).</p>'
-        note = f'<p class="caption">{esc(notes[name])}</p>' if notes.get(name) else ""
-        parts.append(f'<figure class="chart" id="chart-{name}"><figcaption>{esc(TITLES[name])}'
-                     f"</figcaption>{drawing}{note}</figure>")
-    if not parts:
-        return '<p class="note">No cached-mode steps to chart.</p>'
+            error = type(exc).__name__
+        figures.append({"name": name, "title": TITLES[name], "svg": drawing, "error": error,
+                        "caption": notes.get(name)})
     cells = sum(len(ev.layers) for ev in trace.events_of("cached") if ev.phase == "decode")
-    note = (f'<p class="note">The per-layer time heatmap is left out: its {cells:,} cells would weigh '
-            "megabytes here. The layers CSV holds every value.</p>"
-            if cells > MAX_HEATMAP_CELLS else "")
-    return '<div class="charts">' + "".join(parts) + "</div>" + note
+    return {"missing_renderer": False, "figures": figures,
+            "heatmap_cells": cells if cells > MAX_HEATMAP_CELLS else 0}
 
 
 # --- text sections -------------------------------------------------------------------------------
@@ -217,11 +211,6 @@ def _value(value) -> str:
     else:
         text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
-
-
-def _table(rows: list[tuple[str, str]], cls: str = "facts") -> str:
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    return f'<table class="{cls}">{body}</table>'
 
 
 def _facts(meta: dict) -> list[tuple[str, str]]:
@@ -255,18 +244,17 @@ def _settings(meta: dict) -> list[tuple[str, str]]:
     return [(k, _value(v)) for k, v in config.items() if k not in _NOT_SETTINGS]
 
 
-def _prompt_html(meta: dict) -> str:
+def _prompt(meta: dict) -> dict:
+    """The system prompt and each (title or "", text) prompt; prompts are never cut."""
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    parts = []
-    if isinstance(config.get("system"), str) and config["system"]:
-        parts.append(f'<h3>System</h3><pre class="text">{esc(config["system"])}</pre>')
+    system = config["system"] if isinstance(config.get("system"), str) else ""
     prompts = config.get("prompts") if isinstance(config.get("prompts"), list) else []
-    for i, prompt in enumerate(prompts):
-        title = "Prompt" if len(prompts) == 1 else f"Prompt {i + 1}"
-        label = f"<h3>{title}</h3>" if len(prompts) > 1 or parts else ""  # else the h2 says it
-        text = prompt if isinstance(prompt, str) else _value(prompt)  # prompts are never cut
-        parts.append(f'{label}<pre class="text">{esc(text)}</pre>')
-    return "".join(parts) or '<p class="note">The trace does not record its prompt.</p>'
+    titled = len(prompts) > 1 or bool(system)  # else the section's h2 says it
+    def title(i: int) -> str:
+        return ("Prompt" if len(prompts) == 1 else f"Prompt {i + 1}") if titled else ""
+    return {"system": system,
+            "prompts": [(title(i), prompt if isinstance(prompt, str) else _value(prompt))
+                        for i, prompt in enumerate(prompts)]}
 
 
 def texts_of(events: list[StepEvent]) -> list[str]:
@@ -281,31 +269,21 @@ MODE_TITLES = {"cached": "With the KV cache",
                "recompute": "Without a cache (the whole text recomputed every step)"}
 
 
-def _texts_html(trace: Trace) -> str:
-    parts = []
-    for mode in trace.modes:
-        events = trace.events_of(mode)
-        texts = texts_of(events)
-        parts.append(f"<h3>{esc(MODE_TITLES.get(mode, mode))}: {len(events)} steps</h3>")
-        for i, text in enumerate(texts):
-            label = f'<p class="seq">sequence {i}</p>' if len(texts) > 1 else ""
-            parts.append(f'{label}<pre class="text">{esc(text)}</pre>')
+def _outputs(trace: Trace) -> dict:
+    """Each mode's (title, texts of the batch), and the parity line of the race when both ran."""
+    modes = [(f"{MODE_TITLES.get(mode, mode)}: {len(trace.events_of(mode))} steps",
+              texts_of(trace.events_of(mode))) for mode in trace.modes]
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
-    if cached and recompute:
-        same, line = captions.parity(cached, recompute, final=True)
-        parts.append(f'<p class="{"ok" if same else "warn"}">{esc(line)}</p>')
-    return "".join(parts) or '<p class="note">The trace holds no steps.</p>'
+    parity = captions.parity(cached, recompute, final=True) if cached and recompute else None
+    return {"modes": modes, "parity": parity}
 
 
-def _headline_html(trace: Trace, sums: dict) -> str:
+def _headline(trace: Trace, sums: dict) -> list[tuple[str, str, str]]:
     cached = trace.events_of("cached")
     if not cached:
-        return ""
+        return []
     meta = {**trace.meta, "batch": len(cached[-1].token_ids)}  # the events say it; meta may not
-    cards = "".join(f'<div class="figure"><div class="label">{esc(label)}</div>'
-                    f'<div class="value">{esc(value)}</div><div class="help">{esc(help_text)}</div></div>'
-                    for label, value, help_text in captions.headline(meta, sums, cached[-1]))
-    return f'<div class="figures">{cards}</div>'
+    return list(captions.headline(meta, sums, cached[-1]))
 
 
 SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.trace.mode_summary)
@@ -320,30 +298,26 @@ SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.trace.mod
 )
 
 
-def _summary_html(sums: dict) -> str:
+def _summary(sums: dict) -> dict:
     modes = sums["modes"]
-    if not modes:
-        return ""
-    head = "<tr><th></th>" + "".join(f"<th>{esc(m)}</th>" for m in modes) + "</tr>"
-    body = "".join(f"<tr><th>{esc(label)}</th>" + "".join(f"<td>{esc(fmt(modes[m]))}</td>" for m in modes)
-                   + "</tr>" for label, fmt in SUMMARY_ROWS)
+    rows = [(label, [fmt(modes[m]) for m in modes]) for label, fmt in SUMMARY_ROWS] if modes else []
     speedup = ""
-    if sums["recompute_speedup"] is not None:
-        speedup = (f'<p>Recompute took {esc(fmt_ratio(sums["recompute_speedup"]))} the cached time '
-                   f'over the first {sums["speedup_steps"]} steps of both.</p>')
-    return f'<table class="summary">{head}{body}</table>{speedup}'
+    if modes and sums["recompute_speedup"] is not None:
+        speedup = (f'Recompute took {fmt_ratio(sums["recompute_speedup"])} the cached time '
+                   f'over the first {sums["speedup_steps"]} steps of both.')
+    return {"modes": list(modes), "rows": rows, "speedup": speedup}
 
 
-def _steps_html(trace: Trace) -> str:
+def _steps_table(trace: Trace) -> Markup | None:
+    """Every step as an HTML table, escaped by pandas (hence Markup)."""
     if not trace.events:
-        return ""
+        return None
     df = frames.steps_frame(trace.events)
     # the text each step added to sequence 0, quoted so whitespace shows (escaped by to_html)
     df["text"] = [_utf8(json.dumps(ev.texts[0] if ev.texts else "", ensure_ascii=False))
                   for ev in trace.events]
-    table = df.to_html(index=False, escape=True, na_rep="–", border=0, classes="steps",
-                       float_format=lambda x: f"{x:,.1f}")
-    return f'<div class="scroll">{table}</div>'
+    return Markup(df.to_html(index=False, escape=True, na_rep="–", border=0, classes="steps",
+                             float_format=lambda x: f"{x:,.1f}"))
 
 
 # --- the document --------------------------------------------------------------------------------
@@ -404,6 +378,13 @@ def _subtitle(trace: Trace) -> str:
     return "Recorded " + " ".join(b for b in bits if b) if any(bits) else ""
 
 
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("kvviz", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template("report.html.j2")
+
+
 def html_report(trace: Trace, svg: Svg | None = None) -> str:
     """The run as one self-contained HTML document (str); nothing in it loads anything.
 
@@ -411,44 +392,9 @@ def html_report(trace: Trace, svg: Svg | None = None) -> str:
     is not installed, the report says so in place of the charts).
     """
     sums = summary(trace)
-    name = _model_name(trace.meta)
-    settings = _settings(trace.meta)
-    doc = f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="kvviz">
-<title>kvviz report: {esc(name)}</title>
-<style>{CSS}</style>
-</head>
-<body>
-<main>
-<h1>KV cache report: {esc(name)}</h1>
-<p class="sub">{esc(_subtitle(trace))}</p>
-{_headline_html(trace, sums)}
-<h2>Prompt</h2>
-{_prompt_html(trace.meta)}
-<h2>Generated text</h2>
-{_texts_html(trace)}
-<h2>Charts</h2>
-{_charts_html(trace, svg)}
-<h2>Figures per mode</h2>
-{_summary_html(sums)}
-<h2>The run</h2>
-<div class="cols">
-<div><h3>Model and device</h3>{_table(_facts(trace.meta))}</div>
-<div><h3>Settings</h3>{_table(settings) if settings else '<p class="note">Not recorded.</p>'}</div>
-</div>
-<h2>Every step</h2>
-<p class="note">One row per forward pass (step 0 is the prefill); bytes in bytes, times in
-milliseconds; <code>text</code> is what the step added to sequence 0.</p>
-{_steps_html(trace)}
-<footer>Made with kvviz from a kvviz trace (format version {VERSION}). Charts drawn with Vega-Lite;
-this file loads nothing from anywhere.</footer>
-</main>
-</body>
-</html>
-"""
+    doc = _template().render(
+        csp=CSP, css=Markup(CSS), name=_model_name(trace.meta), subtitle=_subtitle(trace),
+        headline=_headline(trace, sums), prompt=_prompt(trace.meta), outputs=_outputs(trace),
+        charts=_charts(trace, svg), summary=_summary(sums), facts=_facts(trace.meta),
+        settings=_settings(trace.meta), steps_table=_steps_table(trace), version=VERSION)
     return _utf8(doc)  # a lone surrogate anywhere would break the caller's encode
