@@ -23,15 +23,15 @@ recurrent states are kept in float32 whatever the model dtype (`state_float32_va
 states of the Mamba families, Qwen3-Next's delta-rule state; measured in bf16). A layer kind
 transformers has but kvviz does not size (e.g. DeepSeek-V4's compressed attention) raises
 ValueError naming it; a state family without a size rule here gets `state_known=False`.
-No torch import here: only transformers' config classes and its layer-type resolution.
+No torch import here: only transformers' config classes and its layer-type resolution, and those
+only inside the two functions that read a config, so the arithmetic on specs (the planner, views,
+captions) imports this module without loading transformers.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from transformers import AutoConfig
-from transformers.cache_utils import get_layer_types_and_kwargs
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED = "full", "sliding", "chunked", "latent", "state", "shared"
 KINDS = (FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED)
@@ -90,6 +90,7 @@ def config_from_dict(d: dict):
     if not isinstance(model_type, str) or not model_type:
         raise ValueError("the config has no 'model_type' (e.g. \"llama\"): kvviz cannot tell the architecture")
     fields.pop("auto_map", None)  # remote code is never run
+    from transformers import AutoConfig
     try:
         return AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - config classes raise many types; all mean "bad input"
@@ -110,6 +111,7 @@ def _config_problem(exc: Exception) -> str:
 def layer_specs(config) -> tuple[LayerSpec, ...]:
     """One LayerSpec per decoder layer, from a transformers config (the text config of multimodal ones)."""
     text = config.get_text_config(decoder=True)
+    from transformers.cache_utils import get_layer_types_and_kwargs
     types, kwargs = get_layer_types_and_kwargs(text)  # what DynamicCache(config=...) builds from
     layer_configs = list(getattr(text, "per_layer_config", None) or [text] * len(types))
     shared = _shared_sources(text, types)

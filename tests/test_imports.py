@@ -1,5 +1,7 @@
 """Import direction: pure modules stay free of torch and streamlit; only ui/panels (and the page benchmark) touch streamlit."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,29 @@ def test_vllm_reader_needs_neither_torch_nor_vllm_and_only_its_panels_touch_stre
     assert ("streamlit" in roots) <= (path.stem == "panels")
     allowed = VLLM_PANELS_OK if path.stem == "panels" else VLLM_KVVIZ_OK
     assert kvviz_modules(path) <= allowed, kvviz_modules(path) - allowed
+
+
+def modules_loaded_by(name: str) -> set[str]:
+    """The heavy roots importing kvviz.<name> pulls in, followed through every import (a fresh
+    interpreter, so what the test process already loaded does not hide anything)."""
+    code = (f"import sys, kvviz.{name}; "
+            "print(','.join(sorted({'torch', 'transformers', 'streamlit'} & set(sys.modules))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=KVVIZ.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {m for m in done.stdout.strip().split(",") if m}
+
+
+@pytest.mark.parametrize("name", [n for n in PURE if (KVVIZ / f"{n}.py").exists()])
+def test_pure_modules_stay_pure_through_every_import(name):
+    """Not only their own import lines: nothing they import may pull in torch, transformers or
+    Streamlit either (a view that loads torch costs 6-10 s and ties the page to the engine)."""
+    assert modules_loaded_by(name) == set()
+
+
+def test_ruff_finds_no_bugs():
+    """The lint of pyproject's [tool.ruff] (syntax errors, undefined names, unused imports)."""
+    ruff = Path(sys.executable).with_name("ruff")
+    done = subprocess.run([str(ruff), "check", "kvviz", "app_pages", "tests", "app.py", "scripts"],
+                          capture_output=True, text=True, timeout=120, cwd=KVVIZ.parent)
+    assert done.returncode == 0, done.stdout[-3000:]
