@@ -54,8 +54,11 @@ if not urls:
 @st.fragment(run_every=every_s if live else None)
 def live_panels() -> None:
     watches = [panels.watch_for(url) for url in urls]
+    ended = panels.demo_ended()
+    if ended:  # the demo's server is gone on purpose: say so, stop retrying
+        st.success(panels.DEMO_ENDED, icon=":material/check_circle:")
     for watch in watches:
-        panels.show_status(watch)
+        watch.stop() if ended else panels.show_status(watch)
     states, meta, notes = panels.snapshot(watches)
     panels.show_engines(states, panels.text_fns(meta), "live")
     panels.show_notes(notes)

@@ -6,7 +6,9 @@ its `EngineState`; every label says whether a number comes from events, metrics,
 from __future__ import annotations
 
 import copy
+import os
 import time
+from pathlib import Path
 
 import streamlit as st
 
@@ -37,6 +39,20 @@ def snapshot(watches: list[EngineWatch]):
             meta["servers"].update(copy.deepcopy(watch.recording.meta.get("servers", {})))
             notes.extend(watch.recording.notes[-20:])
     return states, meta, sorted(notes, key=lambda n: n.t_s)
+
+
+DEMO_ENDED = ("The vLLM demo has ended: `make vllm-demo` stopped its load first, then its server. "
+              "The picture below is the last one seen; download the watch to replay it.")
+
+
+def demo_ended(env: dict | None = None) -> bool:
+    """True once `make vllm-demo` has ended its demo: the state file it names in
+    KVVIZ_DEMO_STATE reads "ended" (it writes that after stopping the load, then the server)."""
+    path = (os.environ if env is None else env).get("KVVIZ_DEMO_STATE", "")
+    try:
+        return bool(path) and Path(path).read_text().startswith("ended")
+    except OSError:
+        return False
 
 
 def show_status(watch: EngineWatch) -> None:
