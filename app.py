@@ -1,9 +1,13 @@
 """kvviz: a Streamlit dashboard of a language model's KV cache. Run: `make run`."""
+from pathlib import Path
+
 import streamlit as st
 
 from kvviz import ui
 
-st.set_page_config(page_title="kvviz", page_icon=":material/memory:", layout="wide",
+# A local file: a ":material/...:" page icon makes the browser fetch the favicon from fonts.gstatic.com.
+FAVICON = Path(__file__).resolve().parent / "assets" / "favicon.png"
+st.set_page_config(page_title="kvviz", page_icon=FAVICON, layout="wide",
                    initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
 ui.configure_server()
 ui.presenter_style()

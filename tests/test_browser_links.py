@@ -1,0 +1,117 @@
+"""What a visitor's browser meets off the default path (real `streamlit run` + Chromium, tiny model):
+
+* a Sweep grid (3 prompt lengths × 2 batch sizes) shared by the page's link and reopened in a fresh
+  browser context shows the whole grid, and a sweep run from it measures all six points;
+* no page load requests anything from a host other than the app's (favicon, fonts, icons);
+* Replay in presenter mode fits the screen at 1280 x 720 and 1920 x 1080: its headline figures,
+  both texts and the cache map start above the fold.
+
+Uses Debian's /usr/bin/chromium; without it the module skips, except under CI (env CI set).
+"""
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+from browser_kit import ARTIFACTS, require_chromium, served_app
+
+from kvviz import links
+from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PORTS = range(8661, 8670)
+LOAD_MS = 240_000
+RUN_MS = 300_000
+GRID = {"sweep_prompts": ["32", "64", "128"], "sweep_batches": ["1", "2"]}
+PAGES = ["/", "/replay", "/sweep", "/serving", "/planner", "/engine"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tiny import save_tiny
+
+    require_chromium()
+    model_dir = save_tiny(tmp_path_factory.mktemp("tiny-llama-links"))
+    yield from served_app("links-streamlit.log", {"KVVIZ_MODEL": str(model_dir)}, PORTS)
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def fresh_page(browser, width: int = 1600, height: int = 1000):
+    return browser.new_context(viewport={"width": width, "height": height}).new_page()
+
+
+def settle(page, ready: str = "h1", timeout_ms: int = LOAD_MS) -> None:
+    page.wait_for_selector(ready, timeout=timeout_ms)
+    page.wait_for_timeout(1000)
+    page.wait_for_selector(IDLE, timeout=timeout_ms)
+    page.wait_for_timeout(1000)
+
+
+def chips(page, label: str) -> list[str]:
+    box = page.get_by_test_id("stMultiSelect").filter(has_text=label)
+    return box.locator(".react-aria-ComboBox [data-tag]").evaluate_all("els => els.map(e => e.ariaLabel)")
+
+
+def share_link(page) -> str:
+    return page.get_by_test_id("stSidebar").get_by_test_id("stCode").last.inner_text().strip()
+
+
+def test_a_sweep_grid_link_reopens_as_the_whole_grid(server, browser):
+    first = fresh_page(browser)
+    try:
+        first.goto(f"{server}/sweep?{links.encode([(k, v) for k, vs in GRID.items() for v in vs])}")
+        settle(first)
+        link = share_link(first)
+    finally:
+        first.context.close()
+    pairs = links.decode(urlsplit(link).query)
+    assert sorted((v for k, v in pairs if k == "sweep_prompts"), key=int) == GRID["sweep_prompts"], link
+    page = fresh_page(browser)  # a fresh context: no cookie, no session, only the link
+    try:
+        page.goto(link)
+        settle(page)
+        assert sorted(chips(page, "Prompt lengths"), key=int) == GRID["sweep_prompts"]
+        assert chips(page, "Batch sizes") == GRID["sweep_batches"]
+        page.get_by_role("button", name="Run sweep", exact=True).click()
+        page.wait_for_timeout(1000)
+        page.wait_for_selector(IDLE, timeout=RUN_MS)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(ARTIFACTS / "link-sweep-grid.png"), full_page=True)
+        table = page.get_by_test_id("stDataFrame").first.locator("[aria-rowcount]").first
+        assert int(table.get_attribute("aria-rowcount")) - 1 == 6  # header row + one row per point
+    finally:
+        page.context.close()
+
+
+def test_no_page_load_reaches_another_host(server, browser):
+    own = urlsplit(server).netloc
+    elsewhere = {}
+    for path in PAGES:
+        page = fresh_page(browser)
+        seen = []
+        page.on("request", lambda r: seen.append(r.url))
+        try:
+            page.goto(f"{server}{path}")
+            settle(page)
+            others = [u for u in seen if urlsplit(u).scheme in ("http", "https", "ws", "wss")
+                      and urlsplit(u).netloc != own]
+            if others:
+                elsewhere[path] = others
+            assert seen, path  # the listener saw the page's own requests
+            icon = page.locator("link[rel*=icon]").first.get_attribute("href")
+            assert icon and urlsplit(icon).netloc in ("", own), icon
+        finally:
+            page.context.close()
+    assert not elsewhere, elsewhere
