@@ -26,6 +26,8 @@ far below that.)
 """
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
 
@@ -47,6 +49,20 @@ def bytes_expr(value: str) -> str:
     for size, unit in reversed(BYTE_UNITS[:-1]):
         expr = f"{value} >= {size} ? format({value} / {size}, '.3~r') + ' {unit}' : {expr}"
     return expr
+
+
+def power_of_two_ticks(values, max_ticks: int = 7) -> list[int]:
+    """Round byte ticks for a log axis: powers of two (…, 512 KiB, 1 MiB, 2 MiB, …) spanning
+    `values` (positive numbers; others ignored), every second or fourth power when more than
+    `max_ticks` would crowd the axis. Vega's own log ticks are powers of ten: 977 KiB, 4.77 MiB."""
+    positive = [float(v) for v in values if pd.notna(v) and float(v) > 0]
+    if not positive:
+        return []
+    lo, hi = int(math.floor(math.log2(min(positive)))), int(math.ceil(math.log2(max(positive))))
+    step = 1
+    while len(range(lo - lo % step, hi + step, step)) > max_ticks:
+        step *= 2
+    return [2 ** k for k in range(lo - lo % step, hi + step, step)]
 
 
 def with_data(chart: alt.TopLevelMixin, df: pd.DataFrame) -> alt.TopLevelMixin:

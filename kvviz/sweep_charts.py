@@ -11,7 +11,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvviz.charts import MODE_COLORS, STATE_COLORS, _rules, bytes_expr
+from kvviz.charts import MODE_COLORS, STATE_COLORS, _rules, bytes_expr, power_of_two_ticks
 
 FORMULA_SERIES = "formula: 2 × layers × kv_heads × head_dim × tokens × batch × bytes"
 OOM_COLOR = MODE_COLORS["recompute"]  # the palette's red
@@ -63,8 +63,11 @@ def cache_bytes_chart(df: pd.DataFrame, budget_bytes: int | None = None) -> alt.
     with `budget_bytes`, a rule where the cache must fit on the device (the predicted boundary).
     Log-log axes: a cache linear in tokens is a straight line.
     """
-    y = alt.Y("bytes:Q", title="KV cache after prefill", scale=alt.Scale(type="log"),
-              axis=alt.Axis(labelExpr=bytes_expr("datum.value"), tickCount=6))
+    shown = [*df.get("prefill_kv_bytes", []), *df.get("prefill_formula_bytes", []), budget_bytes or 0]
+    ticks = power_of_two_ticks(shown)  # 1, 2, 4, 8 MiB: never Vega's 977 KiB / 4.77 MiB
+    y = alt.Y("bytes:Q", title="KV cache after prefill",
+              scale=alt.Scale(type="log", base=2, **({"domain": [ticks[0], ticks[-1]]} if ticks else {})),
+              axis=alt.Axis(labelExpr=bytes_expr("datum.value"), **({"values": ticks} if ticks else {})))
     formula = alt.Chart().transform_calculate(
         bytes="datum.prefill_formula_bytes", source=f"'{FORMULA_SERIES}'",
     ).mark_line(strokeWidth=1.5).encode(

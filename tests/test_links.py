@@ -47,3 +47,21 @@ def test_reading_a_prompt_from_a_link_is_capped():
 
 def test_no_parameters_gives_the_bare_url():
     assert links.share_url("http://h/live", Params()) == "http://h/live"
+
+
+def test_sweep_cache_axis_ticks_are_round_byte_values():
+    """Powers of two bytes (1, 2, 4, 8 MiB), never 977 KiB / 4.77 MiB / 8.58 MiB."""
+    import pandas as pd
+
+    from kvviz import charts, sweep_charts
+
+    assert charts.power_of_two_ticks([1_000_000, 9_000_000]) == [2**19, 2**20, 2**21, 2**22, 2**23, 2**24]
+    assert charts.power_of_two_ticks([0, None, float("nan")]) == []
+    wide = charts.power_of_two_ticks([1_000, 10**10])
+    assert len(wide) <= 7 and wide[0] <= 1_000 and wide[-1] >= 10**10
+    assert all(t & (t - 1) == 0 for t in wide)  # each a power of two
+    df = pd.DataFrame({"prompt_tokens": [64, 256], "batch": [1, 2], "status": ["ok", "ok"],
+                       "prefill_kv_bytes": [1_474_560, 11_796_480], "prefill_formula_bytes": [1_474_560, 11_796_480]})
+    spec = sweep_charts.cache_bytes_chart(df).to_dict()
+    y = next(layer["encoding"]["y"] for layer in spec["layer"] if "y" in layer.get("encoding", {}))
+    assert y["axis"]["values"] == [2**20, 2**21, 2**22, 2**23, 2**24] and y["scale"]["base"] == 2
