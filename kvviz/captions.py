@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from kvviz import capacity, race
 from kvviz.events import StepEvent
+from kvviz.trace import percentile
 from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
 
 
@@ -14,7 +15,8 @@ def headline(meta: dict, sums: dict, last: StepEvent,
     a redrawn result), shown beside the compute-only rate so that neither is read as the other.
     """
     c = sums["modes"].get("cached", {})
-    speedup = sums["recompute_speedup"]
+    same_steps = sums["speedup_steps"]
+    speedup = sums["recompute_speedup"] if same_steps >= race.MIN_FIT_STEPS else None
     return [
         ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
         cache_figure(last),
@@ -33,8 +35,9 @@ def headline(meta: dict, sums: dict, last: StepEvent,
          "received them: compute plus the page's own drawing and whatever else the machine ran. "
          "Shown for runs made here, not for replays"),
         ("Recompute ÷ cached (same steps)", fmt_ratio(speedup),
-         f"measured: recompute time / cached time over the first {steps(sums['speedup_steps'])} that "
-         "both runs made. The race caption's figure extrapolates the no-cache run to every token "
+         f"measured: recompute time / cached time over the first {steps(same_steps)} that "
+         f"both runs made (shown from {race.MIN_FIT_STEPS} steps on: before, both are mostly the same "
+         "prefill). The race caption's figure extrapolates the no-cache run to every token "
          "of the cached run, so it is larger"),
     ]
 
@@ -116,14 +119,19 @@ def blocks_caption(meta: dict, last: StepEvent) -> str:
 
 def timings_caption(meta: dict, cached: list[StepEvent]) -> str:
     prefill = cached[0]
-    decode = sorted(e.step_ms for e in cached[1:])
+    decode = [e.step_ms for e in cached[1:]]
     text = f"The prefill read {meta['prompt_tokens']} prompt tokens in {fmt_ms(prefill.step_ms)}"
     if decode:
-        median = decode[len(decode) // 2]
+        median = median_decode_ms(cached)
         text += (f"; each decode step feeds one new token and reads the cache: median "
-                 f"{fmt_ms(median)}, slowest {fmt_ms(decode[-1])}. "
+                 f"{fmt_ms(median)}, slowest {fmt_ms(max(decode))}. "
                  f"{bandwidth_sentence(meta, cached[-1].kv_bytes, median)}")
     return text + " The heatmap shows each layer's share of every step."
+
+
+def median_decode_ms(events: list[StepEvent]) -> float | None:
+    """The median decode step: the one figure the headline and the timings caption both show."""
+    return percentile([e.step_ms for e in events if e.phase == "decode"], 50)
 
 
 def bandwidth_sentence(meta: dict, cache_bytes: int, step_ms: float) -> str:
@@ -157,16 +165,19 @@ def tokens(n: int) -> str:
     return f"{n} token" if n == 1 else f"{n} tokens"
 
 
-def race_captions(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> dict[str, str]:
-    return {"race": race_caption(cached, recompute, final), "positions": positions_caption(cached, recompute)}
+def fmt_duration(ms: float) -> str:
+    """A duration for people: 850 ms, 12.5 s, 43 min, 1.2 h."""
+    if ms < 60_000:
+        return fmt_ms(ms)
+    if ms < 3_600_000:
+        return f"{ms / 60_000:.0f} min" if ms >= 600_000 else f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:.1f} h"
 
 
-def positions_caption(cached: list[StepEvent], recompute: list[StepEvent]) -> str:
-    n = len(recompute)
-    pos_c, pos_r = sum(e.positions for e in cached[:n]), sum(e.positions for e in recompute)
-    return (f"For the same {tokens(n)}, the run without a cache pushed {pos_r:,} token positions "
-            f"through the model and the cached run {pos_c:,}: every step without a cache re-reads "
-            f"the whole text, so its work grows with the square of the length.")
+def estimate_text(est: race.RaceEstimate) -> str:
+    if est.is_range:
+        return f"between ≈ {fmt_duration(est.low_ms)} and {fmt_duration(est.high_ms)}"
+    return f"≈ {fmt_duration(est.low_ms)}"
 
 
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
@@ -177,11 +188,14 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
             f"with it: {tokens(len(cached))} in {fmt_ms(cached_ms)}.")
     if not final or len(recompute) >= len(cached):
         return text
-    estimate = race.extrapolate_total_ms(recompute, [e.seq_len - 1 for e in cached])
-    if estimate:
-        text += (f" Finishing all {len(cached)} tokens without a cache would take ≈ {fmt_ms(estimate)} "
-                 f"(extrapolated from {len(recompute)} measured steps): "
-                 f"{fmt_ratio(estimate / cached_ms)} the cached time for the whole run. The headline's "
-                 f"Recompute ÷ cached (same steps) compares only the {steps(len(recompute))} both runs made, "
-                 f"where the gap is still small.")
+    est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
+    if est is None or not any(e.phase == "decode" for e in recompute):
+        return text
+    ratio = (est.low_ms + est.high_ms) / 2 / cached_ms
+    text += (f" Finishing all {len(cached)} tokens without a cache would take {estimate_text(est)} "
+             f"(modelled: each step costs a fixed time plus a share per position it reads, fitted to "
+             f"both runs' {len(cached) + len(recompute)} measured steps, {len(recompute)} of them "
+             f"without a cache): ≈ {fmt_ratio(ratio)} the cached time for the whole run. The headline's "
+             f"Recompute ÷ cached (same steps) compares only the {steps(len(recompute))} both runs made, "
+             f"where the gap is still small.")
     return text

@@ -40,8 +40,8 @@ def test_achieved_bandwidth_is_bytes_over_time():
 def test_race_caption_extrapolates_only_when_final_and_behind():
     cached = [event(i, 32 + i, 10.0) for i in range(6)]
     recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
-    assert "extrapolated" not in captions.race_caption(cached, recompute, final=False)
-    assert "extrapolated from 3 measured steps" in captions.race_caption(cached, recompute, final=True)
+    assert "modelled" not in captions.race_caption(cached, recompute, final=False)
+    assert "9 measured steps, 3 of them without a cache" in captions.race_caption(cached, recompute, final=True)
 
 
 def test_headline_names_what_each_rate_times_and_shows_the_wall_clock_beside_it():
@@ -74,3 +74,35 @@ def test_contiguous_reservation_is_labelled_computed():
     last = event(2, 34, 10.0)
     assert "(computed, not allocated)" in captions.blocks_caption(META, last)
     assert "for 95 tokens (computed) holds" in captions.total_caption(META, last)
+
+
+def test_durations_read_in_human_units():
+    assert [captions.fmt_duration(ms) for ms in (850, 12_500, 150_000, 2_600_000, 12_513_850)] == [
+        "850 ms", "12.50 s", "2.5 min", "43 min", "3.5 h"]
+
+
+def test_the_ratio_waits_for_three_shared_steps():
+    from kvviz.trace import Trace, summary
+    cached = [event(i, 32 + i, 100.0 if i == 0 else 50.0) for i in range(5)]
+    for shared, shown in ((1, False), (2, False), (3, True)):
+        recompute = [event(i, 32 + i, 60.0, "recompute", blocks=False) for i in range(shared)]
+        figures = {label: value for label, value, _ in
+                   captions.headline(META, summary(Trace(META, cached + recompute)), cached[-1])}
+        assert (figures["Recompute ÷ cached (same steps)"] != "–") is shown
+
+
+def test_few_recompute_steps_give_a_range_in_minutes():
+    cached = [event(i, 32 + i, 300.0 if i == 0 else 75.0) for i in range(160)]
+    recompute = [event(0, 32, 300.0, "recompute", blocks=False), event(1, 33, 330.0, "recompute", blocks=False)]
+    text = captions.race_caption(cached, recompute, final=True)
+    assert "between ≈ " in text and " min" in text
+
+
+def test_caption_and_headline_share_one_median():
+    from kvviz.trace import Trace, summary
+    cached = [event(0, 32, 100.0)] + [event(i, 32 + i, ms) for i, ms in enumerate([10.0, 40.0, 20.0, 30.0], 1)]
+    median = captions.median_decode_ms(cached)
+    assert median == 25.0  # the even count's midpoint, not the upper middle (30 ms)
+    figures = {label: value for label, value, _ in captions.headline(META, summary(Trace(META, cached)), cached[-1])}
+    assert figures["Decode step (median)"] == "25.0 ms"
+    assert "median 25.0 ms" in captions.timings_caption(META, cached)
