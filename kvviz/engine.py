@@ -365,8 +365,13 @@ def measure_cache(cache, plan: RunPlan, forward_ms: list[float]) -> Measured:
 
 
 def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
-             should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
-    """Yield one StepEvent per forward pass until max_new_tokens, EOS everywhere, or should_stop()."""
+             should_stop: Callable[[], bool] | None = None,
+             inspect: Callable[[object], None] | None = None) -> Iterator[StepEvent]:
+    """Yield one StepEvent per forward pass until max_new_tokens, EOS everywhere, or should_stop().
+
+    `inspect`, if given, is called with the live cache object (None in recompute mode) after each
+    step, before its event is yielded: tests walk it to count storage independently of the probe.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}: use one of {MODES}")
     plan = plan_run(lm, cfg)
@@ -388,6 +393,8 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
             tokens, texts = append_tokens(batch, next_ids, lm.tokenizer, eos,
                                           last=step == cfg.max_new_tokens - 1)
             m = measure_cache(cache, plan, timer.take_ms())
+            if inspect is not None:
+                inspect(cache)
             blocks = None
             if cache is not None:
                 static = m.kv_bytes if probe.is_static(cache) else None
