@@ -106,3 +106,10 @@ def test_caption_and_headline_share_one_median():
     figures = {label: value for label, value, _ in captions.headline(META, summary(Trace(META, cached)), cached[-1])}
     assert figures["Decode step (median)"] == "25.0 ms"
     assert "median 25.0 ms" in captions.timings_caption(META, cached)
+
+
+def test_race_captions_name_both_race_panels():
+    cached = [event(i, 32 + i, 10.0) for i in range(6)]
+    recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
+    texts = captions.race_captions(cached, recompute, final=True)
+    assert set(texts) == {"race", "positions"} and "token positions" in texts["positions"]
