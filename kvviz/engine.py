@@ -109,15 +109,48 @@ def forward(model, ids, mask, positions, cache) -> torch.Tensor:
     return out.logits[:, -1, :]
 
 
+def generation_inputs(model, batch: Batch, cache, first: bool) -> dict | None:
+    """The forward's inputs as the model's own generation prepares them
+    (`prepare_inputs_for_generation`): e.g. Mamba drops the attention mask on decode steps.
+    None when the model's preparation fails (then kvviz's plain inputs are used)."""
+    prepare = getattr(model, "prepare_inputs_for_generation", None)
+    if prepare is None:
+        return None
+    try:
+        inputs = prepare(batch.ids, next_sequence_length=None if first else 1, cache=cache,
+                         attention_mask=batch.mask, position_ids=position_ids(batch.mask),
+                         use_cache=True, is_first_iteration=first)
+    except Exception:  # noqa: BLE001 - a model's own preparation; fall back to plain inputs
+        return None
+    inputs = dict(inputs)
+    inputs.pop("cache_position", None)
+    inputs.setdefault("use_cache", True)
+    return inputs
+
+
+def forward_prepared(model, batch: Batch, cache, first: bool) -> torch.Tensor:
+    """A cached step with the inputs `model.generate` would pass."""
+    inputs = generation_inputs(model, batch, cache, first)
+    if inputs is None:
+        ids = batch.ids if first else batch.ids[:, -1:]
+        positions = position_ids(batch.mask) if first else position_ids(batch.mask)[:, -1:]
+        return forward(model, ids, batch.mask, positions, cache)
+    with torch.inference_mode():
+        try:
+            out = model(**inputs, logits_to_keep=1)
+        except TypeError:  # a forward without logits_to_keep
+            out = model(**inputs)
+    return out.logits[:, -1, :]
+
+
 def prefill(model, batch: Batch, cache) -> torch.Tensor:
     """Run the whole prompt once, filling the cache."""
-    return forward(model, batch.ids, batch.mask, position_ids(batch.mask), cache)
+    return forward_prepared(model, batch, cache, first=True)
 
 
 def decode_step(model, batch: Batch, cache) -> torch.Tensor:
     """Feed only the newest token of each sequence; the cache supplies the rest."""
-    positions = position_ids(batch.mask)[:, -1:]
-    return forward(model, batch.ids[:, -1:], batch.mask, positions, cache)
+    return forward_prepared(model, batch, cache, first=False)
 
 
 def recompute_step(model, batch: Batch) -> torch.Tensor:
