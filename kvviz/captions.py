@@ -32,7 +32,8 @@ def headline(meta: dict, sums: dict, last: StepEvent,
                    "included; shown from the first decode step on): the model's speed alone"),
         ("Tokens/s (wall clock)", f"{wall_tokens_per_s:.1f}" if wall_tokens_per_s else "–",
          "tokens × batch / wall-clock seconds from the first token to the latest, as this page "
-         "received them: compute plus the page's own drawing and whatever else the machine ran. "
+         "received them: its own compute, plus, with the race on, the turns the no-cache run takes "
+         "on the same device (most of the gap then), the page's drawing and whatever else the machine ran. "
          "Shown for runs made here, not for replays"),
         ("Recompute ÷ cached (same steps)", fmt_ratio(speedup),
          f"measured: recompute time / cached time over the first {steps(same_steps)} that "

@@ -5,21 +5,23 @@ spec is built once per run and only its data is swapped (kvviz.charts.spec_with_
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
-from kvviz import cache_map_panel, captions, charts, engine, frames, live_charts, race, report, ui
+from kvviz import cache_map_panel, captions, charts, engine, live_charts, race, report, sweep, ui
+from kvviz.live_pump import Pump, Running
 from kvviz.trace import Trace, summary
 from kvviz.units import fmt_bytes
 
 LOG = logging.getLogger("kvviz")
 CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
+TICK_S = 0.25  # the page redraws at least this often during a run (a long step's progress)
+FRAME_S = 0.1  # and at most ten times a second: tokens arriving faster are drawn together
+WAIT_SHOWN_S = 1.0  # a forward pass running longer than this gets a progress line
 REDRAW_SHARE = 0.25  # at most this share of a run's wall clock goes to redrawing figures
 TOKEN_MARK = "│"
 HEIGHTS = {"layers": 260, "total": 260, "reservation": 130, "steps": 240, "layer_times": 200,
@@ -63,14 +65,18 @@ class LiveView:
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
         self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
         self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
+        self.waiting: dict[str, bool] = {}  # mode -> its wait line is shown (show_wait)
+        self.work = None  # sweep.ModelWork of the model, for the modelled time left (run_live)
         if right is not None:
             self.race_slot = titled_box(right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
+            self.race_wait_slot = right.empty()
             self.parity_slot = right.empty()
             self.race_note_slot = right.empty()
         self.cache_map = cache_map_panel.CacheMapPanel(map_area.container(border=True, key="cache-map-panel"),
                                                       meta, ui.chart_font_scale())
         self.max_new_tokens = max_new_tokens
+        self.scrubbing = False  # replay: the scrubber, not the run's end, set where it stands
         self.specs: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
         self.figure_updates = 0
@@ -82,15 +88,26 @@ class LiveView:
         if self.race_on:
             self.race_slot.code(" ", language=None)
 
-    @contextmanager
-    def prefilling(self):
-        """Say what happens while the whole prompt goes through the model in one forward pass."""
-        n, batch = self.meta["prompt_tokens"], self.meta["batch"]
-        with self.note_slot.container(), st.spinner(
-                f"Prefilling {n:,} prompt tokens{f' × batch {batch}' if batch > 1 else ''}: one forward "
-                "pass over the whole prompt; the first token appears when it ends.", show_time=True):
-            yield
-        self.note_slot.empty()
+    def show_wait(self, running: Running | None, trace: Trace, seconds_per_flop: float | None) -> None:
+        """A forward pass that takes a while gets a line with its elapsed and modelled time left."""
+        slots = {"cached": self.note_slot, "recompute": getattr(self, "race_wait_slot", None)}
+        for mode, slot in slots.items():
+            if slot is None:
+                continue
+            if running is None or running.mode != mode or running.elapsed_s() < WAIT_SHOWN_S:
+                if self.waiting.pop(mode, None):
+                    slot.empty()
+                continue
+            self.waiting[mode] = True
+            positions = self.meta["prompt_tokens"] + (running.step if mode == "recompute" else 0)
+            total_s = (seconds_per_flop * self.work.prefill_flops(positions, self.meta["batch"])
+                       if seconds_per_flop and self.work is not None else None)
+            line = wait_line(mode, running, positions, self.meta["batch"], total_s)
+            fraction = min(running.elapsed_s() / total_s, 0.99) if total_s else None
+            if fraction is None:
+                slot.caption(line)
+            else:
+                slot.progress(fraction, text=line)
 
     def update(self, trace: Trace, final: bool = False) -> None:
         cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
@@ -98,10 +115,16 @@ class LiveView:
         if self.race_on:
             self.race_slot.code(text_of(recompute, self.show_tokens) or " ", language=None, wrap_lines=True)
             if final:
-                self.race_note_slot.caption(race_stop_note(cached, recompute))
+                self.race_note_slot.caption(race_stop_note(cached, recompute, run_ended(cached, self.max_new_tokens),
+                                                           self.scrubbing))
         now = time.monotonic()
         if self.measure_wall and len(cached) > len(self.arrivals):
-            self.arrivals.append(now)
+            self.arrivals += [now] * (len(cached) - len(self.arrivals))
+        if cached:  # the figures go with the text: never "1 × 1" beside a box of words
+            self.draw_metrics(summary(trace), cached[-1])
+            if self.race_on:
+                same, line = captions.parity(cached, recompute, final)
+                (self.parity_slot.success if same else self.parity_slot.warning)(line)
         if cached and (final or now - self.last_chart_t >= self.chart_gap_s):
             self.last_chart_t = now
             self.draw_figures(trace, cached, recompute, final)
@@ -121,7 +144,6 @@ class LiveView:
 
     def draw_figures(self, trace: Trace, cached, recompute, final: bool) -> None:
         self.figure_updates += 1
-        self.draw_metrics(summary(trace), cached[-1])
         if self.figure_updates == 1 or final:
             self.draw_notes(cached[-1])
         data = live_charts.chart_data(self.meta, cached, recompute)
@@ -133,8 +155,6 @@ class LiveView:
         self.cache_map.draw(cached, final)
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
-            same, line = captions.parity(cached, recompute, final)
-            (self.parity_slot.success if same else self.parity_slot.warning)(line)
             texts |= captions.race_captions(cached, recompute, final)
         for name, text in texts.items():
             self.slots[f"{name}_caption"].caption(text)
@@ -182,12 +202,22 @@ def text_areas(race_on: bool, presenting: bool):
     return left, right, st.container()
 
 
-def race_stop_note(cached, recompute) -> str:
-    """Why the no-cache text ends where it does (mid-word, often) once a run is over."""
-    if len(recompute) >= len(cached):
+def run_ended(cached, max_new_tokens: int) -> bool:
+    """The cached run reached its token budget or EOS in every sequence (not a Stop or a limit)."""
+    return bool(cached) and (len(cached) >= max_new_tokens or all(cached[-1].finished))
+
+
+def race_stop_note(cached, recompute, ended: bool = True, scrubbing: bool = False) -> str:
+    """Why the no-cache text ends where it does (mid-word, often): the run ended, was stopped,
+    or a replay's scrubber stands at this step."""
+    if len(recompute) >= len(cached) and ended:
         return f"Finished: all {captions.tokens(len(cached))} recomputed."
-    return (f"Stopped when the cached run finished, after {len(recompute)} of "
-            f"{captions.tokens(len(cached))} (both runs get the same time).")
+    so_far = f"{len(recompute)} of {captions.tokens(len(cached))}"
+    if scrubbing:
+        return f"At this step of the replay the run without a cache had written {so_far} (both runs get the same time)."
+    if not ended:
+        return f"Stopped before the end: the run without a cache had written {so_far} (both runs get the same time)."
+    return f"Stopped when the cached run finished, after {so_far} (both runs get the same time)."
 
 
 PRELOAD_DESCRIPTION = "kvviz: preloads the chart code"
@@ -282,42 +312,86 @@ def run_live(lm, cfg, opts, status) -> None:
     view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], meta, cfg.max_new_tokens, opts.race,
                            opts.show_tokens)
     view.clear()
-    view.measure_wall = True
+    view.measure_wall, view.work = True, sweep.model_work(lm)
+    pace_key = f"seconds_per_flop:{lm.name}"
     with ui.device_turn(status):
         deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
         out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
+        pump = Pump()
         cached = engine.generate(lm, cfg, "cached", should_stop=out_of_time)
         short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
         recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
         try:
-            drive(race.interleave(cached, recompute), trace, view, opts.pace)
+            pump.start(race.interleave(pump.tracked(cached, "cached"),
+                                       pump.tracked(recompute, "recompute") if recompute is not None else None))
+            drive(pump, trace, view, opts.pace, st.session_state.get(pace_key))
         except Exception as exc:  # e.g. out of memory: say so, keep what was produced
             status.error(failure_message(exc, rules.enabled))
         finally:
+            pump.stop()  # the worker ends after its step in progress: then the generators are free
             cached.close()
             if recompute is not None:
                 recompute.close()
             engine.free_device_memory(lm.device)
+            view.show_wait(None, trace, None)
         if out_of_time():
             status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
     st.session_state["run_done"] = True
+    fitted = seconds_per_flop(trace.events, view.work)
+    if fitted:
+        st.session_state[pace_key] = fitted
     if trace.events:
         view.update(trace, final=True)
         st.session_state["wall_tokens_per_s"] = view.wall_tokens_per_s()
         downloads(trace)
 
 
-def drive(events, trace: Trace, view: LiveView, pace: float) -> None:
-    events = iter(events)
-    with view.prefilling():
-        first = next(events, None)
-    if first is None:
-        return
-    for event in itertools.chain([first], events):
-        trace.append(event)
-        view.update(trace)
-        if event.mode == "cached":
-            ui.pace_delay(event.step_ms, pace)
+def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flop: float | None) -> None:
+    """Draw the run from the worker's latest events at a fixed rate, and any long wait's progress."""
+    per_flop = known_s_per_flop
+    while not pump.done():
+        started = time.monotonic()
+        arrived = pump.take(TICK_S)
+        for event in arrived:
+            trace.append(event)
+            if pace > 1.0:  # slow motion: each step drawn on its own, stretched
+                view.update(trace)
+                if event.mode == "cached":
+                    ui.pace_delay(event.step_ms, pace)
+        if arrived and pace <= 1.0:
+            view.update(trace)
+            per_flop = seconds_per_flop(trace.events, view.work) or per_flop
+        view.show_wait(pump.running, trace, per_flop)
+        rest = FRAME_S - (time.monotonic() - started)
+        if arrived and rest > 0:
+            time.sleep(rest)
+
+
+def seconds_per_flop(events, work) -> float | None:
+    """The device's pace on whole-text passes (prefills, recompute steps): seconds per
+    sweep.ModelWork flop, least squares through zero, as the Sweep's time-left model fits it."""
+    if work is None:
+        return None
+    full = [e for e in events if e.phase == "prefill" or e.mode == "recompute"]
+    flops = [work.prefill_flops(e.positions // max(len(e.token_ids), 1), len(e.token_ids)) for e in full]
+    denominator = sum(f * f for f in flops)
+    return sum(e.step_ms / 1000 * f for e, f in zip(full, flops)) / denominator if denominator else None
+
+
+def wait_line(mode: str, running: Running, positions: int, batch: int, total_s: float | None) -> str:
+    """"Prefilling 2,322 prompt tokens without a cache: 5 s so far, ≈ 11 s left (modelled …)"."""
+    of_batch = f" × batch {batch}" if batch > 1 else ""
+    if running.step == 0:
+        what = f"Prefilling {positions:,} prompt tokens{of_batch}" + (" without a cache" if mode == "recompute" else "")
+    else:
+        what = f"Step {running.step + 1} without a cache reads all {positions:,} positions again{of_batch}"
+    elapsed = running.elapsed_s()
+    text = f"{what}: {elapsed:.0f} s so far"
+    if total_s:
+        left = max(total_s - elapsed, 0.0)
+        text += (f", ≈ {captions.fmt_duration(left * 1000)} left (modelled from this device's pace on "
+                 "whole-text passes)" if left > 0 else ", longer than modelled")
+    return text + "."
 
 
 def failure_message(exc: Exception, hide_details: bool) -> str:
@@ -338,7 +412,8 @@ def show_result(trace: Trace, show_tokens: bool) -> None:
                            "recompute" in trace.modes, show_tokens)
     view.wall_rate = st.session_state.get("wall_tokens_per_s")
     view.update(trace, final=True)
-    downloads(trace)
+    if trace.events:  # a Stop during the prefill leaves nothing worth downloading
+        downloads(trace)
 
 
 def prompt_and_view(rendered: str | None, meta: dict, max_new_tokens: int, race_on: bool,
@@ -386,6 +461,7 @@ def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None 
         order = race.through_step(order, upto_step)
     view = prompt_and_view(None, trace.meta, len(trace.events_of("cached")), "recompute" in trace.modes,
                            show_tokens)
+    view.scrubbing = upto_step is not None and upto_step < len(trace.events_of("cached")) - 1
     head = len(order) if upto_step is not None else len(race.through_step(order, from_step))
     shown = Trace(trace.meta, order[:head])
     if upto_step is None:

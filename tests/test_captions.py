@@ -113,3 +113,23 @@ def test_race_captions_name_both_race_panels():
     recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
     texts = captions.race_captions(cached, recompute, final=True)
     assert set(texts) == {"race", "positions"} and "token positions" in texts["positions"]
+
+
+def test_no_cache_note_fits_a_stop_a_scrub_and_the_end():
+    from kvviz import panels
+    cached = [event(i, 32 + i, 10.0) for i in range(6)]
+    recompute = [event(i, 32 + i, 20.0, "recompute", blocks=False) for i in range(3)]
+    assert panels.run_ended(cached, 6) and not panels.run_ended(cached, 8)
+    assert panels.race_stop_note(cached, recompute, ended=True).startswith("Stopped when the cached run finished")
+    for ended, scrubbing in ((False, False), (True, True)):
+        note = panels.race_stop_note(cached, recompute, ended, scrubbing)
+        assert "cached run finished" not in note and "3 of 6 tokens" in note
+    assert panels.race_stop_note(cached, recompute + recompute, ended=True).startswith("Finished")
+
+
+def test_wall_clock_help_names_the_no_cache_runs_turns():
+    from kvviz.trace import Trace, summary
+    cached = [event(i, 32 + i, 50.0) for i in range(3)]
+    figures = {label: help_text for label, _, help_text in
+               captions.headline(META, summary(Trace(META, cached)), cached[-1], wall_tokens_per_s=9.0)}
+    assert "no-cache run takes" in figures["Tokens/s (wall clock)"]
