@@ -22,7 +22,7 @@ allowed = hosted.engine_urls()
 if rules.enabled and not allowed:
     st.info("Watching vLLM servers is off on this hosted kvviz (the host lists none in KVVIZ_ENGINE_URLS).")
     st.stop()
-url_col, live_col, every_col, stop_col = st.columns([5, 1, 2, 1.4], vertical_alignment="bottom")
+url_col, live_col, every_col, stop_col = st.columns([5, 1.5, 2, 1.6], vertical_alignment="bottom")  # "Live" uncut at 1280
 if rules.enabled:
     chosen = url_col.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted",
                                  bind="query-params")

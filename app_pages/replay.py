@@ -5,15 +5,23 @@ from kvviz import panels, ui
 from kvviz.vllm import panels as vllm_panels
 from kvviz.trace import TraceError
 
-st.title("Replay a recorded run")
-st.caption("Traces come from `kvviz record` or the Live page's download. Replaying needs no model.")
+presenting = ui.presenter_mode()
+if presenting:  # on stage: title and controls in one row, the trace choice tucked in a popover,
+    # so the figures, both texts and the cache map start above the fold at 1280 x 720
+    title_col, pick_col, speed_col, step_col, play_col = st.columns([1.4, 1.3, 2, 4, 1],
+                                                                    vertical_alignment="bottom")
+    title_col.title("Replay")
+    options = pick_col.popover("Trace", icon=":material/tune:", width="stretch", key="replay_options")
+else:
+    st.title("Replay a recorded run")
+    st.caption("Traces come from `kvviz record` or the Live page's download. Replaying needs no model.")
+    options = st.container()
 examples = ui.example_traces()
-source = st.radio("Trace", list(examples) + ["Upload a file"], horizontal=True, key="replay_source",
-                  bind="query-params")
+with options:
+    source = st.radio("Trace", list(examples) + ["Upload a file"], horizontal=not presenting,
+                      key="replay_source", bind="query-params")
+    upload = ui.trace_uploader() if source == "Upload a file" else None
 ui.share_link()
-upload = None
-if source == "Upload a file":
-    upload = ui.trace_uploader()
 try:
     watch = vllm_panels.read_watch(examples.get(source), upload)  # a vLLM watch: its own panels
     if watch is not None:
@@ -26,15 +34,17 @@ except TraceError as exc:
 if trace is None:
     st.info("Choose an example trace or upload one.")
     st.stop()
-st.caption(ui.trace_origin(trace))
-speed_col, step_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
+(options if presenting else st).caption(ui.trace_origin(trace))
+if not presenting:
+    speed_col, step_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
 with speed_col:
     speed = st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_speed", bind="query-params",
                              help="How fast the recorded steps play back: ¼× takes four times as long as the "
                                   "run did; instant draws each step without waiting")
-    slow_end, fast_end = st.columns(2)
-    slow_end.caption("◀ slower")
-    fast_end.caption("faster ▶", text_alignment="right")
+    if not presenting:  # on stage the row stays one line high
+        slow_end, fast_end = st.columns(2)
+        slow_end.caption("◀ slower")
+        fast_end.caption("faster ▶", text_alignment="right")
 steps = len(trace.events_of("cached"))
 upto = step_col.slider("Step", 1, steps, steps, key="replay_step") if steps > 1 else 1
 
@@ -48,7 +58,7 @@ def play_from_scrubber() -> None:
 
 play_col.button("Play", type="primary", key="replay_play", on_click=play_from_scrubber)
 start = st.session_state.pop("replay_from", None)
-show_tokens = st.toggle("Token boundaries", key="replay_tokens", bind="query-params")
+show_tokens = (options if presenting else st).toggle("Token boundaries", key="replay_tokens", bind="query-params")
 if start is None:
     panels.replay(trace, ui.SPEEDS[speed], show_tokens, upto_step=upto - 1)
 else:

@@ -115,3 +115,23 @@ def test_no_page_load_reaches_another_host(server, browser):
         finally:
             page.context.close()
     assert not elsewhere, elsewhere
+
+
+@pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
+def test_replay_in_presenter_mode_fits_the_screen(server, browser, width, height):
+    """The headline figures, both texts and the cache map start above the fold, as on Live."""
+    page = fresh_page(browser, width, height)
+    try:
+        page.goto(f"{server}/replay?present=1")
+        settle(page, ready="[data-testid=stMetric]")
+        page.screenshot(path=str(ARTIFACTS / f"present-replay-{width}x{height}.png"))
+        boxes = {key: page.locator(f".st-key-{key}").bounding_box()
+                 for key in ("cached-panel", "recompute-panel", "cache-map-panel")}
+        print(f"{width}x{height}", {k: (round(b["y"]), round(b["height"])) for k, b in boxes.items() if b})
+        for key, box in boxes.items():  # each panel's title and first lines on screen, no scrolling
+            seen_px = 400 if key == "cache-map-panel" else 120  # the map's legend, layers and axis
+            assert box and box["y"] >= 0 and box["y"] + min(box["height"], seen_px) <= height, (key, box)
+        assert page.get_by_test_id("stMetric").first.bounding_box()["y"] < height / 3
+        assert page.get_by_role("button", name="Play").bounding_box()["y"] < height / 4  # controls: one row
+    finally:
+        page.context.close()

@@ -82,7 +82,7 @@ def lines_chart(df: pd.DataFrame, y: str, colors: dict[str, str], y_title: str) 
         x=alt.X("t_s:Q", title="seconds since attached"),
         y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format="d", tickMinStep=1)),
         color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(colors), range=list(colors.values())),
-                        legend=alt.Legend(orient="top", columns=2, labelLimit=300)),
+                        legend=alt.Legend(orient="top", columns=1, labelLimit=0)),  # one entry a line: none cut
         tooltip=["t_s:Q", "series:N", f"{y}:Q"],
     )
 
