@@ -35,8 +35,13 @@ if lm is not None:
 if generate and lm is not None:
     panels.run_live(lm, cfg, opts, status)
 elif "trace" in st.session_state:
+    changed = panels.changed_settings(st.session_state["trace"].meta, cfg,
+                                      "recompute" in st.session_state["trace"].modes, opts.race) if not stopped else []
     if stopped and not st.session_state.get("run_done", True):
         status.info("Stopped. What was produced is kept below.")
+    elif changed:  # the names are kvviz's own labels, never user text
+        status.warning(f"Outdated: {', '.join(changed)} changed since this run; what is shown below was "
+                       "made with the earlier settings. Press **Generate** to run the new ones.")
     panels.show_result(st.session_state["trace"], opts.show_tokens)
 elif lm is not None:
     status.info("Press **Generate** to start. Pick a prompt and settings in the sidebar.")

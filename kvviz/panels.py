@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pandas as pd
 import streamlit as st
@@ -59,7 +59,10 @@ class LiveView:
         self.measure_wall = False  # run_live: time the tokens' arrival for the wall-clock rate
         self.arrivals: list[float] = []  # monotonic seconds when each cached event arrived
         self.wall_rate: float | None = None  # show_result: the rate its run measured
-        self.metric_slots = [col.empty() for col in st.columns(8)]
+        self.dim_slots = {mode: st.empty() for mode in ("cached", "recompute")}  # DIM_CSS while shown
+        self.dimmed: set[str] = set()  # runs whose panels still show the previous run
+        with st.container(key="headline-figures"):
+            self.metric_slots = [col.empty() for col in st.columns(8)]
         self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
         left, right, map_area = text_areas(race_on, ui.presenter_mode())
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
@@ -81,6 +84,26 @@ class LiveView:
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
         self.figure_updates = 0
         self.slots = chart_slots(LAYOUT + ((RACE_ROW,) if race_on else ()))
+
+    def show_previous(self, previous: Trace | None) -> bool:
+        """Draw the previous run, dimmed and labelled, where this run's panels are, so that the
+        stage keeps its shape until each panel has new data (`undim`). False when it cannot
+        (no previous run, or one of another shape)."""
+        if previous is None or not previous.events or not same_stage(previous.meta, self.meta) or (
+                self.race_on != ("recompute" in previous.modes)):
+            return False
+        self.update(previous, final=True)
+        self.specs, self.drawn, self.figure_updates, self.last_chart_t = None, {}, 0, 0.0
+        self.cache_map.draws = 0
+        self.dimmed = {"cached", "recompute"} if self.race_on else {"cached"}
+        for mode in self.dimmed:
+            self.dim_slots[mode].html(DIM_CSS[mode])  # fixed stylesheets, never user text
+        return True
+
+    def undim(self, mode: str) -> None:
+        if mode in self.dimmed:
+            self.dimmed.discard(mode)
+            self.dim_slots[mode].empty()
 
     def clear(self) -> None:
         """Blank text panels before a run's first token (the previous run's text must not linger)."""
@@ -111,8 +134,13 @@ class LiveView:
 
     def update(self, trace: Trace, final: bool = False) -> None:
         cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
-        self.text_slot.code(text_of(cached, self.show_tokens) or " ", language=None, wrap_lines=True)
-        if self.race_on:
+        if cached:
+            self.undim("cached")
+        if recompute:
+            self.undim("recompute")
+        if "cached" not in self.dimmed:
+            self.text_slot.code(text_of(cached, self.show_tokens) or " ", language=None, wrap_lines=True)
+        if self.race_on and "recompute" not in self.dimmed:
             self.race_slot.code(text_of(recompute, self.show_tokens) or " ", language=None, wrap_lines=True)
             if final:
                 self.race_note_slot.caption(race_stop_note(cached, recompute, run_ended(cached, self.max_new_tokens),
@@ -177,6 +205,25 @@ class LiveView:
             slot.metric(label, value, help=help_text)
 
 
+def same_stage(old: dict, new: dict) -> bool:
+    """Two runs' panels have the same places and sizes (the previous one can stand in)."""
+    return all(old.get(k) == new.get(k) for k in (*SPEC_FACTS, "layer_kinds", "attention"))
+
+
+PREVIOUS_LABEL = ('content: "previous run"; display: block; font-size: 0.8rem; font-weight: 600; '
+                  'color: #555; letter-spacing: 0.04em; text-transform: uppercase;')
+DIM_CSS = {  # while a panel still shows the previous run: dimmed, and labelled on its top
+    "cached": "<style>.st-key-cached-panel, .st-key-cache-map-panel, .st-key-headline-figures, "
+              ".st-key-panel-layers, .st-key-panel-total, .st-key-panel-blocks, .st-key-panel-timings "
+              "{ opacity: 0.45; } .st-key-cached-panel::before, .st-key-cache-map-panel::before, "
+              ".st-key-headline-figures::before, .st-key-panel-layers::before, .st-key-panel-total::before, "
+              ".st-key-panel-blocks::before, .st-key-panel-timings::before { " + PREVIOUS_LABEL + " }</style>",
+    "recompute": "<style>.st-key-recompute-panel, .st-key-panel-race, .st-key-panel-positions "
+                 "{ opacity: 0.45; } .st-key-recompute-panel::before, .st-key-panel-race::before, "
+                 ".st-key-panel-positions::before { " + PREVIOUS_LABEL + " }</style>",
+}
+
+
 def run_notes(meta: dict, last) -> list[str]:
     """What a reader must know to trust the figures: bytes kvviz could not measure, an attention
     implementation other than the one asked for, a state whose size the formula leaves out."""
@@ -236,12 +283,25 @@ def preload_charts() -> None:
                            height=10)
 
 
+PRESENTER_TEXT_PX = 150  # on stage a text box keeps this height and follows the newest text
+PRESENTER_TEXT_CSS = """<style>
+.st-key-cached-panel-text, .st-key-recompute-panel-text { height: 16vh !important; min-height: 16vh; }
+</style>"""  # scaled to the screen: 115 px at 720 high, 173 px at 1080
+
+
 def titled_box(column, title: str, key: str):
-    """A bordered container with a fixed title; returns the placeholder for its text."""
+    """A bordered container with a fixed title; returns the placeholder for its text.
+
+    In presenter mode the text sits in a fixed-height box that scrolls to its newest line, so a
+    long output never pushes the panels below it off the screen.
+    """
     with column:
         box = st.container(border=True, key=key)
         box.markdown(f"**{title}**")  # a constant title, never user text
-        return box.empty()
+        if not ui.presenter_mode():
+            return box.empty()
+        box.html(PRESENTER_TEXT_CSS)  # a fixed stylesheet, never user text
+        return box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text").empty()
 
 
 SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
@@ -306,12 +366,13 @@ def run_live(lm, cfg, opts, status) -> None:
     except ValueError as exc:
         status.error(f"Cannot generate: {ui.inert(exc)}")
         return
-    trace = Trace(meta, [])
+    trace, previous = Trace(meta, []), st.session_state.get("trace")
     st.session_state["trace"], st.session_state["run_done"] = trace, False
     st.session_state.pop("wall_tokens_per_s", None)  # set again when this run ends
     view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], meta, cfg.max_new_tokens, opts.race,
                            opts.show_tokens)
-    view.clear()
+    if not view.show_previous(previous):
+        view.clear()
     view.measure_wall, view.work = True, sweep.model_work(lm)
     pace_key = f"seconds_per_flop:{lm.name}"
     with ui.device_turn(status):
@@ -392,6 +453,24 @@ def wait_line(mode: str, running: Running, positions: int, batch: int, total_s: 
         text += (f", ≈ {captions.fmt_duration(left * 1000)} left (modelled from this device's pace on "
                  "whole-text passes)" if left > 0 else ", longer than modelled")
     return text + "."
+
+
+SETTING_NAMES = {"prompts": "prompt", "batch": "batch", "max_new_tokens": "new tokens", "system": "system prompt",
+                 "chat_template": "chat template", "stop_on_eos": "stop at EOS", "temperature": "temperature",
+                 "top_k": "top-k", "top_p": "top-p", "seed": "seed", "block_size": "block size",
+                 "cache_backend": "cache", "attention": "attention"}
+
+
+def changed_settings(meta: dict, cfg, ran_race: bool, race_on: bool) -> list[str]:
+    """The settings that differ between the run shown (its trace's meta) and the sidebar now."""
+    ran = meta.get("config") or {}
+    now = {k: v for k, v in asdict(cfg).items() if k != "extra"}
+    changed = [SETTING_NAMES.get(k, k) for k, v in now.items()
+               if k in ran and (list(v) if isinstance(v, tuple) else v) != (
+                   list(ran[k]) if isinstance(ran[k], (tuple, list)) else ran[k])]
+    if race_on != ran_race:
+        changed.append("no-cache race")
+    return changed
 
 
 def failure_message(exc: Exception, hide_details: bool) -> str:

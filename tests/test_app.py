@@ -222,3 +222,21 @@ def test_run_notes_say_what_the_figures_lack():
     notes = run_notes(meta, SimpleNamespace(cache_note="kvviz cannot read cache layers of class X"))
     assert notes[0].startswith("kvviz cannot read") and "eager" in notes[1] and "formula leaves" in notes[2]
     assert run_notes({"state_modelled": True}, SimpleNamespace(cache_note="")) == []
+
+
+def test_settings_changed_after_a_run_mark_the_result_outdated(at):
+    generate(at)
+    assert not any("Outdated" in w.value for w in at.warning)
+    at.slider(key="max_new").set_value(6).run()
+    assert any("Outdated: new tokens changed" in w.value for w in at.warning)
+    assert at.main.code  # the old result stays, marked
+    generate(at)
+    assert not any("Outdated" in w.value for w in at.warning)
+
+
+def test_a_second_run_draws_over_the_first_without_losing_a_panel(at):
+    generate(at)
+    first = (len(charts(at)), len(at.main.code), len(at.metric))
+    generate(at)
+    assert (len(charts(at)), len(at.main.code), len(at.metric)) == first
+    assert not [e for e in at.main.get("html") if "previous run" in str(e.proto)]  # undimmed once drawn
