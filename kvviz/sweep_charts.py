@@ -13,7 +13,7 @@ import pandas as pd
 
 from kvviz.charts import MODE_COLORS, STATE_COLORS, _rules, bytes_expr, power_of_two_ticks
 
-FORMULA_SERIES = "formula: 2 × layers × kv_heads × head_dim × tokens × batch × bytes"
+FORMULA_SERIES = "formula (the caption above)"  # short: a long label was cut at the chart edge at 1280 px
 OOM_COLOR = MODE_COLORS["recompute"]  # the palette's red
 NOT_RUN_COLOR = STATE_COLORS["free"]  # grey cells: the point has no measurement
 BATCH_SCHEME = "tableau10"

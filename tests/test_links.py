@@ -65,3 +65,11 @@ def test_sweep_cache_axis_ticks_are_round_byte_values():
     spec = sweep_charts.cache_bytes_chart(df).to_dict()
     y = next(layer["encoding"]["y"] for layer in spec["layer"] if "y" in layer.get("encoding", {}))
     assert y["axis"]["values"] == [2**20, 2**21, 2**22, 2**23, 2**24] and y["scale"]["base"] == 2
+
+
+def test_the_sweep_formula_legend_label_fits_a_half_width_chart():
+    """At 1280 px the cache chart is ≈ 300 px wide: its dashed-line legend label must be short
+    (the 64-character formula text was cut to "… × head_dim × tol")."""
+    from kvviz import sweep_charts
+
+    assert len(sweep_charts.FORMULA_SERIES) <= 30
