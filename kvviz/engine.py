@@ -18,7 +18,7 @@ import torch
 import transformers
 from transformers import DynamicCache, StaticCache
 
-from kvviz import layout, probe
+from kvviz import layout, layout_probe, probe
 from kvviz.blocks import BlockPool, cdiv
 from kvviz.config import RunConfig
 from kvviz.events import BlockStat, StepEvent
@@ -356,7 +356,24 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
                          f"one uses {attention_implementation(lm.model)}, which returns no weights")
     elem = torch.finfo(lm.dtype).bits // 8
     specs, num_layers, note = plan_layout(lm.model.config)
+    if specs:
+        specs, _ = layout_probe.measured_specs(specs, probe_reader(lm.model, batch, len(specs)), elem)
     return RunPlan(batch, specs, elem, max_len, num_layers, note)
+
+
+def probe_reader(model, batch: Batch, num_layers: int) -> Callable[[int], list]:
+    """`read_after(n)` for layout_probe: one token of the first prompt, then one more, batch 1."""
+    one = Batch(batch.ids[:1, -1:].clone(), torch.ones_like(batch.ids[:1, -1:]), 1)
+    cache = make_cache(model, "dynamic", 4)
+
+    def read_after(n: int) -> list:
+        if n == 1:
+            prefill(model, one, cache)
+        else:
+            one.ids, one.mask = one.ids.repeat(1, 2), one.mask.repeat(1, 2)
+            decode_step(model, one, cache)
+        return probe.read_cache(cache, num_layers)
+    return read_after
 
 
 def run_step(model, batch: Batch, cache, step: int) -> torch.Tensor:

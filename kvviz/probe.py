@@ -54,7 +54,9 @@ class LayerBytes:
     k_bytes: int = 0
     v_bytes: int = 0
     state_bytes: int = 0  # conv + recurrent states (linear-attention / state-space layers)
+    state_float32_bytes: int = 0  # the part of state_bytes held in float32 tensors
     tokens: int = 0  # token positions of K/V held
+    k_heads: int = 0  # heads of the keys tensor ([batch, heads, seq, dim]), 0 if not 4-D
     storages: dict[int, int] = field(default_factory=dict)  # data pointer -> storage bytes
 
 
@@ -74,6 +76,7 @@ def _read_kv(layer, out: LayerBytes) -> None:
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
     out.k_bytes, out.v_bytes = tensor_bytes(keys), tensor_bytes(values)
     out.tokens = keys.shape[-2] if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else 0
+    out.k_heads = keys.shape[1] if isinstance(keys, torch.Tensor) and keys.dim() == 4 else 0
     if isinstance(layer, StaticLayer):  # preallocated: filled up to the sequence length
         out.tokens = min(int(layer.get_seq_length()), out.tokens)
     _pin(out.storages, keys)
@@ -88,6 +91,7 @@ def _read_states(layer, out: LayerBytes) -> None:
     for states in (layer.conv_states, layer.recurrent_states):
         for t in states.values():
             out.state_bytes += tensor_bytes(t)
+            out.state_float32_bytes += tensor_bytes(t) if getattr(t, "dtype", None) == torch.float32 else 0
             _pin(out.storages, t)
 
 
@@ -125,6 +129,7 @@ def read_cache(cache, num_layers: int) -> list[LayerBytes]:
     for i, state in enumerate(getattr(cache, "linear_cache", None) or []):
         if isinstance(state, torch.Tensor) and i < num_layers:
             read[i].state_bytes += tensor_bytes(state)
+            read[i].state_float32_bytes += tensor_bytes(state) if state.dtype == torch.float32 else 0
             _pin(read[i].storages, state)
     return read
 

@@ -189,20 +189,15 @@ def storage_close(walked: int | None, probed: int | None) -> bool:
 
 # What still fails, by cause (issue 18). A type listed here must still fail; fixed ones come off.
 KNOWN_GAPS: dict[str, str] = {
-    # sizes from config field names that are not the model's: Falcon's num_kv_heads / multi_query,
-    # GPTBigCode's multi_query, per-layer-type head counts / head sizes, state in other fields
-    "falcon": "field names", "gpt_bigcode": "field names", "hy_v4": "per-layer-type sizes",
-    "mimo_v2_flash": "per-layer-type sizes", "inkling_text": "per-layer-type sizes",
-    "lara_mini": "state not modelled", "lfm3": "state not modelled", "zamba": "state not modelled",
+    # a sliding layer whose window differs from the one transformers' layer-type kwargs give
+    "hy_v4": "caps from config",
     # cache layers != decoder layers (looped layers, two attention sublayers per decoder layer)
     "hrm_text": "cache layers != decoder layers", "longcat_flash": "cache layers != decoder layers",
-    # no cache support: the cached run must fall back to recompute, labelled
-    "openai-gpt": "no cache support", "xlm": "no cache support",
+    # the model's own cache handling: CPM-Ant and XLM keep more than their decoder layers' K/V and
+    # their cached tokens differ; Dory's decode step refuses kvviz's cache
+    "cpmant": "own cache handling", "xlm": "own cache handling", "dory": "own cache handling",
     # no attention-head fields: layout raises AttributeError
     "rwkv": "no attention-head fields",
-    # the model's own cache handling: CPM-Ant keeps more than field sizes say and its cached tokens
-    # differ; Dory's decode step refuses kvviz's cache
-    "cpmant": "own cache handling", "dory": "own cache handling",
 }
 
 TYPES = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
