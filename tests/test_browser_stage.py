@@ -1,0 +1,159 @@
+"""The Live page off the default path, in a real browser: `streamlit run app.py` + Chromium.
+
+* a second run keeps the stage: no panel box drops in height while it runs, none moves far;
+* presenter mode with a 160-token output at 1280 x 720 and 1920 x 1080: both texts stay on the
+  screen (fixed-height boxes that follow the newest text);
+* a long-prompt run on the default model never stands still: the longest time without any change
+  on the page while the script runs (the "Long document" preset, ≈ 520 prompt tokens, 8 new
+  tokens: two recompute passes over the whole text; < 60 s on 2 cores).
+
+Uses Debian's /usr/bin/chromium; without it the module skips, except under CI, where it fails.
+Every wait is bounded; the servers are stopped by their pid.
+"""
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+from browser_kit import ARTIFACTS, require_chromium, served_app
+
+from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE, RUNNING
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PORTS = range(8661, 8670)
+LOAD_MS = 240_000
+RUN_MS = 300_000
+BOXES = ["cached-panel", "recompute-panel", "cache-map-panel", "panel-layers", "panel-total",
+         "panel-blocks", "panel-timings", "headline-figures"]
+BOX_RECTS = """keys => Object.fromEntries(keys.map(k => {
+  const e = document.querySelector('.st-key-' + k);
+  if (!e) return [k, null];
+  const r = e.getBoundingClientRect();
+  return [k, [Math.round(r.top + window.scrollY), Math.round(r.height)]];
+}))"""
+WATCH_STILL = """() => {
+  window.__changes = [];
+  new MutationObserver(() => window.__changes.push(performance.now())).observe(
+    document.querySelector('[data-testid=stMain]'),
+    {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
+LONGEST_STILL_MS = """([t0, t1]) => {
+  const times = [t0, ...window.__changes.filter(t => t > t0 && t < t1), t1];
+  let longest = 0;
+  for (let i = 1; i < times.length; i++) longest = Math.max(longest, times[i] - times[i - 1]);
+  return longest;
+}"""
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory):
+    from tiny import save_tiny
+
+    require_chromium()
+    model_dir = save_tiny(tmp_path_factory.mktemp("tiny-llama-stage"))
+    yield from served_app("stage-streamlit.log", {"KVVIZ_MODEL": str(model_dir)}, PORTS)
+
+
+@pytest.fixture(scope="module")
+def browser(tiny_server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def open_page(browser, url: str, width: int, height: int):
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.goto(url)
+    page.wait_for_selector("h1", timeout=LOAD_MS)
+    page.wait_for_timeout(1000)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    return page
+
+
+def generate(page) -> None:
+    page.get_by_role("button", name="Generate", exact=True).click()
+    page.wait_for_selector(RUNNING, timeout=30_000)
+
+
+def settle(page) -> None:
+    page.wait_for_selector(IDLE, timeout=RUN_MS)
+    page.wait_for_timeout(1500)  # charts embed after the script ends
+
+
+def test_a_second_run_keeps_every_panel_in_place(tiny_server, browser):
+    page = open_page(browser, f"{tiny_server}/?max_new=48&present=1", 1920, 1080)
+    try:
+        generate(page)
+        settle(page)
+        first = page.evaluate(BOX_RECTS, BOXES)
+        assert all(first.values()), first
+        generate(page)
+        seen = []
+        for _ in range(600):  # at most ≈ 60 s
+            seen.append(page.evaluate(BOX_RECTS, BOXES))
+            if page.locator(IDLE).count():
+                break
+            page.wait_for_timeout(100)
+        page.screenshot(path=str(ARTIFACTS / "stage-second-run.png"))
+        for key, (top, height) in first.items():
+            heights = [s[key][1] for s in seen if s[key]]
+            tops = [s[key][0] for s in seen if s[key]]
+            assert len(heights) == len(seen), f"{key} vanished during the second run"
+            assert min(heights) >= 0.9 * height - 4, f"{key} dropped from {height} to {min(heights)} px"
+            assert max(abs(t - top) for t in tops) <= 60, f"{key} moved {max(abs(t - top) for t in tops)} px"
+    finally:
+        page.context.close()
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)], ids=["1280x720", "1920x1080"])
+def test_presenter_mode_keeps_both_texts_on_screen_with_a_long_output(tiny_server, browser, size):
+    width, height = size
+    page = open_page(browser, f"{tiny_server}/?max_new=160&present=1",
+                     width, height)
+    try:
+        generate(page)
+        settle(page)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(ARTIFACTS / f"stage-present-long-{width}.png"))
+        facts = page.evaluate("""() => ['cached-panel', 'recompute-panel'].map(k => {
+          const box = document.querySelector('.st-key-' + k).getBoundingClientRect();
+          const s = document.querySelector('.st-key-' + k + '-text');
+          return {bottom: box.bottom, top: box.top, overflows: s.scrollHeight > s.clientHeight + 2,
+                  atEnd: s.scrollTop + s.clientHeight >= s.scrollHeight - 4};
+        })""")
+        cached, recompute = facts
+        assert cached["overflows"], "the output is not long enough to test the fixed box"
+        for box in facts:
+            assert 0 <= box["top"] and box["bottom"] <= height, (box, height)
+        assert cached["atEnd"], "the cached text box does not follow the newest text"
+    finally:
+        page.context.close()
+
+
+@pytest.fixture(scope="module")
+def default_server():
+    require_chromium()
+    yield from served_app("stage-default-streamlit.log", None, range(8671, 8680))
+
+
+def test_a_long_prompt_run_never_stands_still(default_server, browser):
+    page = open_page(browser, f"{default_server}/?dtype=float32&max_new=8&preset={quote('Long document')}",
+                     1600, 1000)
+    try:
+        page.wait_for_selector("button:has-text('Generate'):not([disabled])", timeout=LOAD_MS)
+        page.evaluate(WATCH_STILL)
+        t0 = page.evaluate("performance.now()")
+        generate(page)
+        page.wait_for_selector(IDLE, timeout=RUN_MS)
+        t1 = page.evaluate("performance.now()")
+        longest_ms = page.evaluate(LONGEST_STILL_MS, [t0, t1])
+        print(f"run {(t1 - t0) / 1000:.1f} s, longest still {longest_ms / 1000:.2f} s")
+        assert longest_ms <= 2500, f"the page stood still for {longest_ms / 1000:.1f} s"
+    finally:
+        page.context.close()
