@@ -35,6 +35,10 @@ RESULT_COLUMNS = {  # rows_frame column -> (label, kind) for panels.people_table
     "peak_cuda_bytes": ("peak CUDA memory", "bytes"), "predicted_oom": ("predicted not to fit", "flag"),
     "wall_s": ("wall time", "s"), "message": ("why not measured", "text")}
 CUDA_ONLY = ("peak_cuda_bytes", "predicted_oom")
+# The results as two tables of at most 8 columns, so neither needs scrolling beside the sidebar at
+# 1280 px (one table of 14 cut its last columns): sizes and latencies, then rates and reasons.
+SIZE_COLUMNS = ("prompt_tokens", "batch", "status", "prefill_kv_bytes", "prefill_formula_bytes",
+                "end_kv_bytes", "ttft_ms", "itl_median_ms")
 BOUNDARY_COLUMNS = {"batch": ("batch", "count"),
                     "predicted_max_prompt_tokens": ("longest prompt predicted to fit", "count"),
                     "first_oom_prompt_tokens": ("shortest prompt that ran out", "count")}
@@ -108,8 +112,9 @@ def draw(rows: list) -> None:
         st.markdown("**Where the time goes**")
         panels.draw_altair(st, sweep_charts.bandwidth_chart(df, peak_gbs * 1e9, device.preset or "peak"))
         st.caption(WHERE_TIME_GOES + ("" if peak_gbs else NO_PEAK))
-        panels.people_table(df, RESULT_COLUMNS if device.memory_bytes else
-                            {k: v for k, v in RESULT_COLUMNS.items() if k not in CUDA_ONLY})
+        shown = {k: v for k, v in RESULT_COLUMNS.items() if device.memory_bytes or k not in CUDA_ONLY}
+        panels.people_table(df, {k: v for k, v in shown.items() if k in SIZE_COLUMNS})
+        panels.people_table(df, {k: v for k, v in shown.items() if k in SIZE_COLUMNS[:2] or k not in SIZE_COLUMNS})
 
 
 def progress_text(rows: list) -> str:
