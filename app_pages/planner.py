@@ -8,7 +8,7 @@ ours to echo).
 """
 import streamlit as st
 
-from kvviz import capacity, deployment, panels, parallel, plan_models, planner_charts, planner_frames, units
+from kvviz import capacity, deployment, panels, parallel, plan_cli, plan_models, planner_charts, planner_frames, units
 from kvviz.ui import inert
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
@@ -82,8 +82,9 @@ with gpu_col:
         gpu_bytes, bandwidth = gpu["memory_bytes"], gpu["bandwidth_bytes_per_s"]
         st.caption(f"{gpu['memory_gb']:,} GB · {gpu['bandwidth_gb_per_s']:,} GB/s peak")
 with dtype_col:
-    weight_dtype = st.selectbox("Weight dtype", planner_frames.PLANNER_KV_DTYPES, index=1,
-                                key="plan_weight_dtype", bind=URL)
+    weight_dtype = st.selectbox("Weight dtype", (deployment.CHECKPOINT, *planner_frames.PLANNER_KV_DTYPES),
+                                index=0, key="plan_weight_dtype", bind=URL,
+                                help="checkpoint: as the checkpoint stores them (its quantization_config)")
     kv_dtype = st.selectbox("KV dtype", planner_frames.PLANNER_KV_DTYPES, index=1,
                             key="plan_kv_dtype", bind=URL)
     st.caption(f"int8 and int4 count one fp16 scale and zero point per "
@@ -157,9 +158,10 @@ for note in model.notes:
 # ---------------------------------------------------------------- headline figures
 metric_row(planner_frames.memory_metrics(plan, units.fmt_bytes))
 per_gpu = result["per_gpu"]
-st.caption(f"Per GPU: {gpu_bytes / 1e9:,.0f} GB − weights {units.fmt_bytes(per_gpu['weight_bytes'])} "
-           f"({weight_dtype}) − overhead {units.fmt_bytes(per_gpu['overhead_bytes'])} → "
-           f"**{units.fmt_bytes(per_gpu['kv_budget_bytes'])} for KV caches**.")
+gb = plan_cli.format_bytes  # the CLI's unit (GB = 1e9 B, like the GPU presets) for this line
+st.caption(inert(f"Per GPU: {gb(gpu_bytes)} − weights {gb(per_gpu['weight_bytes'])} "
+                 f"({result['weights']['weight_dtype']}) − overhead {gb(per_gpu['overhead_bytes'])} "
+                 f"→ {gb(per_gpu['kv_budget_bytes'])} for KV caches."))
 if not result["weights"]["params_known"]:
     st.warning("Parameter count unknown: the weights are counted as 0 bytes. "
                "Enter it above to include them.")
@@ -184,10 +186,7 @@ else:
                    "vLLM 0.32 may pack such layers differently, so read these figures as "
                    "approximate (see docs/planner.md).")
     if not result["vllm"]["starts"]:
-        st.warning(f"vLLM would refuse to start: one request of max_model_len "
-                   f"{result['vllm']['max_model_len']:,} tokens needs more blocks than fit. The "
-                   f"longest that fits is {result['vllm']['longest_max_model_len']:,} tokens: set "
-                   f"max_model_len at most that (in the serving setup above).")
+        st.warning(deployment.refusal_sentence(result["vllm"], deployment.fit_advice(model, setup)))
     with st.expander("vLLM's figures as a table"):
         vllm_table = planner_frames.vllm_frame(plan)
         st.dataframe(vllm_table, hide_index=True, key="plan_vllm_table")

@@ -65,6 +65,9 @@ class ModelKV:
     params_active: int | None = None  # parameters one token passes through (MoE); else = total
     params_source: str = ""  # where the counts come from, in words
     notes: tuple[str, ...] = field(default=())  # facts worth showing beside the figures
+    checkpoint_bytes: int | None = None  # weights as the checkpoint stores them (quantized)
+    checkpoint_active_bytes: int | None = None  # of which one token reads (MoE), else = total
+    weight_format: str = ""  # the checkpoint's format in words ("mxfp4 experts + bf16")
 
     def __post_init__(self) -> None:
         if not self.specs:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from kvviz import capacity, parallel, serving_plan
 from kvviz.capacity import ModelKV
 
+CHECKPOINT = "checkpoint"  # weight_dtype: as the checkpoint stores them (quantization_config)
 PCIE_BYTES_PER_S = 64e9  # assumed host link for the offload what-if: PCIe 5.0 x16, one way
 
 
@@ -23,7 +24,7 @@ class Setup:
     bandwidth_bytes_per_s: float | None = None  # peak memory bandwidth of one GPU
     par: parallel.Parallel = field(default_factory=parallel.Parallel)
     kv_dtype: str = "bf16"
-    weight_dtype: str = "bf16"
+    weight_dtype: str = CHECKPOINT  # or a dtype for every parameter (an override)
     overhead_fraction: float = capacity.DEFAULT_OVERHEAD_FRACTION  # = 1 − gpu_memory_utilization
     context_tokens: int = 2000  # tokens per request, T
     batch: int = 1  # requests decoded together (bandwidth bounds)
@@ -49,7 +50,8 @@ def check_setup(model: ModelKV, s: Setup) -> None:
     if s.offload_bytes < 0:
         raise ValueError("the CPU offload tier cannot be negative")
     capacity.normalize_dtype(s.kv_dtype)
-    capacity.normalize_dtype(s.weight_dtype)
+    if s.weight_dtype != CHECKPOINT:
+        capacity.normalize_dtype(s.weight_dtype)
     parallel.check_parallel(s.par, model.specs, model.num_attention_heads)
 
 
@@ -62,12 +64,23 @@ def max_model_len(model: ModelKV, s: Setup) -> int:
     return s.max_model_len or model.max_position or s.context_tokens
 
 
+def weight_format(model: ModelKV, weight_dtype: str) -> str:
+    """The weights' format: the checkpoint's own (when known) or the override's dtype."""
+    if weight_dtype == CHECKPOINT:
+        return model.weight_format if model.checkpoint_bytes is not None else "bf16"
+    return capacity.normalize_dtype(weight_dtype)
+
+
 def _weights(model: ModelKV, s: Setup) -> dict:
-    total = capacity.weight_bytes(model.weight_params or 0, s.weight_dtype)
-    read = capacity.weight_bytes(model.read_params or 0, s.weight_dtype)
+    if s.weight_dtype == CHECKPOINT and model.checkpoint_bytes is not None:
+        total, read = model.checkpoint_bytes, model.checkpoint_active_bytes
+    else:
+        dtype = "bf16" if s.weight_dtype == CHECKPOINT else s.weight_dtype
+        total = capacity.weight_bytes(model.weight_params or 0, dtype)
+        read = capacity.weight_bytes(model.read_params or 0, dtype)
     return {"params_total": model.params_total, "params_active": model.params_active,
             "params_known": model.params_total is not None, "params_source": model.params_source,
-            "weight_dtype": capacity.normalize_dtype(s.weight_dtype), "bytes_total": total,
+            "weight_dtype": weight_format(model, s.weight_dtype), "bytes_total": total,
             "bytes_active": read, "bytes_per_gpu": parallel.weight_bytes_per_gpu(total, s.par)}
 
 
@@ -190,3 +203,60 @@ def context_rows(model: ModelKV, s: Setup, contexts) -> list[dict]:
     """context_row at each context T (no prefix / offload what-ifs)."""
     return [context_row(plan_setup(model, replace(s, context_tokens=t, prefix_tokens=0,
                                                   offload_bytes=0)), s.batch) for t in contexts]
+
+
+# ---------------------------------------------------------------- when nothing fits
+
+_TP_TRIES = (1, 2, 4, 8, 16, 32, 64)
+_WEIGHT_TRIES = ("fp8", "int4")
+
+
+def _starts(model: ModelKV, s: Setup) -> bool:
+    try:
+        plan = plan_setup(model, s)
+    except ValueError:
+        return False
+    return bool(plan["vllm"].get("starts"))
+
+
+def what_would_fit(model: ModelKV, s: Setup) -> dict | None:
+    """The smallest change that lets one request of max_model_len start: a larger TP (same GPU,
+    same PP / DP), else a smaller weight format at this TP. None when the setup starts already
+    or nothing tried fits. {"tp": n} or {"weight_dtype": d} (with "gpus" for TP)."""
+    if _starts(model, s):
+        return None
+    for tp in (t for t in _TP_TRIES if t > s.par.tp):
+        par = parallel.Parallel(tp, s.par.pp, s.par.dp)
+        if _starts(model, replace(s, par=par)):
+            return {"tp": tp, "gpus": par.gpus}
+    current = weight_format(model, s.weight_dtype)
+    for dtype in _WEIGHT_TRIES:
+        if dtype != current and _starts(model, replace(s, weight_dtype=dtype)):
+            return {"weight_dtype": dtype}
+    return None
+
+
+def fit_advice(model: ModelKV, s: Setup) -> str:
+    """One sentence for the CLI and the page when vLLM would refuse to start; "" when it starts."""
+    length = max_model_len(model, s)
+    change = what_would_fit(model, s) if not _starts(model, s) else None
+    if change is None:
+        if _starts(model, s):
+            return ""
+        return (f"No request of {length:,} tokens fits, and neither a TP up to {_TP_TRIES[-1]} nor "
+                f"{' / '.join(_WEIGHT_TRIES)} weights make it fit: use a larger GPU or a shorter "
+                f"max_model_len.")
+    if "tp" in change:
+        return (f"No request of {length:,} tokens fits on {s.par.label(s.gpu_name)}; TP "
+                f"{change['tp']} ({change['gpus']} GPUs) is the smallest that fits it.")
+    return (f"No request of {length:,} tokens fits on {s.par.label(s.gpu_name)}; with "
+            f"{change['weight_dtype']} weights it does.")
+
+
+def refusal_sentence(vllm: dict, advice: str) -> str:
+    """What the CLI and the page both say when vLLM would refuse to start (one wording)."""
+    text = (f"vLLM would refuse to start: one request of max_model_len {vllm['max_model_len']:,} "
+            f"tokens needs more blocks than fit.")
+    if vllm.get("longest_max_model_len"):
+        text += f" The longest that fits is {vllm['longest_max_model_len']:,} tokens (max_model_len)."
+    return f"{text} {advice}".strip()

@@ -109,19 +109,61 @@ def count_model(model, num_experts: int | None, experts_per_token: int | None) -
     return total, total - inactive
 
 
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor of the architecture (its shape only; nothing is allocated)."""
+
+    name: str  # as transformers names it, e.g. "model.layers.0.mlp.experts.gate_up_proj"
+    shape: tuple[int, ...]
+    routed: bool  # a routed expert's weight (counted k / E of its size as active)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for dim in self.shape:
+            n *= dim
+        return n
+
+
+def _architecture_only(cfg: dict) -> dict:
+    """The config without its quantization_config: the meta model is the architecture alone
+    (transformers' quantizers are not involved; kvviz.checkpoint_weights reads that field)."""
+    return {k: v for k, v in cfg.items() if k != "quantization_config"}
+
+
 @lru_cache(maxsize=64)
-def _count_from_json(config_json: str) -> ParamCount:
+def _tensors_from_json(config_json: str) -> tuple[str, tuple[Tensor, ...]]:
     from kvviz.layout import config_from_dict
 
-    cfg = json.loads(config_json)
+    cfg = _architecture_only(json.loads(config_json))
     try:
         config = config_from_dict(cfg)
     except (KeyError, ValueError, TypeError) as err:
         raise UnknownArchitecture(str(err)) from err
-    num, per_token = moe_counts(cfg)
+    num, _ = moe_counts(cfg)
     model = instantiate_on_meta(config)
-    total, active = count_model(model, num, per_token)
-    return ParamCount(total, active, num, per_token, type(model).__name__)
+    tensors = tuple(Tensor(name, tuple(p.shape), _is_routed(name, tuple(p.shape), num))
+                    for name, p in model.named_parameters())  # tied tensors yielded once
+    return type(model).__name__, tensors
+
+
+def parameter_tensors(cfg: dict) -> tuple[Tensor, ...]:
+    """Every parameter tensor of the architecture a config.json dict describes (meta device).
+
+    UnknownArchitecture when transformers does not know it.
+    """
+    return _tensors_from_json(json.dumps(cfg, sort_keys=True, default=str))[1]
+
+
+@lru_cache(maxsize=64)
+def _count_from_json(config_json: str) -> ParamCount:
+    cfg = json.loads(config_json)
+    num, per_token = moe_counts(cfg)
+    architecture, tensors = _tensors_from_json(config_json)
+    total = sum(t.numel for t in tensors)
+    routed = sum(t.numel for t in tensors if t.routed)
+    active = total - (routed - routed * per_token // num) if routed else total
+    return ParamCount(total, active, num, per_token, architecture)
 
 
 def parameter_count(cfg: dict) -> ParamCount:

@@ -63,7 +63,9 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=1, help="requests decoded together (default 1)")
     p.add_argument("--kv-dtype", default="bf16",
                    help=f"one of {', '.join(capacity.KV_DTYPES)} (default bf16)")
-    p.add_argument("--weight-dtype", default="bf16", help="dtype of the weights (default bf16)")
+    p.add_argument("--weight-dtype", default=None,
+                   help="dtype of every weight, overriding the checkpoint's own format (default: "
+                        "as the checkpoint stores them, from its quantization_config; bf16 without one)")
     gpu = p.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", help=f"GPU preset (default {DEFAULT_GPU}; see --list)")
     gpu.add_argument("--gpu-gb", type=float, metavar="M", help="custom GPU memory in GB (1e9 bytes)")
@@ -177,8 +179,9 @@ def _model_from_hub_cache(model_id: str, params: int | None) -> capacity.ModelKV
 
 
 def _parse(cfg: dict, name: str, where: str, params: int | None) -> capacity.ModelKV:
-    if params is not None and params < 0:
-        raise PlanError("--params must be >= 0")
+    if params is not None and params < 1:
+        raise PlanError(f"--params must be a positive parameter count (got {params}); leave it out "
+                        "to count the architecture's parameters on the meta device")
     try:
         return plan_models.model_from_config(cfg, name=name, given_params=params)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
@@ -231,6 +234,9 @@ def _apply_what_ifs(model: capacity.ModelKV, args: argparse.Namespace) -> capaci
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
+    if args.params is not None and args.params < 1:
+        raise PlanError(f"--params must be a positive parameter count (got {args.params}); leave "
+                        "it out to count the architecture's parameters on the meta device")
     if args.batch < 1:
         raise PlanError("--batch must be >= 1")
     if not 0 <= args.overhead < 1:
@@ -243,16 +249,23 @@ def _check_numbers(args: argparse.Namespace) -> None:
     if args.prefix_tokens < 0 or args.offload_gb < 0:
         raise PlanError("--prefix-tokens and --offload-gb must be >= 0")
     capacity.normalize_dtype(args.kv_dtype)
-    capacity.normalize_dtype(args.weight_dtype)
+    if args.weight_dtype is not None:
+        capacity.normalize_dtype(args.weight_dtype)
 
 
 def _setup(args: argparse.Namespace, gpu: dict, context: int) -> deployment.Setup:
     return deployment.Setup(
         gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
         parallel.Parallel(args.tp, args.pp, args.dp), capacity.normalize_dtype(args.kv_dtype),
-        capacity.normalize_dtype(args.weight_dtype), args.overhead, context, args.batch,
+        _weight_dtype(args), args.overhead, context, args.batch,
         args.block_size, args.max_model_len, args.max_num_batched_tokens, args.prefix_tokens,
         int(args.offload_gb * 1e9))
+
+
+def _weight_dtype(args: argparse.Namespace) -> str:
+    if args.weight_dtype is None:
+        return deployment.CHECKPOINT
+    return capacity.normalize_dtype(args.weight_dtype)
 
 
 def _model_json(model: capacity.ModelKV, kv_dtype: str) -> dict:
@@ -281,7 +294,7 @@ def build_plan(args: argparse.Namespace) -> dict:
         "model": _model_json(model, args.kv_dtype), "attention": model.attention_kind,
         "kv_dtype": setup.kv_dtype, "kv_bytes_per_element": capacity.kv_bytes_per_element(args.kv_dtype),
         "kv_bytes_per_token": capacity.kv_bytes_per_token(model, args.kv_dtype),
-        "weight_dtype": setup.weight_dtype, "weight_params_known": weights["params_known"],
+        "weight_dtype": weights["weight_dtype"], "weight_params_known": weights["params_known"],
         "weight_params": weights["params_total"], "active_params": weights["params_active"],
         "params_source": weights["params_source"], "weight_bytes": weights["bytes_total"],
         "active_weight_bytes": weights["bytes_active"],
@@ -289,6 +302,8 @@ def build_plan(args: argparse.Namespace) -> dict:
         "overhead_fraction": args.overhead,
         "kv_budget_bytes": deployed["per_gpu"]["kv_budget_bytes"],
         "rows": rows, "deployment": deployed,
+        "fit_advice": deployment.fit_advice(model, setup) if deployed["vllm"].get("starts") is False
+        else "",
     }
 
 
@@ -307,7 +322,7 @@ def _weights_line(plan: dict) -> str:
     if not plan["weight_params_known"]:
         return ("weights parameter count unknown (transformers cannot build this architecture), "
                 "counted as 0: use --params")
-    line = (f"weights {plan['weight_params']:,} params ({plan['params_source']}) × "
+    line = (f"weights {plan['weight_params']:,} params ({plan['params_source']}) stored as "
             f"{plan['weight_dtype']} = {format_bytes(plan['weight_bytes'])}")
     if plan["active_params"] != plan["weight_params"]:
         line += (f"; {plan['active_params']:,} active per token = "
@@ -371,9 +386,7 @@ def _vllm_lines(plan: dict) -> list[str]:
         f"maximum concurrency for {v['max_model_len']:,} tokens per request: "
         f"{v['max_concurrency']:.3f}×",
     ] + ([] if v["starts"] else [
-        f"  vLLM would refuse to start: one request of max_model_len {v['max_model_len']:,} tokens "
-        f"needs more blocks than fit; the longest that fits is {v['longest_max_model_len']:,} "
-        f"(--max-model-len)"])
+        "  " + deployment.refusal_sentence(v, plan.get("fit_advice", ""))])
 
 
 def _what_if_lines(plan: dict) -> list[str]:

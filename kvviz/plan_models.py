@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 from functools import lru_cache
 
-from kvviz import capacity, layout, params
+from kvviz import capacity, checkpoint_weights, layout, params
 
 
 def _known_model_type(model_type: str) -> bool:
@@ -66,6 +66,18 @@ def _counts(cfg: dict, given_params: int | None) -> tuple[int | None, int | None
     source = "meta-device count" + (f", {count.experts_per_token} of {count.num_experts} "
                                     f"experts active" if count.is_moe else "")
     return count.total, count.active, source
+
+
+def _checkpoint(cfg: dict, source: str) -> dict:
+    """The checkpoint's own weight bytes when the meta count ran (not for a given --params)."""
+    if not source.startswith("meta-device count"):
+        return {}
+    try:
+        w = checkpoint_weights.checkpoint_weights(cfg)
+    except Exception:  # noqa: BLE001 - the count already ran; a failure here only loses bytes
+        return {}
+    return {"checkpoint_bytes": w.total_bytes, "checkpoint_active_bytes": w.active_bytes,
+            "weight_format": w.label}
 
 
 def _first_int(fields: dict, *keys: str) -> int | None:
@@ -124,7 +136,8 @@ def _model_from_json(cfg_json: str, name: str, given_params: int | None) -> capa
     return capacity.ModelKV(name=name, specs=tuple(specs),
                             num_attention_heads=getattr(text, "num_attention_heads", None) or 1,
                             max_position=_max_position(text), params_total=total,
-                            params_active=active, params_source=source, notes=notes)
+                            params_active=active, params_source=source, notes=notes,
+                            **_checkpoint(cfg, source))
 
 
 def model_from_config(cfg: dict, name: str = "", given_params: int | None = None) -> capacity.ModelKV:

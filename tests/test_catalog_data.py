@@ -95,7 +95,17 @@ def test_moe_models_publish_their_active_parameters():
 def test_no_noise_fields_in_configs():
     for entry in MODELS:
         for config in (entry["config"], entry["config"].get("text_config", {})):
-            assert not {"quantization_config", "auto_map", "torch_dtype"} & set(config), entry["name"]
+            assert not {"auto_map", "torch_dtype"} & set(config), entry["name"]
+
+
+def test_quantized_checkpoints_keep_their_quantization_config():
+    """The weights' stored format is kept (and cited) where the checkpoint ships one."""
+    methods = {e["name"]: e["config"].get("quantization_config", {}).get("quant_method") for e in MODELS}
+    assert methods["gpt-oss-120b"] == methods["gpt-oss-20b"] == "mxfp4"
+    assert methods["DeepSeek-V3"] == methods["Kimi-K2"] == "fp8"
+    for entry in MODELS:
+        if "quantization_config" in entry["config"]:
+            assert "quantization_config" in entry["source"], entry["name"]
 
 
 def _names(entries: list[dict], *fields: str) -> list[str]:

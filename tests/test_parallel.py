@@ -94,7 +94,8 @@ def test_dp_multiplies_and_pp_splits_layers():
 def test_deepseek_v3_does_not_fit_on_one_h100_any_more():
     model = plan_models.catalog_model("DeepSeek-V3")
     one = deployment.plan_setup(model, setup(context_tokens=2000))
-    assert one["per_gpu"]["weight_bytes"] > 1.3e12 and one["plain"]["requests_per_replica"] == 0
+    # the checkpoint's fp8 weights (673 GB) still fill one 80 GB GPU many times over
+    assert one["per_gpu"]["weight_bytes"] > 6.5e11 and one["plain"]["requests_per_replica"] == 0
     # fp8 weights over 8 × H200: 671 GB / 8 ≈ 84 GB each, KV fits; the latent is on every rank
     h200 = capacity.find_gpu("H200")
     eight = deployment.plan_setup(model, setup(gpu_bytes=h200["memory_bytes"], weight_dtype="fp8",

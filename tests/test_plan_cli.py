@@ -222,7 +222,7 @@ def test_json_int4_has_no_vllm_figures(capsys):
 def test_vllm_would_refuse_a_max_model_len_that_does_not_fit(capsys):
     assert plan_cli.run(parse("Llama-4-Scout", "--gpu", "H100", "--tp", "4")) == 0  # 10M positions
     out = capsys.readouterr().out
-    assert "vLLM would refuse to start" in out and "--max-model-len" in out
+    assert "vLLM would refuse to start" in out and "The longest that fits is" in out
     plan = run_json(capsys, "Llama-4-Scout", "--gpu", "H100", "--tp", "4")
     longest = plan["deployment"]["vllm"]["longest_max_model_len"]
     assert plan["deployment"]["vllm"]["starts"] is False and 8192 < longest < 10_485_760
