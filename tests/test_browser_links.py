@@ -1,7 +1,8 @@
 """What a visitor's browser meets off the default path (real `streamlit run` + Chromium, tiny model):
 
 * a Sweep grid (3 prompt lengths × 2 batch sizes) shared by the page's link and reopened in a fresh
-  browser context shows the whole grid, and a sweep run from it measures all six points;
+  browser context (1280 x 720) shows the whole grid, a sweep run from it measures all six points,
+  and its result tables need no horizontal scrolling;
 * no page load requests anything from a host other than the app's (favicon, fonts, icons);
 * Replay in presenter mode fits the screen at 1280 x 720 and 1920 x 1080: its headline figures,
   both texts and the cache map start above the fold.
@@ -78,7 +79,7 @@ def test_a_sweep_grid_link_reopens_as_the_whole_grid(server, browser):
         first.context.close()
     pairs = links.decode(urlsplit(link).query)
     assert sorted((v for k, v in pairs if k == "sweep_prompts"), key=int) == GRID["sweep_prompts"], link
-    page = fresh_page(browser)  # a fresh context: no cookie, no session, only the link
+    page = fresh_page(browser, 1280, 720)  # a fresh context: no cookie, no session, only the link
     try:
         page.goto(link)
         settle(page)
@@ -91,6 +92,10 @@ def test_a_sweep_grid_link_reopens_as_the_whole_grid(server, browser):
         page.screenshot(path=str(ARTIFACTS / "link-sweep-grid.png"), full_page=True)
         table = page.get_by_test_id("stDataFrame").first.locator("[aria-rowcount]").first
         assert int(table.get_attribute("aria-rowcount")) - 1 == 6  # header row + one row per point
+        widths = page.get_by_test_id("stDataFrame").evaluate_all(  # beside the sidebar at 1280 px
+            "els => els.map(e => { const s = e.querySelector('.dvn-scroller'); return [s.scrollWidth, s.clientWidth] })")
+        print("sweep tables (scroll, client px):", widths)
+        assert len(widths) >= 2 and all(scroll <= client + 1 for scroll, client in widths), widths  # no column cut
     finally:
         page.context.close()
 
