@@ -1,0 +1,143 @@
+"""Shrinking the cache: kvpress presses on 5.24 (kvviz.presses), transformers' quantized cache
+(kvviz.quant_cache) and the full-vs-shrunk runs (kvviz.shrink), on tiny random models of two
+architectures, plus the default model once (slow)."""
+import pytest
+import torch
+from tiny import tiny_lm
+from transformers import DynamicCache
+
+from kvviz import presses, quant_cache, shrink
+
+KINDS = ("llama", "qwen2")  # tiny: 2 layers, 2 KV heads, head_dim 16, fp32
+PROMPT_TOKENS, NEW_TOKENS = 40, 12
+
+
+def prompt(seed: int = 0) -> torch.Tensor:
+    return torch.randint(2, 300, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(seed))
+
+
+def spec(lm) -> tuple[int, int, int]:
+    """(layers, kv heads, head dim) from the config."""
+    c = lm.model.config
+    return c.num_hidden_layers, c.num_key_value_heads, c.hidden_size // c.num_attention_heads
+
+
+def test_every_press_is_offered_here():
+    offered, refused = presses.offered()
+    assert set(offered) == set(presses.PRESSES) and not refused
+    assert all(sentence.endswith(".") and len(sentence) > 30 for sentence in offered.values())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", list(presses.PRESSES))
+def test_press_runs_keeps_half_and_bytes_equal_formula(kind, name):
+    lm = tiny_lm(kind)
+    layers, heads, head_dim = spec(lm)
+    out = shrink.run(lm, prompt(), NEW_TOKENS, shrink.ShrinkMode(press=name, ratio=0.5))
+    kept = PROMPT_TOKENS // 2
+    assert sorted(out.kept) == list(range(layers))
+    for positions in out.kept.values():
+        assert positions.shape == (heads, kept)
+        assert all(len(set(row.tolist())) == kept for row in positions)  # distinct
+        assert int(positions.min()) >= 0 and int(positions.max()) < PROMPT_TOKENS
+    for s in out.steps:  # kept positions + one per decode step, × 2 (K, V) × heads × head_dim × 4 B
+        assert s.kv_bytes == layers * 2 * heads * head_dim * 4 * (kept + s.step)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_kept_positions_are_the_cache_rows(kind):
+    """The press's cache rows are the full prefill's rows at the recovered positions (as sets:
+    the cache holds them in score order)."""
+    lm = tiny_lm(kind)
+    ids, full = prompt(), DynamicCache(config=lm.model.config)
+    with torch.inference_mode():
+        lm.model(input_ids=ids, cache=full, use_cache=True)
+    for name in ("Knorm", "TOVA"):
+        cache = DynamicCache(config=lm.model.config)
+        with torch.inference_mode(), presses.pressed(lm.model, presses.make_press(name, 0.5, PROMPT_TOKENS)) as kept:
+            lm.model(input_ids=ids, cache=cache, use_cache=True)
+        for layer, positions in kept.positions.items():
+            for head, row in enumerate(positions):
+                want = full.layers[layer].keys[0, head, row]
+                got = cache.layers[layer].keys[0, head]
+                match = (got[:, None, :] == want[None, :, :]).all(-1)  # (cache row, position) exact
+                assert match.any(1).all() and match.any(0).all() and got.shape == want.shape
+
+
+def test_streaming_llm_keeps_sinks_and_recent_window():
+    out = shrink.run(tiny_lm("llama"), prompt(), 2, shrink.ShrinkMode(press="StreamingLLM", ratio=0.5))
+    want = list(range(4)) + list(range(PROMPT_TOKENS - 16, PROMPT_TOKENS))
+    for positions in out.kept.values():
+        assert all(row.tolist() == want for row in positions)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_full_cache_run_equals_generate(kind):
+    lm, ids = tiny_lm(kind), prompt(1)
+    out = shrink.run(lm, ids, NEW_TOKENS, shrink.ShrinkMode())
+    with torch.inference_mode():
+        ref = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=1)
+    assert out.tokens == ref[0, PROMPT_TOKENS:].tolist()
+    layers, heads, head_dim = spec(lm)
+    assert [s.kv_bytes for s in out.steps] == [layers * 2 * heads * head_dim * 4 * (PROMPT_TOKENS + i)
+                                               for i in range(NEW_TOKENS)]
+
+
+QUANT = [("quanto", 2), ("quanto", 4), ("hqq", 2), ("hqq", 4), ("hqq", 8), ("fp8", 8)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("backend,nbits", QUANT)
+def test_quantized_bytes_equal_formula(kind, backend, nbits):
+    lm = tiny_lm(kind)
+    layers, heads, head_dim = spec(lm)
+    residual = 5
+    out = shrink.run(lm, prompt(), NEW_TOKENS, shrink.ShrinkMode(backend=backend, nbits=nbits,
+                                                                 residual_length=residual))
+    assert len(out.steps) == NEW_TOKENS
+    for s in out.steps:
+        want = quant_cache.formula(layers=layers, kv_heads=heads, head_dim=head_dim, tokens=PROMPT_TOKENS + s.step,
+                                   decode_steps=s.step, backend=backend, nbits=nbits, residual_length=residual,
+                                   elem_bytes=4)
+        assert (s.payload_bytes, s.scale_bytes, s.residual_bytes) == (want.payload_bytes, want.scale_bytes,
+                                                                      want.residual_bytes)
+        assert s.kv_bytes == want.kv_bytes
+    assert any(s.residual_bytes for s in out.steps) == (backend != "fp8")
+
+
+def test_bad_settings_get_plain_messages():
+    with pytest.raises(ValueError, match="compression ratio"):
+        presses.make_press("Knorm", 1.0, 100)
+    with pytest.raises(ValueError, match="at least 8"):
+        presses.make_press("SnapKV", 0.5, 3)
+    with pytest.raises(ValueError, match="offers 2, 4 bits"):
+        quant_cache.make_cache(tiny_lm().model.config, "quanto", 8)
+    with pytest.raises(ValueError, match="unknown press"):
+        presses.make_press("Magic", 0.5, 100)
+
+
+def test_divergence_and_caption():
+    assert shrink.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert shrink.first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert shrink.first_divergence([1, 2, 3], [1, 2]) == 2
+    lm = tiny_lm("llama")
+    cmp = shrink.compare(lm, prompt(), 6, shrink.ShrinkMode(press="StreamingLLM", ratio=0.75))
+    assert cmp.diverged_at == shrink.first_divergence(cmp.full.tokens, cmp.shrunk.tokens)
+    words = "identical" if cmp.diverged_at is None else f"diverged at token {cmp.diverged_at + 1}"
+    assert cmp.caption().startswith(words)
+    assert 0 < cmp.bytes_ratio() < 0.5 and cmp.step_time_ratio() > 0
+
+
+@pytest.mark.slow
+def test_default_model_press_and_quantized(default_lm):
+    ids = shrink.prompt_ids(default_lm.tokenizer, "The keeper of the lighthouse was named Ada. " * 12
+                            + "What was the keeper's name?")
+    n = ids.shape[1]
+    full = shrink.run(default_lm, ids, 6, shrink.ShrinkMode())
+    assert full.steps[0].kv_bytes == 46_080 * n  # 30 layers x 3 KV heads x 64 x 2 x fp32
+    snap = shrink.run(default_lm, ids, 6, shrink.ShrinkMode(press="SnapKV", ratio=0.5))
+    kept = n - int(n * 0.5)
+    assert snap.steps[0].kv_bytes == 46_080 * kept and len(snap.kept) == 30
+    quant = shrink.run(default_lm, ids, 6, shrink.ShrinkMode(backend="hqq", nbits=8, residual_length=16))
+    assert quant.steps[0].kv_bytes < full.steps[0].kv_bytes / 2
