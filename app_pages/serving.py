@@ -67,6 +67,7 @@ def execute(view: "StepView") -> serving.ServingResult | None:
     cfg = serving_config()
     try:
         prompts = serving.parse_requests(prompts_text, rules.cap("batch", serving.MAX_REQUESTS))
+        rules.check_limits(spec.name, batch=len(prompts), new_tokens=max_new)  # hosted caps, server side
         ids = serving.encode_requests(lm.tokenizer, prompts, system if share else "")
         for row in ids:
             rules.check_prompt_tokens(len(row))

@@ -126,6 +126,12 @@ def progress_text(rows: list) -> str:
 
 def run_sweep() -> None:
     """Measure the missing points, redrawing after each; rows land in session state at once."""
+    try:  # the hosted caps, on the server (widgets cap too, but a crafted request could not)
+        rules.check_limits(spec.name, batch=max(batches), new_tokens=new_tokens, points=total,
+                           prompt_tokens=max(prompts))
+    except ValueError as exc:
+        status.error(f"Cannot run this sweep: {ui.visitor_text(exc)}")
+        return
     sweeps[(spec, settings)] = rows
     bar = progress.progress(len(rows) / total, text=progress_text(rows))
     with ui.device_turn(status):

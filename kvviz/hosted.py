@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from kvviz.config import DEFAULT_MODEL
+from kvviz.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -28,32 +29,40 @@ class Policy:
     max_upload_bytes: int = 8 * 2**20
 
     def check_model(self, name: str) -> str | None:
-        """The pinned revision of an allowed model; ValueError for anything else."""
+        """The pinned revision of an allowed model; UserError for anything else."""
         if not self.enabled:
             return None
         if name not in self.models:
-            raise ValueError(f"this hosted kvviz only runs {', '.join(sorted(self.models))}")
+            raise UserError(f"this hosted kvviz only runs {', '.join(sorted(self.models))}")
         return self.models[name]
 
     def check_run(self, model: str, cfg) -> None:
-        """Where a run starts, on the server: the model allowlisted and every cap respected
-        (widgets cap their values too, but a crafted request could bypass them). ValueError."""
+        """Where a Live run starts, on the server: the model allowlisted and every cap respected
+        (widgets cap their values too, but a crafted request could bypass them). UserError."""
+        self.check_limits(model, batch=cfg.batch, new_tokens=cfg.max_new_tokens,
+                          prompt_chars=max(len(text) for text in (cfg.system, *cfg.prompts)))
+
+    def check_limits(self, model: str, *, batch: int = 1, new_tokens: int = 0, points: int = 1,
+                     prompt_tokens: int = 0, prompt_chars: int = 0) -> None:
+        """The one check every page's run goes through (Live, Sweep, Serving): the model
+        allowlisted and each amount within its hosted cap; UserError naming the first one over."""
         if not self.enabled:
             return
         self.check_model(model)
-        for name, value in (("new_tokens", cfg.max_new_tokens), ("batch", cfg.batch)):
-            if value > getattr(self, f"max_{name}"):
-                raise ValueError(f"{name.replace('_', ' ')} is {value}; this hosted kvviz allows "
-                                 f"{getattr(self, f'max_{name}')}")
-        longest = max(len(text) for text in (cfg.system, *cfg.prompts))
-        if longest > self.max_prompt_chars:
-            raise ValueError(f"the prompt is {longest:,} characters; this hosted kvviz allows "
-                             f"{self.max_prompt_chars:,}")
+        for what, value, cap in (("batch", batch, self.max_batch),
+                                 ("new tokens", new_tokens, self.max_new_tokens),
+                                 ("sweep points", points, self.max_sweep_points)):
+            if value > cap:
+                raise UserError(f"{what} is {value:,}; this hosted kvviz allows {cap:,}")
+        if prompt_chars > self.max_prompt_chars:
+            raise UserError(f"the prompt is {prompt_chars:,} characters; this hosted kvviz allows "
+                            f"{self.max_prompt_chars:,}")
+        self.check_prompt_tokens(prompt_tokens)
 
     def check_prompt_tokens(self, tokens: int) -> None:
         if self.enabled and tokens > self.max_prompt_tokens:
-            raise ValueError(f"the prompt is {tokens} tokens; this hosted kvviz allows "
-                             f"{self.max_prompt_tokens}")
+            raise UserError(f"the prompt is {tokens} tokens; this hosted kvviz allows "
+                            f"{self.max_prompt_tokens}")
 
     def upload_limit_bytes(self, unhosted_bytes: int) -> int:
         """The largest upload accepted: the hosted cap, or `unhosted_bytes` on your own machine."""

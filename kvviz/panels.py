@@ -364,7 +364,7 @@ def run_live(lm, cfg, opts, status) -> None:
         meta = engine.run_meta(lm, cfg)
         rules.check_prompt_tokens(meta["prompt_tokens"])
     except ValueError as exc:
-        status.error(f"Cannot generate: {ui.inert(exc)}")
+        status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
         return
     trace, previous = Trace(meta, []), st.session_state.get("trace")
     st.session_state["trace"], st.session_state["run_done"] = trace, False

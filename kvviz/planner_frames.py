@@ -11,7 +11,6 @@ Standard library, pandas and kvviz only: no streamlit, no torch.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -19,8 +18,9 @@ from functools import cached_property
 
 import pandas as pd
 
-from kvviz import capacity, deployment, plan_models, units
+from kvviz import capacity, deployment, plan_models, safe_input, units
 from kvviz.capacity import ModelKV
+from kvviz.errors import UserError
 
 PLANNER_KV_DTYPES = ("fp32", "bf16", "fp8", "int8", "int4")  # fp16 costs what bf16 costs
 TABLE_CONTEXTS = (500, 2000, 8000)  # "at 500 / 2,000 / 8,000 tokens: N requests"
@@ -100,11 +100,10 @@ def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
     """
     if not text.strip():
         raise ConfigError("The pasted config is empty: paste the contents of a config.json.")
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as err:  # err.msg is json's own wording, no pasted text
-        raise ConfigError(f"The pasted config is not valid JSON: {err.msg} "
-                          f"(line {err.lineno}, column {err.colno}).") from None
+    try:  # bounded: size, nesting and number length (kvviz.safe_input); no pasted text echoed
+        cfg = safe_input.loads(text, "the pasted config")
+    except UserError as err:
+        raise ConfigError(str(err)) from None
     if not isinstance(cfg, dict):
         raise ConfigError("The pasted config is not a JSON object ({...}).")
     _check_int_fields(cfg)
@@ -117,6 +116,10 @@ def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
         raise ConfigError(f"The pasted config cannot be used: {_plain(err)}.") from None
 
 
+_LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
+MAX_PASTED_LAYERS = 512  # the largest published models have ~130
+
+
 def _check_int_fields(cfg: dict) -> None:
     for key in _INT_FIELDS:
         value = cfg.get(key)
@@ -126,6 +129,9 @@ def _check_int_fields(cfg: dict) -> None:
             if value < 1:
                 raise ConfigError(f"In the pasted config, {key} must be a positive integer "
                                   f"(it is {value}).")
+            if key in _LAYER_FIELDS and value > MAX_PASTED_LAYERS:  # each layer is built: 10^15 hangs
+                raise ConfigError(f"In the pasted config, {key} is {value:,}; kvviz plans models of "
+                                  f"at most {MAX_PASTED_LAYERS:,} layers.")
             continue
         kind = _JSON_TYPE_NAMES.get(type(value), "not a number")
         raise ConfigError(f"In the pasted config, {key} must be a positive integer (it is {kind}).")

@@ -5,6 +5,7 @@ kvviz imports streamlit only here and in `panels.py`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz import hosted, links, models, threads
+from kvviz import errors, hosted, links, models, threads
 from kvviz.device_queue import DeviceQueue
 from kvviz.model_store import ModelStore
 from kvviz.config import DEFAULT_MODEL, ModelSpec, RunConfig
@@ -46,6 +47,12 @@ def inert(text: str) -> str:
     Error messages can quote what a user typed, a URL carried or an uploaded file held.
     """
     return MARKDOWN_SPECIALS.sub(r"\\\1", str(text))
+
+
+def visitor_text(exc: BaseException, context: str = "") -> str:
+    """`exc` as a visitor may read it, Markdown-inert: a UserError's own sentence; any other
+    error's details only on your own machine (hosted: one generic sentence, details logged)."""
+    return inert(errors.visitor_message(exc, policy().enabled, context))
 
 
 def configure_server() -> None:
@@ -297,7 +304,7 @@ def read_trace(path: Path | None, upload) -> Trace | None:
         limit = upload_limit_bytes()
         if upload.size > limit:  # checked before a byte of the file is read
             raise TraceError(f"the file is {upload.size / 2**20:.1f} MiB; traces are limited to "
-                             f"{limit / 2**20:.0f} MiB here")
+                             f"{limit / 2**20:g} MiB here")
         trace = Trace.from_json(upload.getvalue())
     elif path is not None:
         trace = cached_example(str(path))
@@ -312,10 +319,23 @@ def upload_limit_bytes() -> int:
 
 
 def trace_uploader():
-    """The Replay page's file box; its label states the size cap in force, which it enforces."""
-    limit_mib = upload_limit_bytes() / 2**20
-    return st.file_uploader(f"A kvviz trace (JSON, at most {limit_mib:g} MiB)", type=["json"],
-                            key="replay_upload", max_upload_size=max(1, int(limit_mib)))
+    """The Replay page's file box; its label states kvviz's cap in MiB, which `read_trace`
+    enforces in bytes before reading. Streamlit's own box limit is set above it
+    (`uploader_limit_mb`) so a file over the cap gets kvviz's sentence, never Streamlit's."""
+    limit = upload_limit_bytes()
+    return st.file_uploader(f"A kvviz trace (JSON, at most {limit / 2**20:g} MiB = {limit:,} bytes)",
+                            type=["json"], key="replay_upload",
+                            max_upload_size=uploader_limit_mb(limit))
+
+
+SERVER_MAX_UPLOAD_MIB = 80  # .streamlit/config.toml server.maxUploadSize; Streamlit reads it as MiB
+
+
+def uploader_limit_mb(cap_bytes: int) -> int:
+    """Streamlit's per-box limit (in its 'MB') for a kvviz cap of `cap_bytes`: above the cap however
+    the browser counts a MB (10^6 bytes, or 2^20 on Windows), so kvviz's own check answers first;
+    below the server's limit less its multipart margin, so the server never answers 413."""
+    return min(math.ceil(cap_bytes / 1e6) + 1, SERVER_MAX_UPLOAD_MIB - 2)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz import ui
+
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
@@ -155,4 +157,17 @@ def test_uploader_label_states_the_cap_in_force(monkeypatch, hosted_on, cap):
     at.radio(key="replay_source").set_value("Upload a file").run()
     (uploader,) = at.get("file_uploader")
     assert f"at most {cap}" in uploader.proto.label
-    assert uploader.proto.max_upload_size_mb == int(cap.split()[0])
+    limit = ui.upload_limit_bytes()  # Streamlit's box limit above kvviz's cap, under the server's
+    assert limit / 2**20 == int(cap.split()[0]) and f"{limit:,} bytes" in uploader.proto.label
+    assert limit < uploader.proto.max_upload_size_mb * 1e6 and uploader.proto.max_upload_size_mb < ui.SERVER_MAX_UPLOAD_MIB - 1
+
+
+def test_server_upload_limit_is_the_one_kvviz_plans_for():
+    """Streamlit's server answers uploads over server.maxUploadSize with a bare 413: it must stay
+    the value kvviz.ui sizes every upload box under."""
+    import tomllib
+    config = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["maxUploadSize"] == ui.SERVER_MAX_UPLOAD_MIB
+    for cap in (8 * 2**20, 64 * 2**20, 1):
+        box_mb = ui.uploader_limit_mb(cap)
+        assert cap < box_mb * 1e6 and box_mb * 2**20 + 2**20 < ui.SERVER_MAX_UPLOAD_MIB * 2**20
