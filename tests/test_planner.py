@@ -304,8 +304,8 @@ def test_what_if_chart_spec():
 # ---------------------------------------------------------------- the page
 
 
-def page(**query) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=30)
+def page(timeout_s: float = 30, **query) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=timeout_s)
     at.query_params.update(query)
     return at.run()
 
@@ -452,3 +452,17 @@ def test_page_warns_when_vllm_would_refuse_to_start():
     at.number_input(key="plan_max_model_len").set_value(32_768)
     at.run()
     assert not any("refuse to start" in w.value for w in at.warning)
+
+
+def test_page_plans_gpt_oss_120b_on_one_h100_as_served():
+    at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM")  # first build of a 117B MoE
+    assert not at.exception and not at.error
+    line = next(c.value.replace("\\", "") for c in at.caption if c.value.startswith("Per GPU"))
+    assert "weights 65.25 GB (mxfp4 experts + bf16)" in line and "GiB" not in line
+    assert not any("refuse to start" in w.value for w in at.warning)
+
+
+def test_page_says_what_would_fit():
+    at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM", plan_weight_dtype="bf16")
+    assert not at.exception
+    assert any("TP 4 (4 GPUs) is the smallest that fits it" in w.value for w in at.warning)
