@@ -8,6 +8,7 @@ saves. With greedy decoding both modes produce the same tokens.
 from __future__ import annotations
 
 import gc
+import inspect as pyinspect
 import sys
 import time
 from contextlib import nullcontext
@@ -271,6 +272,7 @@ class RunPlan:
     max_len: int  # prompt + max_new_tokens: what a contiguous reservation holds
     num_layers: int = 0  # decoder layers
     layout_note: str = ""  # why kvviz cannot model this cache layout (then specs is ()), else ""
+    recompute_only: bool = False  # the model keeps no cache kvviz can hold: "cached" runs recompute
 
     @property
     def bytes_per_token(self) -> int:
@@ -356,9 +358,24 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
                          f"one uses {attention_implementation(lm.model)}, which returns no weights")
     elem = torch.finfo(lm.dtype).bits // 8
     specs, num_layers, note = plan_layout(lm.model.config)
+    if not takes_cache(lm.model):
+        note = (f"{type(lm.model).__name__}.forward takes no cache argument: kvviz cannot keep its "
+                "state, so the cached run recomputes every step")
+        return RunPlan(batch, (), elem, max_len, num_layers, note, recompute_only=True)
     if specs:
-        specs, _ = layout_probe.measured_specs(specs, probe_reader(lm.model, batch, len(specs)), elem)
+        specs, probe_note = layout_probe.measured_specs(specs, probe_reader(lm.model, batch, len(specs)), elem)
+        if probe_note == layout_probe.NO_CACHE:
+            return RunPlan(batch, (), elem, max_len, num_layers, probe_note, recompute_only=True)
     return RunPlan(batch, specs, elem, max_len, num_layers, note)
+
+
+def takes_cache(model) -> bool:
+    """Whether the model's forward accepts a transformers cache (`cache` / `past_key_values`)."""
+    try:
+        params = pyinspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return True
+    return "cache" in params or "past_key_values" in params
 
 
 def probe_reader(model, batch: Batch, num_layers: int) -> Callable[[int], list]:
@@ -426,12 +443,13 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
         raise ValueError(f"unknown mode {mode!r}: use one of {MODES}")
     plan = plan_run(lm, cfg)
     model, batch, size = lm.model, plan.batch, len(plan.batch.generated)
-    cache = make_cache(model, cfg.cache_backend, plan.max_len) if mode == "cached" else None
+    keeps_cache = mode == "cached" and not plan.recompute_only
+    cache = make_cache(model, cfg.cache_backend, plan.max_len) if keeps_cache else None
     pool = BlockPool(size * cdiv(plan.max_len, cfg.block_size), cfg.block_size)
     generator = torch.Generator().manual_seed(cfg.seed)
     eos = eos_token_ids(lm) if cfg.stop_on_eos else set()
     per_token = plan.bytes_per_token
-    layers = find_decoder_layers(model, plan.num_layers)
+    layers = decoder_layers(model, plan.num_layers)
     capture = attention_rows(layers) if cfg.attention and cache is not None else nullcontext()
     with timed_layers(layers, lm.device.type == "cuda", device_sync(lm.device)) as timer, capture as attention:
         for step in range(cfg.max_new_tokens):
@@ -443,6 +461,8 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
             tokens, texts = append_tokens(batch, next_ids, lm.tokenizer, eos,
                                           last=step == cfg.max_new_tokens - 1)
             m = measure_cache(cache, plan, timer.take_ms())
+            if mode == "cached" and cache is None:
+                m.note = plan.layout_note  # recompute only: say so on every step
             if inspect is not None:
                 inspect(cache)
             blocks = None
@@ -456,6 +476,15 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
                                 batch.ids.shape[1] - 1, probe.is_static(cache)))
             if all(batch.finished):
                 return
+
+
+def decoder_layers(model, num_layers: int) -> torch.nn.ModuleList:
+    """The decoder layers to time, or none (no per-layer times) when the model's layers are not one
+    list of the decoder count (looped layers, two attention sublayers per decoder layer)."""
+    try:
+        return find_decoder_layers(model, num_layers)
+    except ValueError:
+        return torch.nn.ModuleList()
 
 
 def free_device_memory(device: torch.device) -> None:

@@ -109,7 +109,19 @@ def _config_problem(exc: Exception) -> str:
 # --- config → layer specs ------------------------------------------------------------------------
 
 def layer_specs(config) -> tuple[LayerSpec, ...]:
-    """One LayerSpec per decoder layer, from a transformers config (the text config of multimodal ones)."""
+    """One LayerSpec per decoder layer, from a transformers config (the text config of multimodal ones).
+
+    ValueError (naming the missing field) when the config lacks a field a size rule needs, e.g.
+    RWKV and xLSTM have no attention-head fields: then the layout is "not modelled".
+    """
+    try:
+        return _layer_specs(config)
+    except (AttributeError, KeyError, TypeError) as exc:
+        model_type = getattr(config, "model_type", "this model")
+        raise ValueError(f"{model_type}: cache sizes not modelled ({type(exc).__name__}: {exc})") from None
+
+
+def _layer_specs(config) -> tuple[LayerSpec, ...]:
     text = config.get_text_config(decoder=True)
     from transformers.cache_utils import get_layer_types_and_kwargs
     types, kwargs = get_layer_types_and_kwargs(text)  # what DynamicCache(config=...) builds from

@@ -29,7 +29,13 @@ def measured_specs(specs, read_after: Callable[[int], list], elem_bytes: int) ->
         return tuple(specs), f"sizes from config fields ({exc})"
     except Exception as exc:  # noqa: BLE001 - any model's code; the run must not die of it
         return tuple(specs), f"sizes from config fields (probe forward failed: {type(exc).__name__}: {exc})"
+    if not any(r.k_bytes or r.v_bytes or r.state_bytes for r in one + two):
+        return tuple(specs), NO_CACHE
     return tuple(_corrected(s, a, b, elem_bytes) for s, a, b in zip(specs, one, two)), ""
+
+
+# The note of a model whose forward keeps nothing in the cache it is given (e.g. OpenAI GPT).
+NO_CACHE = "this model keeps no KV cache (its forward stores nothing in one): the cached run recomputes every step"
 
 
 def _corrected(spec: layout.LayerSpec, one: probe.LayerBytes, two: probe.LayerBytes,

@@ -191,13 +191,12 @@ def storage_close(walked: int | None, probed: int | None) -> bool:
 KNOWN_GAPS: dict[str, str] = {
     # a sliding layer whose window differs from the one transformers' layer-type kwargs give
     "hy_v4": "caps from config",
-    # cache layers != decoder layers (looped layers, two attention sublayers per decoder layer)
-    "hrm_text": "cache layers != decoder layers", "longcat_flash": "cache layers != decoder layers",
     # the model's own cache handling: CPM-Ant and XLM keep more than their decoder layers' K/V and
     # their cached tokens differ; Dory's decode step refuses kvviz's cache
     "cpmant": "own cache handling", "xlm": "own cache handling", "dory": "own cache handling",
-    # no attention-head fields: layout raises AttributeError
-    "rwkv": "no attention-head fields",
+    # labelled recompute-only (its forward takes `state`, no cache); its recompute tokens still
+    # differ from model.generate's state path at the third token
+    "rwkv": "recompute != generate",
 }
 
 TYPES = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
