@@ -7,6 +7,7 @@ again on every rerun.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from functools import lru_cache
 
@@ -140,6 +141,21 @@ def _model_from_json(cfg_json: str, name: str, given_params: int | None) -> capa
                             **_checkpoint(cfg, source))
 
 
+_FLOAT_SPELLINGS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def decode_saved_floats(value):
+    """Values transformers itself writes for floats JSON cannot hold (bamba / granitemoehybrid
+    save `time_step_limit` as [0.0, {"__float__": "Infinity"}]) read back as floats."""
+    if isinstance(value, dict):
+        if set(value) == {"__float__"} and value["__float__"] in _FLOAT_SPELLINGS:
+            return _FLOAT_SPELLINGS[value["__float__"]]
+        return {k: decode_saved_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_saved_floats(v) for v in value]
+    return value
+
+
 def model_from_config(cfg: dict, name: str = "", given_params: int | None = None) -> capacity.ModelKV:
     """The ModelKV of a config.json dict. ValueError (plain words) when it cannot be planned.
 
@@ -147,6 +163,7 @@ def model_from_config(cfg: dict, name: str = "", given_params: int | None = None
     """
     if not isinstance(cfg, dict):
         raise ValueError("a model config must be a JSON object")
+    cfg = decode_saved_floats(cfg)
     key = json.dumps(cfg, sort_keys=True, default=str)
     return _model_from_json(key, name or str(cfg.get("_name_or_path") or ""), given_params or None)
 

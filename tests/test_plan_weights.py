@@ -177,3 +177,16 @@ def test_cli_default_is_the_checkpoint_format(capsys):
 def test_cli_says_what_would_fit(capsys):
     rc, out = _run(capsys, "gpt-oss-120b", "--gpu", "H100", "--weight-dtype", "bf16")
     assert rc == 0 and "TP 4 (4 GPUs) is the smallest that fits it" in out.out
+
+
+def test_config_saved_by_transformers_with_float_infinity_is_accepted():
+    from transformers import GraniteMoeHybridConfig
+
+    cfg = GraniteMoeHybridConfig(
+        num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=100, mamba_d_state=16, mamba_n_heads=4, mamba_d_head=32,
+        layer_types=["mamba", "attention", "mamba", "attention"], num_local_experts=0).to_dict()
+    cfg["time_step_limit"] = [0.0, {"__float__": "Infinity"}]  # as transformers writes inf
+    model = plan_models.model_from_config(cfg, "tiny-granite-hybrid")
+    assert model.num_layers == 4 and "full" in model.kinds
+    assert plan_models.decode_saved_floats({"a": [{"__float__": "-Infinity"}]}) == {"a": [float("-inf")]}
