@@ -43,8 +43,8 @@ def load_generator():
     return module
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, start_timeout_s: float) -> None:
+    deadline = time.monotonic() + start_timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"vLLM exited with {proc.returncode} while starting:\n{log.read_text()[-4000:]}")
@@ -55,18 +55,49 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
         except OSError:
             pass
         time.sleep(1)
-    pytest.fail(f"vLLM did not answer /health within {START_TIMEOUT_S:.0f} s:\n{log.read_text()[-4000:]}")
+    pytest.fail(f"vLLM did not answer /health within {start_timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the API server's pid (it stops its engine and workers), then kill the group."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+def stop(proc: subprocess.Popen, term_wait_s: float = 30) -> None:
+    """SIGTERM to the server's whole process group (its engine and workers too, even when the
+    leader already exited), a bounded wait, then SIGKILL to the group: nothing it started outlives
+    the test, and no wait here is unbounded."""
+    for sig, wait_s in ((signal.SIGTERM, term_wait_s), (signal.SIGKILL, 10)):
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break  # the group is gone
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, so a dead group reads as gone
+            if not group_alive(proc.pid):
+                return
+            time.sleep(0.2)
+    proc.poll()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_server(cmd: list[str], env: dict, log: Path, url: str, start_timeout_s: float):
+    """Start `cmd` in its own process group and wait (bounded) for `url`/health; on any failure
+    the group is stopped before the error propagates."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_healthy(url, proc, log, start_timeout_s)
+    except BaseException:
+        stop(proc, term_wait_s=5)
+        raise
+    return proc
 
 
 @pytest.fixture(scope="session")
@@ -81,12 +112,9 @@ def vllm_server(tmp_path_factory):
            "KVVIZ_VLLM_REPLAY_PORT": str(replay), "KVVIZ_VLLM_BLOCK_SIZE": str(BLOCK_SIZE),
            "KVVIZ_VLLM_NUM_BLOCKS": str(NUM_BLOCKS), "KVVIZ_VLLM_MAX_MODEL_LEN": "512",
            "KVVIZ_VLLM_EXTRA_ARGS": "--enforce-eager"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "vllm_serve.sh")], env=env, cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    proc = start_server(["bash", str(ROOT / "scripts" / "vllm_serve.sh")], env, log, url, START_TIMEOUT_S)
     try:
-        wait_healthy(url, proc, log)
         yield url
     finally:
         stop(proc)
