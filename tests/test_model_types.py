@@ -228,3 +228,24 @@ def test_most_types_are_tried_and_reconcile():
     tried = [t for t, r in results.items() if "skip" not in r]
     clean = [t for t in tried if not problems(results[t]) and not results[t]["labelled"]]
     assert len(TYPES) >= 150 and len(tried) >= 100 and len(clean) >= 90, (len(tried), len(clean))
+
+
+@pytest.mark.parametrize("model_type", ["falcon", "rwkv"])
+def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, capsys):
+    """Falcon (num_kv_heads / multi_query) measured == formula; RWKV (no attention-head fields, no
+    cache argument) recorded recompute-only with the reason, never a traceback."""
+    from kvviz import cli
+    from kvviz.trace import Trace
+    build(sized_config(model_type)).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    out = tmp_path / "trace.json"
+    rc = cli.main(["record", "--prompt", "Hello there", "--model", str(tmp_path), "--max-new-tokens", "3",
+                   "--no-chat-template", "--out", str(out)])
+    assert rc == 0
+    events = Trace.load(out).events_of("cached")
+    assert len(events) == 3
+    if model_type == "falcon":
+        assert all(e.kv_bytes == e.formula_bytes > 0 and not e.cache_note for e in events)
+    else:
+        assert all("takes no cache argument" in e.cache_note for e in events)
+        assert "recomputes every step" in capsys.readouterr().out
