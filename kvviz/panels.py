@@ -210,17 +210,23 @@ def same_stage(old: dict, new: dict) -> bool:
     return all(old.get(k) == new.get(k) for k in (*SPEC_FACTS, "layer_kinds", "attention"))
 
 
-PREVIOUS_LABEL = ('content: "previous run"; display: block; font-size: 0.8rem; font-weight: 600; '
-                  'color: #555; letter-spacing: 0.04em; text-transform: uppercase;')
-DIM_CSS = {  # while a panel still shows the previous run: dimmed, and labelled on its top
-    "cached": "<style>.st-key-cached-panel, .st-key-cache-map-panel, .st-key-headline-figures, "
-              ".st-key-panel-layers, .st-key-panel-total, .st-key-panel-blocks, .st-key-panel-timings "
-              "{ opacity: 0.45; } .st-key-cached-panel::before, .st-key-cache-map-panel::before, "
-              ".st-key-headline-figures::before, .st-key-panel-layers::before, .st-key-panel-total::before, "
-              ".st-key-panel-blocks::before, .st-key-panel-timings::before { " + PREVIOUS_LABEL + " }</style>",
-    "recompute": "<style>.st-key-recompute-panel, .st-key-panel-race, .st-key-panel-positions "
-                 "{ opacity: 0.45; } .st-key-recompute-panel::before, .st-key-panel-race::before, "
-                 ".st-key-panel-positions::before { " + PREVIOUS_LABEL + " }</style>",
+PREVIOUS_LABEL = ('content: "previous run"; position: absolute; top: 0.35rem; right: 0.75rem; z-index: 1; '
+                  'font-size: 0.75rem; font-weight: 600; color: #555; letter-spacing: 0.04em; '
+                  'text-transform: uppercase;')  # absolute: the label takes no room, nothing moves
+
+
+def dim_css(keys: tuple[str, ...]) -> str:
+    """Dim the containers with these keys and label each "previous run" in its top-right corner."""
+    boxes = ", ".join(f".st-key-{k}" for k in keys)
+    labels = ", ".join(f".st-key-{k}::before" for k in keys)
+    return (f"<style>{boxes} {{ opacity: 0.45; position: relative; }} {labels} {{ {PREVIOUS_LABEL} }} "
+            ".st-key-headline-figures::before { top: -1.1rem; right: 0; }</style>")
+
+
+DIM_CSS = {  # while a panel still shows the previous run
+    "cached": dim_css(("cached-panel", "cache-map-panel", "headline-figures", "panel-layers", "panel-total",
+                       "panel-blocks", "panel-timings")),
+    "recompute": dim_css(("recompute-panel", "panel-race", "panel-positions")),
 }
 
 
