@@ -16,6 +16,20 @@ GPUS = {g["name"]: g for g in capacity.load_gpus()}
 CUSTOM_GPU = "Custom"
 SOURCES = ("Catalog", "Paste config.json")
 URL = "query-params"
+WHY_TEXT = {  # chosen by this model's own bound, not always the small-model story
+    "kernel launches": (
+        "This model's bytes are read in less time than its kernels take to launch, so the GPU "
+        "sits idle between them: the step time stays flat as the context grows and the achieved "
+        "bandwidth is a small fraction of peak. CUDA graphs and `torch.compile` cut launch "
+        "overhead."),
+    "memory bandwidth": (
+        "This model moves enough bytes per step (active weights plus caches) that reading them "
+        "dominates: longer contexts and bigger batches lengthen the step, and smaller weight or "
+        "KV formats shorten it."),
+    "both": (
+        "Reading and launching take similar time here: CUDA graphs help the launching part, "
+        "smaller weight or KV formats the reading part."),
+}
 BOUND_TEXT = {
     "kernel launches": "Here launching takes longer than reading: the step is likely bound by "
                        "**kernel launches**, not bandwidth.",
@@ -264,8 +278,4 @@ else:
         f"~{planner_frames.LAUNCH_S * 1e6:.0f} µs per launch that is "
         f"**≈ {planner_frames.fmt_seconds(bound['launch_s'])}** of launching per step "
         f"(a rough estimate, not measured). {BOUND_TEXT[bound['bound']]}\n\n"
-        "A small model on a big GPU reads its few hundred megabytes in microseconds, far less "
-        "time than it takes to launch the kernels, so the GPU sits idle between them: the step "
-        "time stays flat as the context grows and the achieved bandwidth is a small fraction "
-        "of peak. Only large models, long contexts or big batches move enough bytes to reach "
-        "the bandwidth floor. CUDA graphs and `torch.compile` cut launch overhead.")
+        + WHY_TEXT[bound["bound"]])

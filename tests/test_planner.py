@@ -466,3 +466,12 @@ def test_page_says_what_would_fit():
     at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM", plan_weight_dtype="bf16")
     assert not at.exception
     assert any("TP 4 (4 GPUs) is the smallest that fits it" in w.value for w in at.warning)
+
+
+def test_page_bandwidth_sentence_follows_the_models_own_bound():
+    small = page().markdown[-1].value  # SmolLM2-135M on an H100: launching as long as reading
+    big = page(120, plan_model="DeepSeek-V3", plan_gpu="H200", plan_tp="8").markdown[-1].value
+    assert "**both**" in small and "Reading and launching take similar time" in small
+    assert "**kernel launches**" in big and "kernels take to launch" in big  # 61 layers' launches
+    assert "Reading and launching take similar time" not in big
+    assert "kernels take to launch" not in small  # each page tells its own model's story
