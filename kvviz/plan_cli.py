@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from kvviz import capacity, deployment, parallel, plan_models, serving_plan
@@ -331,7 +330,7 @@ def _weights_line(plan: dict) -> str:
 
 
 def _header_lines(plan: dict) -> list[str]:
-    m, gpu, d = plan["model"], plan["gpu"], plan["deployment"]
+    m, d = plan["model"], plan["deployment"]
     kinds = ", ".join(f"{kind} {format_bytes(b)}" for kind, b in m["bytes_per_token_by_kind"].items())
     per_gpu = d["per_gpu"]
     return [

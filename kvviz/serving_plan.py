@@ -32,7 +32,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from kvviz.layout import CHUNKED, FULL, LATENT, SHARED, SLIDING, STATE
+from kvviz.layout import CHUNKED, FULL, LATENT, SLIDING, STATE
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (128 on CPU)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` default on GPUs with ≥ 70 GiB (2,048 below)

@@ -12,7 +12,6 @@ Hand arithmetic used below (GB = 1e9 B):
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
