@@ -216,15 +216,15 @@ else:
     st.info("No bandwidth given: decode-time bounds are left out.")
 
 # ---------------------------------------------------------------- requests vs context
-curve_col, table_col = st.columns([1, 1])
-with curve_col:
+# one above the other: side by side, at 1280 px the chart's legend and the table were cut
+with st.container():
     top = planner_frames.curve_max_context(plan)
     curve = planner_frames.fit_curve_frame(plan, top)
     curve_chart = planner_charts.fit_curve_chart(curve, plan.context_tokens,
                                                  planner_frames.CURVE_MIN_TOKENS, top)
     panels.draw_altair(st, curve_chart, key="plan_curve_chart")
     downloads("kvviz-requests-vs-context", curve_chart, curve)
-with table_col:
+with st.container():
     table = planner_frames.context_table_frame(plan)
     st.subheader(planner_frames.context_sentence(table))
     panels.people_table(table, {c: planner_frames.TABLE_COLUMNS[c] for c in table.columns},

@@ -109,8 +109,12 @@ def _what_if_bars(field: str, title: str, label_expr: str, axis: alt.Axis,
     )
 
 
-def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.HConcatChart:
-    """Side-by-side horizontal bars per what-if variant: KV per request at T, requests that fit.
+WHAT_IF_BARS_WIDTH = 460  # px per bar chart: with the 260 px variant labels it fits beside a 1280 px sidebar
+
+
+def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.VConcatChart:
+    """Horizontal bars per what-if variant, one chart above the other (side by side they needed
+    1,033 px and were cut at 1280 wide): KV per request at T, then requests that fit.
 
     Input columns (planner_frames.what_if_frame): group, variant, kv_heads, kv_dtype,
     kv_bytes_per_token, kv_bytes_per_request, max_concurrent_requests, current, order.
@@ -122,8 +126,9 @@ def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.HConcatChart:
         bytes_expr("datum.value"), _bytes_axis(top_bytes, tickCount=4), show_variants=True)
     fit = _what_if_bars(
         "max_concurrent_requests", f"requests that fit at {context_tokens:,} tokens",
-        "format(datum.value, ',')", alt.Axis(format="~s", tickCount=4), show_variants=False)
-    return alt.hconcat(per_request, fit, data=df, spacing=24).resolve_scale(y="shared")
+        "format(datum.value, ',')", alt.Axis(format="~s", tickCount=4), show_variants=True)
+    return alt.vconcat(per_request.properties(width=WHAT_IF_BARS_WIDTH),
+                       fit.properties(width=WHAT_IF_BARS_WIDTH), data=df, spacing=16)
 
 
 # ---------------------------------------------------------------- downloads

@@ -10,7 +10,7 @@ test in its own browser context. What is checked is what a visitor meets:
   against clientWidth), and on the Live page the headline, both texts and the cache map fit the
   screen without scrolling;
 * the Serving page's pool grid changes while its run is still going (drawn live, not replayed);
-* at 1600 x 1000 no element on any page clips its content or sticks out of the page.
+* at 1600 x 1000 and 1280 x 720 no element on any page clips its content or sticks out of the page.
 
 Uses Debian's /usr/bin/chromium; without it the module skips, except under CI (env CI set),
 where it fails. Waits are generous (a shared 2-core machine); no speed is asserted.
@@ -222,16 +222,17 @@ def page_states(server):
             ("planner", f"{server}/planner", None), ("engine", f"{server}/engine", None)]
 
 
-def test_no_element_overflows_its_container_at_1600x1000(server, browser):
+@pytest.mark.parametrize("width,height", [(1600, 1000), (1280, 720)])
+def test_no_element_overflows_its_container(server, browser, width, height):
     problems = {}
     for name, url, button in page_states(server):
-        page = open_page(browser, url)
+        page = open_page(browser, url, width, height)
         try:
             if name == "serving":
                 serving_settings_for_tiny(page)
             if button:
                 run_and_settle(page, button)
-            page.screenshot(path=str(ARTIFACTS / f"page-{name}.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"page-{name}-{width}.png"), full_page=True)
             assert page.get_by_test_id("stException").count() == 0, name
             found = page.evaluate(CLIPPED_OR_OUT)
             if found:

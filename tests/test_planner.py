@@ -290,13 +290,14 @@ def test_what_if_chart_spec():
     df = pf.what_if_frame(llama8b_plan(), 1024)
     spec = planner_charts.what_if_chart(df, 2000).to_dict()
     json.dumps(spec)
-    left, right = spec["hconcat"]
+    left, right = spec["vconcat"]  # stacked: side by side they were cut at 1280 px
     assert left["layer"][0]["encoding"]["x"]["field"] == "kv_bytes_per_request"
     assert right["layer"][0]["encoding"]["x"]["field"] == "max_concurrent_requests"
     bars = left["layer"][0]["encoding"]
     assert bars["y"]["field"] == "variant" and bars["y"]["sort"]["field"] == "order"
     assert bars["color"]["scale"]["domain"] == ["attention", "KV dtype", "sliding window"]
-    assert right["layer"][0]["encoding"]["y"]["axis"] is None  # labels once, on the left
+    assert right["layer"][0]["encoding"]["y"]["axis"]["labelLimit"] == 260  # each chart names its bars
+    assert left["width"] == right["width"] == planner_charts.WHAT_IF_BARS_WIDTH
     assert len(spec["datasets"][spec["data"]["name"]]) == len(df)
 
 
