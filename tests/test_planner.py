@@ -242,7 +242,7 @@ def test_planner_frames_imports():
         names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert names <= {"__future__", "json", "math", "collections.abc", "dataclasses", "pandas",
                          "altair", "kvviz", "kvviz.charts", "kvviz.capacity", "functools",
-                         "kvviz.report", "vl_convert"}, names
+                         "kvviz.report", "vl_convert", "kvviz.errors"}, names
 
 
 # ---------------------------------------------------------------- charts
