@@ -14,6 +14,7 @@ ui.presenter_style()
 page = st.navigation([
     st.Page("app_pages/live.py", title="Live", icon=":material/bolt:", default=True),
     st.Page("app_pages/replay.py", title="Replay", icon=":material/replay:"),
+    st.Page("app_pages/shrink.py", title="Shrink", icon=":material/compress:"),
     st.Page("app_pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
     st.Page("app_pages/serving.py", title="Serving", icon=":material/view_module:"),
     st.Page("app_pages/planner.py", title="Capacity planner", icon=":material/calculate:"),

@@ -1,0 +1,89 @@
+"""Shrink: the same prompt with the full KV cache and with a shrunk one (a kvpress press or
+transformers' quantized cache), side by side: answers, where they diverge, bytes, step time, and
+which prompt positions each layer kept. Widgets only: kvviz.shrink runs, kvviz.shrink_charts draws."""
+from contextlib import nullcontext
+
+import streamlit as st
+
+from kvviz import presses, quant_cache, shrink, shrink_charts, ui
+from kvviz.errors import UserError
+
+PRESS, QUANT = "Press (evict positions)", "Quantized cache"
+PROMPT = ("The lighthouse on Gull Rock was kept by Ada Morgan for thirty years. Every night she "
+          "climbed the 114 steps, trimmed the wick and wrote the weather in a green logbook. "
+          "Ships passing the rock learned to read her lamp. Question: who kept the lighthouse "
+          "on Gull Rock, and what colour was the logbook?")
+rules = ui.policy()
+spec = ui.model_settings()
+st.title("Shrink the cache")
+st.caption("Both runs are greedy and measured here: bytes are read from the cache tensors after "
+           "each step. A press evicts prompt positions once, after the prompt; a quantized cache "
+           "stores older tokens in fewer bits and keeps the newest in full precision.")
+lm = ui.load_model_with_progress(spec)
+if lm is None:
+    st.stop()
+offered, refused = presses.offered()
+backends, refused_backends = quant_cache.available()
+st.sidebar.subheader("Shrink")
+kind = st.sidebar.radio("Shrink by", [PRESS, QUANT], key="shrink_kind")
+if kind == PRESS:
+    name = st.sidebar.selectbox("Press", list(offered), key="shrink_press")
+    ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, 0.5, 0.1, key="shrink_ratio")
+    mode = shrink.ShrinkMode(press=name, ratio=ratio) if name else shrink.ShrinkMode()
+    if name:
+        st.sidebar.caption(offered[name])
+    for why_name, why in refused.items():
+        st.sidebar.caption(f"{why_name} is not offered: {why}")
+else:
+    backend = st.sidebar.selectbox("Backend", list(backends), key="shrink_backend")
+    nbits = st.sidebar.selectbox("Bits", backends[backend], index=len(backends[backend]) - 1, key="shrink_nbits")
+    residual = st.sidebar.slider("Residual (newest tokens kept in full precision)", 1, 128, 16,
+                                 key="shrink_residual", disabled=backend == "fp8")
+    mode = shrink.ShrinkMode(backend=backend, nbits=nbits, residual_length=residual)
+    for why_name, why in refused_backends.items():
+        st.sidebar.caption(f"{why_name} is not offered: {why}")
+prompt = st.sidebar.text_area("Prompt", PROMPT, max_chars=rules.cap("prompt_chars", ui.MAX_PROMPT_CHARS),
+                              key="shrink_prompt")
+new_tokens = st.sidebar.slider("New tokens", 2, rules.cap("new_tokens", 64), 24, key="shrink_new")
+per_head = st.sidebar.toggle("Kept map per KV head", value=False, key="shrink_per_head")
+status = st.empty()
+
+if st.button("Run full and shrunk", type="primary", key="shrink_run"):
+    try:
+        rules.check_limits(spec.name, new_tokens=new_tokens, prompt_chars=len(prompt))
+        ids = shrink.prompt_ids(lm.tokenizer, prompt)
+        rules.check_prompt_tokens(ids.shape[1])
+        with ui.device_turn(status) if rules.enabled else nullcontext(), st.spinner("Running both…"):
+            result = shrink.compare(lm, ids, new_tokens, mode)
+        st.session_state["shrink"] = (result, lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()]))
+    except (UserError, ValueError) as exc:
+        st.error(f"Cannot run: {ui.inert(exc)}")
+
+if "shrink" not in st.session_state:
+    status.info("Pick a press or a quantized cache in the sidebar, then press **Run full and shrunk**.")
+    st.stop()
+result, pieces = st.session_state["shrink"]
+st.subheader(result.caption())
+left, right = st.columns(2)
+for column, run in ((left, result.full), (right, result.shrunk)):
+    column.caption(run.label)
+    column.code(run.text, language=None, wrap_lines=True)
+    column.metric("KV cache at the end (measured)", f"{run.steps[-1].kv_bytes:,} B")
+    column.metric("Decode step (median)", f"{run.decode_ms():.1f} ms")
+if result.diverged_at is not None:
+    common = lm.tokenizer.decode(result.full.tokens[:result.diverged_at], skip_special_tokens=True)
+    st.caption(f"Shared text before the first difference (token {result.diverged_at + 1}):")
+    st.text(common)
+last = result.shrunk.steps[-1]
+if last.payload_bytes:
+    st.caption(f"Quantized cache: payload {last.payload_bytes:,} B + scales and zero points "
+               f"{last.scale_bytes:,} B + full-precision residual {last.residual_bytes:,} B")
+st.caption(f"Shrunk ÷ full: bytes {result.bytes_ratio():.2f}, decode step time {result.step_time_ratio():.2f}")
+frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
+a, b = st.columns(2)
+a.altair_chart(shrink_charts.steps_chart(frame, "kv_bytes", "cache bytes (measured)"), key="shrink_bytes")
+b.altair_chart(shrink_charts.steps_chart(frame, "step_ms", "step time (ms)"), key="shrink_ms")
+if result.shrunk.kept:
+    st.caption("Which prompt positions each layer kept (hover a cell for its token)")
+    kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(pieces), pieces, per_head)
+    st.altair_chart(shrink_charts.kept_map_chart(kept), key="shrink_map")

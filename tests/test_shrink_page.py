@@ -1,0 +1,58 @@
+"""The Shrink page headless (AppTest) on the tiny local Llama: a press and a quantized cache."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "shrink.py")
+PROMPT = "The key value cache keeps the keys and values of every past token. " * 3 + "What is a KV cache?"
+
+
+@pytest.fixture
+def at(tiny_dir, monkeypatch) -> AppTest:
+    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
+    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
+        monkeypatch.delenv(name, raising=False)
+    app = AppTest.from_file(PAGE, default_timeout=120)
+    app.run()
+    assert not app.exception, app.exception
+    app.text_area(key="shrink_prompt").set_value(PROMPT)
+    app.slider(key="shrink_new").set_value(6)
+    return app
+
+
+def answers(at) -> list[str]:
+    return [c.value for c in at.main.code]
+
+
+def test_press_run_shows_both_answers_caption_and_kept_map(at):
+    at.selectbox(key="shrink_press").set_value("StreamingLLM")
+    at.button(key="shrink_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    full, shrunk = answers(at)
+    assert full.strip() and shrunk.strip()
+    heading = at.subheader[0].value
+    assert heading.startswith("identical") or heading.startswith("diverged at token")
+    assert (full == shrunk) == heading.startswith("identical")
+    specs = [c.proto.spec for c in at.main.get("vega_lite_chart")]
+    assert len(specs) == 3 and any("token text" in s and "evicted" in s for s in specs)
+
+
+def test_quantized_run_shows_payload_scales_residual(at):
+    at.radio(key="shrink_kind").set_value("Quantized cache")
+    at.run()
+    at.selectbox(key="shrink_backend").set_value("quanto")
+    at.run()
+    at.selectbox(key="shrink_nbits").set_value(4)
+    at.button(key="shrink_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert len(answers(at)) == 2
+    assert any("payload" in c.value and "residual" in c.value for c in at.caption)
+    assert len(at.main.get("vega_lite_chart")) == 2  # no kept map: nothing evicted
+
+
+def test_empty_prompt_is_a_plain_message(at):
+    at.text_area(key="shrink_prompt").set_value("   ")
+    at.button(key="shrink_run").click().run()
+    assert not at.exception
+    assert any("prompt is empty" in e.value for e in at.error)
