@@ -25,7 +25,7 @@ PORTS = range(8661, 8670)
 LOAD_MS = 240_000
 RUN_MS = 300_000
 GRID = {"sweep_prompts": ["32", "64", "128"], "sweep_batches": ["1", "2"]}
-PAGES = ["/", "/replay", "/sweep", "/serving", "/planner", "/engine"]
+PAGES = ["/", "/replay", "/shrink", "/sweep", "/serving", "/planner", "/engine"]
 
 
 @pytest.fixture(scope="module")

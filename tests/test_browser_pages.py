@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 PORTS = range(8641, 8650)
 LOAD_MS = 240_000  # a page's first script run on a loaded machine (imports, the tiny model)
 RUN_MS = 300_000
-APP_PAGES = ["Live", "Replay", "Sweep", "Serving", "Capacity planner", "vLLM engine"]
+APP_PAGES = ["Live", "Replay", "Shrink", "Sweep", "Serving", "Capacity planner", "vLLM engine"]
 
 CUT_METRIC_TEXT = """() => [...document.querySelectorAll(
     '[data-testid=stMetric] [data-testid=stMetricLabel], [data-testid=stMetric] [data-testid=stMetricValue],'
@@ -218,6 +218,7 @@ def test_serving_grid_changes_while_its_run_is_going(server, browser):
 def page_states(server):
     """(name, url, button to press first or None) for every page of the app."""
     return [("live", f"{server}/", "Generate"), ("replay", f"{server}/replay", None),
+            ("shrink", f"{server}/shrink", "Run full and shrunk"),
             ("sweep", f"{server}/sweep", "Run sweep"), ("serving", f"{server}/serving", "Run"),
             ("planner", f"{server}/planner", None), ("engine", f"{server}/engine", None)]
 
