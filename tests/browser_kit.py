@@ -27,3 +27,25 @@ def served_app(log_name: str, env_extra: dict | None = None, ports: range | None
     require_chromium()
     with Server(env_extra, ports, ARTIFACTS / log_name) as server:
         yield server.url
+
+
+def served_tiny_app(tmp_path_factory, name: str, ports: range):
+    """`served_app` with a tiny random Llama saved as the host's model (log: {name}-streamlit.log)."""
+    from tiny import save_tiny
+
+    require_chromium()
+    model_dir = save_tiny(tmp_path_factory.mktemp(f"tiny-llama-{name}"))
+    yield from served_app(f"{name}-streamlit.log", {"KVVIZ_MODEL": str(model_dir)}, ports)
+
+
+def launched_chromium():
+    """Debian's Chromium through playwright for a test module, closed after it."""
+    from playwright.sync_api import sync_playwright
+
+    from kvviz.bench.app_server import CHROMIUM_ARGS
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -14,10 +14,10 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import pytest
-from browser_kit import ARTIFACTS, require_chromium, served_app
+from browser_kit import ARTIFACTS, launched_chromium, served_tiny_app
 
 from kvviz import links
-from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE
+from kvviz.bench.app_server import IDLE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -30,23 +30,12 @@ PAGES = ["/", "/replay", "/shrink", "/sweep", "/serving", "/planner", "/engine"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from tiny import save_tiny
-
-    require_chromium()
-    model_dir = save_tiny(tmp_path_factory.mktemp("tiny-llama-links"))
-    yield from served_app("links-streamlit.log", {"KVVIZ_MODEL": str(model_dir)}, PORTS)
+    yield from served_tiny_app(tmp_path_factory, "links", PORTS)
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    yield from launched_chromium()
 
 
 def fresh_page(browser, width: int = 1600, height: int = 1000):

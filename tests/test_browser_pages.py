@@ -21,9 +21,9 @@ import hashlib
 import time
 
 import pytest
-from browser_kit import ARTIFACTS, ROOT, require_chromium, served_app
+from browser_kit import ARTIFACTS, ROOT, launched_chromium, served_tiny_app
 
-from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE, RUNNING
+from kvviz.bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -78,23 +78,12 @@ CLIPPED_OR_OUT = """() => {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`streamlit run app.py` with a tiny local model as the host's model; stopped by its pid."""
-    from tiny import save_tiny
-
-    require_chromium()
-    model_dir = save_tiny(tmp_path_factory.mktemp("tiny-llama-pages"))
-    yield from served_app("pages-streamlit.log", {"KVVIZ_MODEL": str(model_dir)}, PORTS)
+    yield from served_tiny_app(tmp_path_factory, "pages", PORTS)
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    yield from launched_chromium()
 
 
 def open_page(browser, url: str, width: int = 1600, height: int = 1000, ready: str = "h1"):

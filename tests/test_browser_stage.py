@@ -16,9 +16,9 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from browser_kit import ARTIFACTS, require_chromium, served_app
+from browser_kit import ARTIFACTS, require_chromium, served_app, launched_chromium, served_tiny_app
 
-from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE, RUNNING
+from kvviz.bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -49,23 +49,12 @@ LONGEST_STILL_MS = """([t0, t1]) => {
 
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
-    from tiny import save_tiny
-
-    require_chromium()
-    model_dir = save_tiny(tmp_path_factory.mktemp("tiny-llama-stage"))
-    yield from served_app("stage-streamlit.log", {"KVVIZ_MODEL": str(model_dir)}, PORTS)
+    yield from served_tiny_app(tmp_path_factory, "stage", PORTS)
 
 
 @pytest.fixture(scope="module")
 def browser(tiny_server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    yield from launched_chromium()
 
 
 def open_page(browser, url: str, width: int, height: int):
