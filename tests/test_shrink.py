@@ -128,3 +128,24 @@ def test_divergence_and_caption():
     assert cmp.caption().startswith(words)
     assert 0 < cmp.bytes_ratio() < 0.5 and cmp.step_time_ratio() > 0
 
+
+
+@pytest.mark.slow
+def test_default_model_press_and_quantized(default_lm):
+    """On the real default model: full cache = prompt x 46,080 B (fp32); SnapKV at 0.5 keeps
+    kvpress's own count (compute_n_kept: int(n x (1 - ratio)), an odd prompt keeps the smaller
+    half) in all 30 layers; HQQ 8-bit holds under half the full cache."""
+    from kvpress.utils import compute_n_kept
+
+    ids = shrink.prompt_ids(default_lm.tokenizer, "The keeper of the lighthouse was named Ada. " * 12
+                            + "What was the keeper's name?")
+    n = ids.shape[1]
+    full = shrink.run(default_lm, ids, 6, shrink.ShrinkMode())
+    assert full.steps[0].kv_bytes == 46_080 * n  # 30 layers x 3 KV heads x 64 x 2 x fp32
+    snap = shrink.run(default_lm, ids, 6, shrink.ShrinkMode(press="SnapKV", ratio=0.5))
+    kept = compute_n_kept(n, 0.5)
+    assert kept == int(n * 0.5)
+    assert snap.steps[0].kv_bytes == 46_080 * kept and len(snap.kept) == 30
+    assert all(positions.shape[-1] == kept for positions in snap.kept.values())
+    quant = shrink.run(default_lm, ids, 6, shrink.ShrinkMode(backend="hqq", nbits=8, residual_length=16))
+    assert quant.steps[0].kv_bytes < full.steps[0].kv_bytes / 2
