@@ -10,7 +10,6 @@ engine page reads says "ended" while the dashboard is still up. The engine page'
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from kvviz.bench.app_server import free_port
 from kvviz.vllm import panels
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,14 +50,10 @@ FAKE = textwrap.dedent('''
 
 def demo_port() -> int:
     """8850 (the issue's port) when free, else any free port: never the default 8000."""
-    for port in (8850, 0):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return s.getsockname()[1]
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
+    try:
+        return free_port(range(8850, 8851))
+    except RuntimeError:
+        return free_port()
 
 
 def fakes(tmp_path: Path) -> dict:
