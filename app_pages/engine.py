@@ -8,7 +8,7 @@ import os
 
 import streamlit as st
 
-from kvviz import hosted, ui
+from kvviz.app import hosted, ui
 from kvviz.vllm import panels
 from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
 

@@ -1,15 +1,17 @@
 """Capacity planner: how many requests of T tokens fit on a serving setup, and what bounds a step.
 
-Widgets and layout only: the arithmetic is kvviz.deployment's (capacity, parallel,
-serving_plan), the tables kvviz.planner_frames', the charts kvviz.planner_charts'. Every widget
+Widgets and layout only: the arithmetic is kvviz.planner.deployment's (capacity, parallel,
+serving_plan), the tables kvviz.planner.planner_frames', the charts kvviz.planner.planner_charts'. Every widget
 but the pasted config is bound to the URL (`bind="query-params"`, the key is the parameter
 name), so a link reproduces the view; the config text is left out of the URL (long, and not
 ours to echo).
 """
 import streamlit as st
 
-from kvviz import capacity, deployment, panels, parallel, plan_cli, plan_models, planner_charts, planner_frames, units
-from kvviz.ui import inert
+from kvviz.planner import capacity, deployment, parallel, plan_cli, plan_models, planner_charts, planner_frames
+from kvviz.app import panels
+from kvviz.viz import units
+from kvviz.app.ui import inert
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
 GPUS = {g["name"]: g for g in capacity.load_gpus()}
@@ -191,7 +193,7 @@ if "error" in result["vllm"]:
     st.info(inert(f"Not available: {result['vllm']['error']}."))
 else:
     st.caption("vLLM hands out memory in whole blocks of `block size` tokens per layer, grouped "
-               "by layer kind (kvviz.serving_plan follows its kv_cache_utils). Same budget as above; "
+               "by layer kind (kvviz.planner.serving_plan follows its kv_cache_utils). Same budget as above; "
                "vLLM also subtracts the activation peak it measures at start-up, which is not "
                "modelled here.")
     metric_row(planner_frames.vllm_metrics(plan))

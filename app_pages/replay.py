@@ -1,9 +1,9 @@
 """Replay: play a recorded run through the live panels. Needs no model and no GPU."""
 import streamlit as st
 
-from kvviz import panels, ui
+from kvviz.app import panels, ui
 from kvviz.vllm import panels as vllm_panels
-from kvviz.trace import TraceError
+from kvviz.live.trace import TraceError
 
 presenting = ui.presenter_mode()
 if presenting:  # on stage: title and controls in one row, the trace choice tucked in a popover,

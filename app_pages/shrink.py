@@ -1,11 +1,12 @@
 """Shrink: the same prompt with the full KV cache and with a shrunk one (a kvpress press or
 transformers' quantized cache), side by side: answers, where they diverge, bytes, step time, and
-which prompt positions each layer kept. Widgets only: kvviz.shrink runs, kvviz.shrink_charts draws."""
+which prompt positions each layer kept. Widgets only: kvviz.shrink.shrink runs, kvviz.shrink.shrink_charts draws."""
 from contextlib import nullcontext
 
 import streamlit as st
 
-from kvviz import presses, quant_cache, shrink, shrink_charts, ui
+from kvviz.shrink import presses, quant_cache, shrink, shrink_charts
+from kvviz.app import ui
 from kvviz.errors import UserError
 
 PRESS, QUANT = "Press (evict positions)", "Quantized cache"

@@ -1,7 +1,7 @@
 """Sweep: cache bytes and latency measured over prompt length × batch size on the loaded model.
 
-Widgets and layout only: the runner and its arithmetic are kvviz.sweep's, the charts
-kvviz.sweep_charts'. Results live in st.session_state["sweeps"], keyed on (model, settings): a
+Widgets and layout only: the runner and its arithmetic are kvviz.sweep.sweep's, the charts
+kvviz.sweep.sweep_charts'. Results live in st.session_state["sweeps"], keyed on (model, settings): a
 stopped sweep keeps its points, and running the same settings again measures only what is missing.
 Stop acts between points (Streamlit interrupts the script at its next call, after a point's row
 is stored), so a long point finishes first. In hosted mode the host's caps (prompt tokens, batch,
@@ -12,7 +12,10 @@ import time
 import pandas as pd
 import streamlit as st
 
-from kvviz import capacity, panels, sweep, sweep_charts, ui, units
+from kvviz.planner import capacity
+from kvviz.app import panels, ui
+from kvviz.sweep import sweep, sweep_charts
+from kvviz.viz import units
 
 URL = "query-params"
 WHERE_TIME_GOES = (
@@ -24,7 +27,7 @@ WHERE_TIME_GOES = (
     "and contexts move the points up towards the peak.")
 
 NO_PEAK = (" No peak line: kvviz knows the peak memory bandwidth of the GPUs in its presets "
-           "(assets/gpus.json) only, and a CPU's depends on its memory channels, which it does not "
+           "(kvviz/assets/gpus.json) only, and a CPU's depends on its memory channels, which it does not "
            "read. Type a peak in the sidebar (GB/s) to draw the line.")
 RESULT_COLUMNS = {  # rows_frame column -> (label, kind) for panels.people_table
     "prompt_tokens": ("prompt tokens", "count"), "batch": ("batch", "count"), "status": ("status", "text"),
@@ -77,7 +80,7 @@ peak_gbs = st.sidebar.number_input(
     "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,
     (device.peak_bandwidth_bytes_per_s or 0) / 1e9, 10.0, key="sweep_peak_gbs",
     help=f"From the GPU presets ({device.preset})" if device.preset else
-    "0: not known for this device. kvviz has the peak bandwidth of the GPUs in assets/gpus.json only; "
+    "0: not known for this device. kvviz has the peak bandwidth of the GPUs in kvviz/assets/gpus.json only; "
     "a CPU's depends on its memory channels, which kvviz does not read. Type one to draw the line.")
 ui.share_link()
 
@@ -166,7 +169,7 @@ if rows:
     draw(rows)
     if device.kv_budget_bytes is not None:
         st.markdown("**Predicted out-of-memory boundary vs where it failed**")
-        st.caption(f"Predicted by kvviz.capacity: the cache must fit in "
+        st.caption(f"Predicted by kvviz.planner.capacity: the cache must fit in "
                    f"{units.fmt_bytes(device.kv_budget_bytes)} (device memory less the weights and "
                    f"{capacity.DEFAULT_OVERHEAD_FRACTION:.0%} overhead).")
         boundary = pd.DataFrame(sweep.boundary_rows(rows, device, new_tokens))

@@ -1,10 +1,10 @@
-"""`kvviz record`, `kvviz plan`, `kvviz bench`, `kvviz watch`: the headless side of kvviz."""
+"""`kvviz record`, `kvviz plan`, `kvviz watch`: the headless side of kvviz."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from kvviz import plan_cli
+from kvviz.planner import plan_cli
 from kvviz.vllm import cli as vllm_cli
 
 
@@ -30,10 +30,10 @@ def add_record(sub) -> None:
 
 
 def run_record(args) -> int:
-    from kvviz.config import ModelSpec, RunConfig
-    from kvviz.engine import generate, run_meta
-    from kvviz.models import ModelLoadError, load_model
-    from kvviz.trace import Trace, TraceError, format_summary, summary
+    from kvviz.live.config import ModelSpec, RunConfig
+    from kvviz.live.engine import generate, run_meta
+    from kvviz.live.models import ModelLoadError, load_model
+    from kvviz.live.trace import Trace, TraceError, format_summary, summary
 
     cfg = RunConfig(prompts=(args.prompt,), batch=args.batch, max_new_tokens=args.max_new_tokens,
                     chat_template=not args.no_chat_template, system=args.system,
@@ -71,11 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_record(sub)
     plan_cli.add_parser(sub)
     vllm_cli.add_parser(sub)
-    try:
-        from kvviz import bench
-        bench.add_parser(sub)
-    except ImportError:  # pragma: no cover - bench lands separately
-        pass
     return parser
 
 

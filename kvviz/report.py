@@ -10,7 +10,7 @@ untrusted — an uploaded trace can say anything — and reaches the page only t
 autoescaping Jinja2 template `templates/report.html.j2`: this module computes the sections as plain
 data; only the SVG vl-convert drew and the steps table pandas escaped are passed as Markup.
 
-Charts are the very builders of kvviz/charts.py, rendered to SVG by vl-convert-python (Vega-Lite
+Charts are the very builders of kvviz/viz/charts.py, rendered to SVG by vl-convert-python (Vega-Lite
 compiled and drawn in-process, bundled fonts, no browser, no network: external data URLs are
 refused). Without that package the report still has every figure and table, and says so.
 """
@@ -26,10 +26,11 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from kvviz import cache_map, cache_map_charts, cache_map_panel, captions, frames, live_charts
-from kvviz.events import StepEvent
-from kvviz.trace import VERSION, Trace, TraceError, check_run_meta, summary
-from kvviz.units import fmt_bytes, fmt_ms, fmt_ratio
+from kvviz.live import cache_map, cache_map_charts, captions, frames, live_charts
+from kvviz.app import cache_map_panel
+from kvviz.live.events import StepEvent
+from kvviz.live.trace import VERSION, Trace, TraceError, check_run_meta, summary
+from kvviz.viz.units import fmt_bytes, fmt_ms, fmt_ratio
 
 CHART_WIDTH = 520  # px; the SVGs scale down with the page (CSS max-width)
 MAX_HEATMAP_CELLS = 30_000  # a layer-time heatmap beyond this would weigh megabytes of SVG
@@ -95,7 +96,7 @@ def csv_tables(trace: Trace) -> dict[str, str]:
 # --- charts --------------------------------------------------------------------------------------
 
 def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
-    """The live page's charts over the whole run (kvviz.live_charts); none without run meta."""
+    """The live page's charts over the whole run (kvviz.live.live_charts); none without run meta."""
     try:
         check_run_meta(trace)
     except TraceError:
@@ -286,7 +287,7 @@ def _headline(trace: Trace, sums: dict) -> list[tuple[str, str, str]]:
     return list(captions.headline(meta, sums, cached[-1]))
 
 
-SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.trace.mode_summary)
+SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.live.trace.mode_summary)
     ("time to first token", lambda n: fmt_ms(n["ttft_ms"])),
     ("inter-token median", lambda n: fmt_ms(n["itl_median_ms"])),
     ("inter-token p95", lambda n: fmt_ms(n["itl_p95_ms"])),

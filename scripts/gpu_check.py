@@ -12,9 +12,10 @@ from pathlib import Path
 
 import torch
 
-from kvviz import engine, models, sweep
-from kvviz.config import ModelSpec, RunConfig
-from kvviz.trace import Trace, format_summary, summary
+from kvviz.live import engine, models
+from kvviz.sweep import sweep
+from kvviz.live.config import ModelSpec, RunConfig
+from kvviz.live.trace import Trace, format_summary, summary
 
 FAILURES: list[str] = []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from kvviz.bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE, RUNNING
+from bench.app_server import CHROMIUM, CHROMIUM_ARGS, IDLE, RUNNING
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 WAIT_MS = 600_000

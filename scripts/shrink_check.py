@@ -6,9 +6,9 @@ Prints one row per mode; the full-cache bytes are checked against tokens x 46,08
 """
 import argparse
 
-from kvviz import presses, quant_cache, shrink
-from kvviz.config import ModelSpec
-from kvviz.models import load_model
+from kvviz.shrink import presses, quant_cache, shrink
+from kvviz.live.config import ModelSpec
+from kvviz.live.models import load_model
 
 CONTEXT = ("The old lighthouse on Gull Point was kept for forty years by Marta Olsen, who logged every "
            "ship that passed and every storm that broke on the rocks. ") * 12

@@ -12,7 +12,7 @@ import time
 
 from playwright.sync_api import sync_playwright
 
-from kvviz.bench.app_server import chromium_context
+from bench.app_server import chromium_context
 
 
 

@@ -1,6 +1,6 @@
 """What every real-browser test needs: Chromium or a clear failure, and the app served for real.
 
-The server and Chromium's flags live in kvviz.bench.app_server (the page benchmarks use them too).
+The server and Chromium's flags live in bench.app_server (the page benchmarks use them too).
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from kvviz.bench.app_server import CHROMIUM, ROOT, Server, chromium_context  # noqa: F401 (re-exported)
+from bench.app_server import CHROMIUM, ROOT, Server, chromium_context  # noqa: F401 (re-exported)
 
 ARTIFACTS = ROOT / "test-artifacts"
 
@@ -42,7 +42,7 @@ def launched_chromium():
     """Debian's Chromium through playwright for a test module, closed after it."""
     from playwright.sync_api import sync_playwright
 
-    from kvviz.bench.app_server import CHROMIUM_ARGS
+    from bench.app_server import CHROMIUM_ARGS
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # bench/ (the benchmarks live outside the package)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may be downloaded, ever
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
@@ -19,6 +20,6 @@ def tiny_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_lm():
     """The real embedded default model (converted once into the user cache)."""
-    from kvviz.config import ModelSpec
-    from kvviz.models import load_model
+    from kvviz.live.config import ModelSpec
+    from kvviz.live.models import load_model
     return load_model(ModelSpec())

@@ -1,14 +1,15 @@
 """One figure, one answer: where two paths of kvviz compute the same number, they agree.
 
 For every catalog model (and the tiny models the live page runs): the cache bytes the planner
-shows for a context (kvviz.capacity) and the live page's formula at the same token count
-(kvviz.layout.formula_bytes, also the Sweep's and the trace's) are the same number, in every
+shows for a context (kvviz.planner.capacity) and the live page's formula at the same token count
+(kvviz.cache.layout.formula_bytes, also the Sweep's and the trace's) are the same number, in every
 dtype the live page can run; and the Sweep's out-of-memory boundary agrees with its own
 'predicted not to fit' flag (tests/test_sweep.py covers the sliding mix).
 """
 import pytest
 
-from kvviz import capacity, layout, plan_models
+from kvviz.planner import capacity, plan_models
+from kvviz.cache import layout
 
 CATALOG = [e["name"] for e in capacity.load_catalog()]
 CONTEXTS = (1, 17, 500, 4096, 8000, 131_072)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.panels import PRELOAD_CSS, PRELOAD_DESCRIPTION
-from kvviz.ui import PAGE_CSS, PRESENTER_CSS, inert
+from kvviz.app.panels import PRELOAD_CSS, PRELOAD_DESCRIPTION
+from kvviz.app.ui import PAGE_CSS, PRESENTER_CSS, inert
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PROMPT = "prompt-Short question"  # the prompt text_area's key under the default preset
@@ -217,7 +217,7 @@ def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_d
 def test_run_notes_say_what_the_figures_lack():
     from types import SimpleNamespace
 
-    from kvviz.panels import run_notes
+    from kvviz.app.panels import run_notes
     meta = {"attn_fallback": "sdpa → eager: refused", "attn_implementation": "eager", "state_modelled": False}
     notes = run_notes(meta, SimpleNamespace(cache_note="kvviz cannot read cache layers of class X"))
     assert notes[0].startswith("kvviz cannot read") and "eager" in notes[1] and "formula leaves" in notes[2]

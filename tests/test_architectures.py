@@ -19,9 +19,10 @@ from functools import lru_cache
 import pytest
 import torch
 
-from kvviz import engine, layout
-from kvviz.config import RunConfig
-from kvviz.trace import Trace
+from kvviz.live import engine
+from kvviz.cache import layout
+from kvviz.live.config import RunConfig
+from kvviz.live.trace import Trace
 from tiny import ARCHS, STATE_ARCHS, WINDOW, arch_lm
 
 NEW_TOKENS = 6
@@ -168,7 +169,7 @@ def test_meta_per_layer_bytes_rebuild_the_formula(name):
 
 
 def test_captions_name_a_mixed_layout():
-    from kvviz import captions
+    from kvviz.live import captions
     trace = recorded("gemma3_text")
     last = trace.events_of("cached")[-1]
     assert "Layers: 5 × sliding 6, 1 × full" in captions.layers_caption(trace.meta)
@@ -198,7 +199,7 @@ def test_state_sizes_and_dtypes_of_state_space_families(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_planner_on_the_same_config_agrees_with_the_live_run(name):
     """The capacity planner reads the model's config.json; its bytes equal the live measurement."""
-    from kvviz import capacity, plan_models
+    from kvviz.planner import capacity, plan_models
     model = plan_models.model_from_config(arch_lm(name).model.config.to_dict(), name, given_params=1)
     first, second, *_, last = recorded(name).events_of("cached")
     assert capacity.kv_bytes_per_token(model, "fp32") * 2 == second.kv_bytes - first.kv_bytes

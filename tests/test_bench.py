@@ -1,13 +1,13 @@
-"""kvviz bench: the pure helpers on fake numbers, and one tiny measurement for its structure only."""
+"""The benchmarks (bench/): the pure helpers on fake numbers, and one tiny measurement for its structure only."""
 import argparse
 import itertools
 
 import pytest
 
-from kvviz import bench
-from kvviz.bench import apptest_page, browser_page, command, engine_runs, results
-from kvviz.bench.results import Result
-from kvviz.bench.settings import Settings
+import bench
+from bench import apptest_page, browser_page, command, engine_runs, results
+from bench.results import Result
+from bench.settings import Settings
 
 
 def test_interleaved_runs_variants_in_turn_and_keeps_every_sample():
@@ -70,10 +70,10 @@ def test_render_table_is_a_markdown_table_with_one_row_per_result():
 
 def test_render_doc_holds_machine_date_command_table_and_methods():
     machine = {"CPU": "Fake CPU, 2 cores", "Software": "torch 0, transformers 0"}
-    doc = results.render_doc(machine, "python -m kvviz.cli bench --out x.md", "2026-01-01 12:00 UTC",
+    doc = results.render_doc(machine, "python -m bench --out x.md", "2026-01-01 12:00 UTC",
                            FAKE, [("Hook overhead", "How it was measured."), ("Caveats", "Noisy.")])
     assert doc.startswith("# Benchmarks\n")
-    for piece in ("**Date:** 2026-01-01 12:00 UTC", "`python -m kvviz.cli bench --out x.md`",
+    for piece in ("**Date:** 2026-01-01 12:00 UTC", "`python -m bench --out x.md`",
                   "**CPU:** Fake CPU, 2 cores", "**Software:** torch 0", results.render_table(FAKE),
                   "### Hook overhead\n\nHow it was measured.", "### Caveats\n\nNoisy."):
         assert piece in doc
@@ -82,13 +82,12 @@ def test_render_doc_holds_machine_date_command_table_and_methods():
 
 def test_command_line_repeats_the_flags():
     args = argparse.Namespace(quick=True, reps=2, out="docs/benchmarks.md", only=None)
-    assert command.command_line(args) == "python -m kvviz.cli bench --quick --reps 2 --out docs/benchmarks.md"
-    assert command.command_line(argparse.Namespace(quick=False, reps=None, out=None)) == "python -m kvviz.cli bench"
+    assert command.command_line(args) == "python -m bench --quick --reps 2 --out docs/benchmarks.md"
+    assert command.command_line(argparse.Namespace(quick=False, reps=None, out=None)) == "python -m bench"
 
 
-def test_cli_has_a_bench_subcommand():
-    from kvviz.cli import build_parser
-    args = build_parser().parse_args(["bench", "--quick", "--out", "b.md"])
+def test_bench_command_line():
+    args = command.build_parser().parse_args(["--quick", "--out", "b.md"])
     assert args.func is bench.run and args.quick and args.out == "b.md" and args.reps is None
 
 
@@ -113,7 +112,8 @@ def test_live_page_measurement_on_a_tiny_model(tiny_dir, monkeypatch):
     for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED"):
         monkeypatch.setenv(name, "")  # so that monkeypatch restores it: the bench sets KVVIZ_MODEL
         monkeypatch.delenv(name)
-    from kvviz import engine, panels
+    from kvviz.live import engine
+    from kvviz.app import panels
     real = engine.generate, panels.LiveView.update, panels.LiveView.draw_figures
     rows, method = apptest_page.live_page_vs_headless(Settings(reps=1, new_tokens=4), str(tiny_dir))
     assert (engine.generate, panels.LiveView.update, panels.LiveView.draw_figures) == real  # unpatched
@@ -147,10 +147,9 @@ def fake_bench(ratio):
 @pytest.mark.parametrize("ratio, status, verdict", [(0.95, 0, "PASS"), (0.5, 1, "FAIL")])
 def test_bench_command_fails_on_a_missed_target_and_writes_only_what_it_measured(
         monkeypatch, tmp_path, ratio, status, verdict):
-    from kvviz.cli import build_parser
     monkeypatch.setattr(command, "BENCHES", {"fake": fake_bench(ratio)})
     out = tmp_path / "b.md"
-    args = build_parser().parse_args(["bench", "--quick", "--only", "fake", "--out", str(out)])
+    args = command.build_parser().parse_args(["--quick", "--only", "fake", "--out", str(out)])
     assert args.func(args) == status
     doc = out.read_text()
     assert f"| Fake ratio | {ratio} x | 1 x | {ratio:.3f} | ≥ 0.9 | {verdict} |" in doc
@@ -211,7 +210,7 @@ def test_browser_rows_check_each_ratio_against_its_target():
 
 
 def test_thread_policy_rows_compare_the_policy_with_torchs_default():
-    from kvviz.bench import thread_policy
+    from bench import thread_policy
     runs = {"policy": [{"wall": 9.0, "compute": 11.0}, {"wall": 10.0, "compute": 12.0}],
             "torch default": [{"wall": 5.0, "compute": 12.0}, {"wall": 4.0, "compute": 12.0}]}
     wall, compute = thread_policy.thread_rows(runs)

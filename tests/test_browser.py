@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from browser_kit import ARTIFACTS, ROOT, chromium_context, served_app
 
-from kvviz.bench.app_server import IDLE, RUNNING
+from bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

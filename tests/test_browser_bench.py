@@ -8,9 +8,9 @@ import os
 import pytest
 from browser_kit import require_chromium
 
-from kvviz.bench import browser_page
-from kvviz.bench.results import OPS
-from kvviz.bench.settings import Settings
+from bench import browser_page
+from bench.results import OPS
+from bench.settings import Settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 from browser_kit import ARTIFACTS, launched_chromium, served_tiny_app
 
-from kvviz import links
-from kvviz.bench.app_server import IDLE
+from kvviz.app import links
+from bench.app_server import IDLE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

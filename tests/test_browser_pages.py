@@ -23,7 +23,7 @@ import time
 import pytest
 from browser_kit import ARTIFACTS, ROOT, launched_chromium, served_tiny_app
 
-from kvviz.bench.app_server import IDLE, RUNNING
+from bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 from browser_kit import ARTIFACTS, require_chromium, served_app, launched_chromium, served_tiny_app
 
-from kvviz.bench.app_server import IDLE, RUNNING
+from bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -6,10 +6,10 @@ import json
 import altair as alt
 import pytest
 
-from kvviz import cache_map as cm
-from kvviz import cache_map_charts as cc
-from kvviz import charts
-from kvviz.events import LayerStat, StepEvent
+from kvviz.live import cache_map as cm
+from kvviz.live import cache_map_charts as cc
+from kvviz.viz import charts
+from kvviz.live.events import LayerStat, StepEvent
 
 
 def event(step: int, seq_len: int, tokens: list[int], text: str = "x", attention=None) -> StepEvent:
@@ -156,8 +156,8 @@ def eager_lm(kind: str):
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "sliding"])
 def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind):
-    from kvviz import engine
-    from kvviz.config import RunConfig
+    from kvviz.live import engine
+    from kvviz.live.config import RunConfig
 
     lm = eager_lm(kind)
     cfg = RunConfig(prompts=("Hello there", "The key value cache keeps"), max_new_tokens=12,
@@ -181,8 +181,8 @@ def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind
 
 
 def test_attention_is_cut_to_the_written_positions_of_a_static_cache():
-    from kvviz import engine
-    from kvviz.config import RunConfig
+    from kvviz.live import engine
+    from kvviz.live.config import RunConfig
 
     cfg = RunConfig(max_new_tokens=4, stop_on_eos=False, attention=True, cache_backend="static")
     last = list(engine.generate(eager_lm("llama"), cfg))[-1]
@@ -193,17 +193,17 @@ def test_attention_is_cut_to_the_written_positions_of_a_static_cache():
 def test_attention_needs_eager_and_says_so():
     from tiny import tiny_lm
 
-    from kvviz import engine
-    from kvviz.config import RunConfig
+    from kvviz.live import engine
+    from kvviz.live.config import RunConfig
 
     with pytest.raises(ValueError, match="eager attention"):
         engine.run_meta(tiny_lm("llama"), RunConfig(attention=True))
 
 
 def test_a_trace_with_attention_round_trips():
-    from kvviz import engine
-    from kvviz.config import RunConfig
-    from kvviz.trace import Trace
+    from kvviz.live import engine
+    from kvviz.live.config import RunConfig
+    from kvviz.live.trace import Trace
 
     lm = eager_lm("llama")
     cfg = RunConfig(max_new_tokens=3, stop_on_eos=False, attention=True)
@@ -224,9 +224,9 @@ def test_the_cache_map_benchmark_has_the_right_shape():
     """Structure only, never speed: a tiny random Llama, a few steps."""
     from tiny import tiny_lm
 
-    from kvviz.bench import cache_map as bench
-    from kvviz.bench import command
-    from kvviz.bench.settings import Settings
+    from bench import cache_map as bench
+    from bench import command
+    from bench.settings import Settings
 
     lm = tiny_lm()
     rows, method = bench.attention_cost(lm, Settings(reps=1, new_tokens=3))
@@ -298,8 +298,8 @@ def test_a_batch_gets_a_row_picker_once_the_run_is_over(at):
 def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
     from tiny import arch_lm
 
-    from kvviz import engine
-    from kvviz.config import RunConfig
+    from kvviz.live import engine
+    from kvviz.live.config import RunConfig
 
     lm = arch_lm(arch)
     cfg = RunConfig(max_new_tokens=10, stop_on_eos=False)
@@ -315,7 +315,7 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
         if kind.kind in ("sliding", "chunked"):
             assert mine[mine.status != "dropped"].positions.max() <= kind.token_cap * 2
             assert (mine.status == "dropped").any()  # the run crossed the window / chunk
-    from kvviz import live_charts
+    from kvviz.live import live_charts
 
     data = live_charts.chart_data(meta, events, [])
     groups = data["layers"]
@@ -328,18 +328,18 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
 def test_an_unreadable_cache_draws_no_cells_and_says_so():
     from dataclasses import replace
 
-    from kvviz import cache_map_panel
+    from kvviz.app import cache_map_panel
 
     ev = replace(run(META, 2, [None, 3])[-1], cache_note="kvviz cannot read cache layers of class X")
     assert cm.cells_frame(META, ev).empty
     assert "could not read this cache" in cache_map_panel.caption({**META, "batch": 1}, ev, 0, True)
 
 
-@pytest.mark.parametrize("name", ["cache_map", "cache_map_charts", "cache_map_panel"])
+@pytest.mark.parametrize("name", ["live.cache_map", "live.cache_map_charts", "app.cache_map_panel"])
 def test_the_cache_map_modules_import_no_torch_transformers_or_streamlit(name):
-    from test_imports import KVVIZ, imported_roots
+    from test_imports import imported_roots, module_path
 
-    assert not imported_roots(KVVIZ / f"{name}.py") & {"torch", "transformers", "streamlit"}
+    assert not imported_roots(module_path(name)) & {"torch", "transformers", "streamlit"}
 
 
 def test_replay_draws_the_map_of_the_step_the_scrubber_names():

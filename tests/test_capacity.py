@@ -1,6 +1,6 @@
-"""kvviz.capacity against worked examples computed by hand (the arithmetic is in the comments).
+"""kvviz.planner.capacity against worked examples computed by hand (the arithmetic is in the comments).
 
-Models are kvviz.layout's per-layer specs (via kvviz.plan_models for catalog entries, or
+Models are kvviz.cache.layout's per-layer specs (via kvviz.planner.plan_models for catalog entries, or
 capacity.uniform_model for explicit numbers).
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from kvviz import capacity, plan_models
-from kvviz.layout import FULL, SLIDING, STATE, LayerSpec, config_from_dict
+from kvviz.planner import capacity, plan_models
+from kvviz.cache.layout import FULL, SLIDING, STATE, LayerSpec, config_from_dict
 
 GB = 10**9
 LLAMA_8B = capacity.uniform_model(32, 8, 128, 32, "Llama-3.1-8B", params_total=8_030_261_248)

@@ -1,4 +1,4 @@
-"""The shipped catalogs (assets/models.json, assets/gpus.json) are well-formed published data.
+"""The shipped catalogs (kvviz/assets/models.json, kvviz/assets/gpus.json) are well-formed published data.
 
 Every model config must build with transformers' own config class (a typo in a field name or a
 model_type transformers does not know fails here), every entry names its source, no name or
@@ -14,7 +14,7 @@ import transformers
 from transformers import AutoConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parent.parent / "kvviz" / "assets"
 GB = 1_000_000_000
 
 REQUIRED_MODELS = [

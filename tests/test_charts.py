@@ -6,9 +6,10 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from kvviz import charts, live_charts
-from kvviz.events import BlockStat, LayerStat, StepEvent
-from kvviz.frames import (
+from kvviz.viz import charts
+from kvviz.live import live_charts
+from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.live.frames import (
     block_grid_frame, layer_times_frame, reservation_frame, steps_frame,
 )
 

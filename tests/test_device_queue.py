@@ -2,7 +2,7 @@
 import threading
 import time
 
-from kvviz.device_queue import DeviceQueue
+from kvviz.app.device_queue import DeviceQueue
 
 
 def test_fifo_positions_and_single_holder():

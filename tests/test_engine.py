@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from kvviz import engine, layout
-from kvviz.config import RunConfig
-from kvviz.events import BlockStat, LayerStat, StepEvent
+from kvviz.live import engine
+from kvviz.cache import layout
+from kvviz.live.config import RunConfig
+from kvviz.live.events import BlockStat, LayerStat, StepEvent
 from tiny import tiny_lm
 
 KINDS = ["llama", "gpt2", "qwen2", "sliding"]

@@ -4,8 +4,8 @@ import math
 import pandas as pd
 import pytest
 
-from kvviz.events import BlockStat, LayerStat, StepEvent
-from kvviz.frames import (
+from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.live.frames import (
     STEP_COLUMNS, block_grid_frame, layer_bytes_frame, layer_times_frame, reservation_frame,
     steps_frame,
 )

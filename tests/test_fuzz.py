@@ -6,11 +6,13 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kvviz import links, planner_frames, safe_input, ui
+from kvviz.app import links, ui
+from kvviz.planner import planner_frames
+from kvviz import safe_input
 from kvviz.errors import UserError
-from kvviz.trace import Trace, TraceError, check_run_meta
+from kvviz.live.trace import Trace, TraceError, check_run_meta
 
-EXAMPLE = json.loads(next((Path(__file__).resolve().parent.parent / "assets" / "traces").glob("*.json"))
+EXAMPLE = json.loads(next((Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json"))
                      .read_text())
 EXAMPLE["events"] = EXAMPLE["events"][:20]  # the meta is what varies: keep each example small
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

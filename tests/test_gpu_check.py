@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvviz import engine, hooks
-from kvviz.config import RunConfig
+from kvviz.live import engine, hooks
+from kvviz.live.config import RunConfig
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
 

@@ -1,7 +1,7 @@
 """Hosted-mode policy: allowlist with pinned revisions, caps, off by default."""
 import pytest
 
-from kvviz import hosted
+from kvviz.app import hosted
 
 
 def test_off_by_default_changes_nothing():
@@ -35,7 +35,7 @@ def test_prompt_and_upload_caps_apply_only_when_hosted():
     assert on.upload_limit_bytes(64 * 2**20) == 8 * 2**20 and off.upload_limit_bytes(64 * 2**20) == 64 * 2**20
 
 
-# ---- torch's thread policy (kvviz.threads) ----------------------------------------------------
+# ---- torch's thread policy (kvviz.app.threads) ----------------------------------------------------
 
 @pytest.mark.parametrize("cores, default, env, expected", [
     (2, 2, {}, 1), (1, 1, {}, 1), (4, 4, {}, 3), (16, 8, {}, 8),  # all cores but one, ≤ torch's
@@ -43,13 +43,13 @@ def test_prompt_and_upload_caps_apply_only_when_hosted():
     (8, 8, {"KVVIZ_TORCH_THREADS": " 3 "}, 3),
 ])
 def test_torch_thread_policy(cores, default, env, expected):
-    from kvviz.threads import torch_threads
+    from kvviz.app.threads import torch_threads
     assert torch_threads(cores, default, env) == expected
 
 
 @pytest.mark.parametrize("value", ["-1", "two", "1.5"])
 def test_torch_thread_setting_must_be_a_whole_number(value):
-    from kvviz.threads import torch_threads
+    from kvviz.app.threads import torch_threads
     with pytest.raises(ValueError, match="KVVIZ_TORCH_THREADS"):
         torch_threads(2, 2, {"KVVIZ_TORCH_THREADS": value})
 
@@ -60,7 +60,7 @@ def test_thread_policy_reaches_threads_started_later(monkeypatch):
 
     import torch
 
-    from kvviz import threads
+    from kvviz.app import threads
     before = torch.get_num_threads()
     monkeypatch.setenv("KVVIZ_TORCH_THREADS", "1")
     seen = []
@@ -79,7 +79,7 @@ def test_thread_policy_reaches_threads_started_later(monkeypatch):
 # ---- the model store: loads never replace a model under a run -------------------------------
 
 def test_model_store_get_never_loads_and_load_replaces():
-    from kvviz.model_store import ModelStore
+    from kvviz.app.model_store import ModelStore
     store, loads = ModelStore(), []
     assert store.get("a") is None
     assert store.load("a", lambda: loads.append("a") or "A") == "A"
@@ -90,7 +90,7 @@ def test_model_store_get_never_loads_and_load_replaces():
 
 
 def test_a_failed_load_leaves_nothing_held():
-    from kvviz.model_store import ModelStore
+    from kvviz.app.model_store import ModelStore
     store = ModelStore()
     store.load("a", lambda: "A")
 
@@ -116,8 +116,8 @@ class FakeUpload:
 
 
 def test_upload_over_the_hosted_cap_is_refused_before_it_is_read(monkeypatch):
-    from kvviz import ui
-    from kvviz.trace import TraceError
+    from kvviz.app import ui
+    from kvviz.live.trace import TraceError
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     upload = FakeUpload("{}", size=9 * 2**20)
     with pytest.raises(TraceError, match="9.0 MiB; traces are limited to 8 MiB"):
@@ -132,7 +132,7 @@ def test_upload_over_the_hosted_cap_is_refused_before_it_is_read(monkeypatch):
 def example_doc() -> dict:
     import json
     from pathlib import Path
-    path = sorted((Path(__file__).resolve().parent.parent / "assets" / "traces").glob("*.json"))[0]
+    path = sorted((Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json"))[0]
     return json.loads(path.read_text())
 
 
@@ -150,8 +150,8 @@ def example_doc() -> dict:
 def test_trace_meta_out_of_bounds_is_refused_at_load(key, value, message):
     import json
 
-    from kvviz import ui
-    from kvviz.trace import TraceError
+    from kvviz.app import ui
+    from kvviz.live.trace import TraceError
     doc = example_doc()
     doc["meta"][key] = value
     with pytest.raises(TraceError, match=message):
@@ -161,8 +161,8 @@ def test_trace_meta_out_of_bounds_is_refused_at_load(key, value, message):
 def test_a_huge_step_time_is_refused_at_load():
     import json
 
-    from kvviz import ui
-    from kvviz.trace import TraceError
+    from kvviz.app import ui
+    from kvviz.live.trace import TraceError
     doc = example_doc()
     doc["events"][3]["step_ms"] = 1e12  # a replay would sleep for 31 years
     with pytest.raises(TraceError, match="event 3: step_ms = 1,000,000,000,000, more than the 10 minutes"):

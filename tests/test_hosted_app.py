@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import ui
+from kvviz.app import ui
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -55,8 +55,8 @@ def test_hosted_prompt_boxes_have_a_character_cap(hosted):
 
 
 def test_hosted_run_checks_allowlist_and_caps_where_it_starts():
-    from kvviz import hosted
-    from kvviz.config import RunConfig
+    from kvviz.app import hosted
+    from kvviz.live.config import RunConfig
     p = hosted.policy_from_env({"KVVIZ_HOSTED": "1"})
     p.check_run("default", RunConfig(max_new_tokens=128, batch=4))
     for name, cfg, message in (("evil/model", RunConfig(), "only runs"),
@@ -69,7 +69,7 @@ def test_hosted_run_checks_allowlist_and_caps_where_it_starts():
 
 
 def _raise_after_configuring():
-    from kvviz import ui
+    from kvviz.app import ui
     ui.configure_server()
     raise ValueError("secret internal detail /srv/kvviz")
 
@@ -96,7 +96,7 @@ def test_docker_image_hides_error_details():
 
 
 def test_a_link_naming_another_model_loads_nothing_until_asked(monkeypatch, tiny_dir):
-    from kvviz import ui
+    from kvviz.app import ui
     monkeypatch.delenv("KVVIZ_HOSTED", raising=False)
     monkeypatch.delenv("KVVIZ_MODEL", raising=False)
     store = ui.model_store()
@@ -122,7 +122,7 @@ def test_hosted_load_waits_for_the_run_holding_the_device(monkeypatch, default_l
     import threading
     import time
 
-    from kvviz import ui
+    from kvviz.app import ui
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     store, queue, run = ui.model_store(), ui.device_queue(), object()
     store.load("model-a", lambda: "A")
@@ -164,7 +164,7 @@ def test_uploader_label_states_the_cap_in_force(monkeypatch, hosted_on, cap):
 
 def test_server_upload_limit_is_the_one_kvviz_plans_for():
     """Streamlit's server answers uploads over server.maxUploadSize with a bare 413: it must stay
-    the value kvviz.ui sizes every upload box under."""
+    the value kvviz.app.ui sizes every upload box under."""
     import tomllib
     config = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text())
     assert config["server"]["maxUploadSize"] == ui.SERVER_MAX_UPLOAD_MIB

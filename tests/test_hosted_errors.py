@@ -3,8 +3,10 @@ import json
 
 import pytest
 
-from kvviz import errors, hosted, planner_frames, safe_input
-from kvviz.config import RunConfig
+from kvviz import errors, safe_input
+from kvviz.app import hosted
+from kvviz.planner import planner_frames
+from kvviz.live.config import RunConfig
 from kvviz.errors import GENERIC, UserError, visitor_message
 
 
@@ -35,7 +37,7 @@ def test_kvviz_own_raise_is_told_apart_from_a_builtin_call():
     with pytest.raises(ValueError) as own:
         planner_frames.model_from_pasted_config("[1]")
     assert errors.raised_by_kvviz(own.value) or isinstance(own.value, UserError)
-    from kvviz import engine
+    from kvviz.live import engine
     with pytest.raises(ValueError) as own:
         next(engine.generate(None, None, "nope"))  # kvviz's own `raise ValueError(...)`
     assert visitor_message(own.value, hosted=True).startswith("unknown mode")

@@ -1,4 +1,4 @@
-"""kvviz.layout: per-layer cache specs from transformers configs, checked against hand-derived bytes.
+"""kvviz.cache.layout: per-layer cache specs from transformers configs, checked against hand-derived bytes.
 
 The published configs below are typed from public copies of each model's config.json (the
 attention-related fields, exactly as published; the source of each is given beside it). The
@@ -8,8 +8,8 @@ chunked layer holds cap - 1 tokens.
 """
 import pytest
 
-from kvviz import layout
-from kvviz.layout import CHUNKED, FULL, LATENT, SHARED, SLIDING, STATE
+from kvviz.cache import layout
+from kvviz.cache.layout import CHUNKED, FULL, LATENT, SHARED, SLIDING, STATE
 
 BF16 = 2
 CONTEXT = 32_768

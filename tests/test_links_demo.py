@@ -17,7 +17,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from kvviz.bench.app_server import free_port
+from bench.app_server import free_port
 from kvviz.vllm import panels
 
 ROOT = Path(__file__).resolve().parent.parent

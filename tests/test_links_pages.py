@@ -82,7 +82,7 @@ def test_a_free_text_prompt_and_token_boundaries_come_back_from_a_link(tiny_dir,
 
 
 def test_a_prompt_longer_than_a_link_holds_stays_out_of_it(tiny_dir, monkeypatch):
-    from kvviz import links
+    from kvviz.app import links
 
     at = live_page(tiny_dir, monkeypatch, preset="Free text", prompt="short")
     at.text_area(key="prompt-Free text").set_value("y" * (links.MAX_LINK_PROMPT_CHARS + 1)).run()

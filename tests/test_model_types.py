@@ -25,9 +25,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from kvviz import engine
-from kvviz.config import RunConfig
-from kvviz.models import LoadedModel
+from kvviz.live import engine
+from kvviz.live.config import RunConfig
+from kvviz.live.models import LoadedModel
 from tiny import tiny_tokenizer
 
 pytestmark = pytest.mark.slow  # ~1 minute for every type on 2 cores; `make test`, not `make check`
@@ -235,7 +235,7 @@ def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, ca
     """Falcon (num_kv_heads / multi_query) measured == formula; RWKV (no attention-head fields, no
     cache argument) recorded recompute-only with the reason, never a traceback."""
     from kvviz import cli
-    from kvviz.trace import Trace
+    from kvviz.live.trace import Trace
     build(sized_config(model_type)).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
     out = tmp_path / "trace.json"

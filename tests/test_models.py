@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import BertConfig, T5Config
 
-from kvviz import models
-from kvviz.config import ModelSpec
+from kvviz.live import models
+from kvviz.live.config import ModelSpec
 
 
 def test_local_folder_loads_in_eval_mode(tiny_dir):
@@ -75,8 +75,8 @@ def test_is_complete_needs_every_recorded_size(tmp_path):
 
 
 def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
-    from kvviz import engine
-    from kvviz.config import RunConfig
+    from kvviz.live import engine
+    from kvviz.live.config import RunConfig
     from tiny import save_arch
     lm = models.load_model(ModelSpec(name=str(save_arch(tmp_path, "gpt_oss"))))  # asks for sdpa
     assert lm.model.config._attn_implementation == "eager"
@@ -101,8 +101,8 @@ def test_supported_sdpa_is_kept_without_a_fallback_note(tiny_dir):
 
 
 def test_without_a_chat_template_the_prompt_gets_bos_as_generate_callers_do():
-    from kvviz import engine
-    from kvviz.config import RunConfig
+    from kvviz.live import engine
+    from kvviz.live.config import RunConfig
     from tiny import tiny_bos_tokenizer
     tok = tiny_bos_tokenizer()
     for chat in (True, False):  # no template: asking for one changes nothing

@@ -1,4 +1,4 @@
-"""kvviz.parallel and kvviz.deployment: TP / PP / DP splits, by hand.
+"""kvviz.planner.parallel and kvviz.planner.deployment: TP / PP / DP splits, by hand.
 
 Llama-3.1-70B on 8 × H100 SXM, TP 8 (GB = 1e9 B): weights 70,553,706,496 params × 2 B =
 141,107,412,992 B → 17,638,426,624 B per GPU; budget 80e9 − 8e9 − that = 54,361,573,376 B.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz import capacity, deployment, parallel, plan_models
-from kvviz.parallel import Parallel
+from kvviz.planner import capacity, deployment, parallel, plan_models
+from kvviz.planner.parallel import Parallel
 
 H100 = capacity.find_gpu("H100 SXM")
 

@@ -1,9 +1,9 @@
-"""kvviz.params: parameter counts from a config on the meta device, against published totals."""
+"""kvviz.planner.params: parameter counts from a config on the meta device, against published totals."""
 from __future__ import annotations
 
 import pytest
 
-from kvviz import capacity, params, plan_models
+from kvviz.planner import capacity, params, plan_models
 
 CATALOG = capacity.load_catalog()
 
@@ -52,7 +52,7 @@ def test_tiny_real_models_count_as_on_meta():
                          num_experts=4, num_experts_per_tok=2, head_dim=8).to_dict()
     count = params.parameter_count(cfg)
     from transformers import AutoModelForCausalLM
-    from kvviz.layout import config_from_dict
+    from kvviz.cache.layout import config_from_dict
     real = AutoModelForCausalLM.from_config(config_from_dict(cfg))
     assert count.total == sum(p.numel() for p in real.parameters())
     routed = 2 * 4 * 3 * 32 * 16

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvviz import plan_cli
+from kvviz.planner import plan_cli
 
 GPT2_CONFIG = {"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024}
 
@@ -230,7 +230,7 @@ def test_vllm_would_refuse_a_max_model_len_that_does_not_fit(capsys):
     assert fixed["deployment"]["vllm"]["starts"] is True
 
 
-@pytest.mark.parametrize("entry", __import__("kvviz.capacity").capacity.load_catalog(),
+@pytest.mark.parametrize("entry", __import__("kvviz.planner.capacity").planner.capacity.load_catalog(),
                          ids=lambda e: e["name"])
 def test_json_for_every_catalog_model(capsys, entry):
     plan = run_json(capsys, entry["name"], "--gpu-gb", "1500", "--weight-dtype", "fp8",

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import capacity, deployment, parallel, plan_models, planner_charts, planner_frames as pf
-from kvviz.units import fmt_bytes
+from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames as pf
+from kvviz.viz.units import fmt_bytes
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "planner.py")
 H100 = capacity.find_gpu("H100 SXM")
@@ -241,7 +241,7 @@ def test_planner_frames_imports():
                  for a in n.names}
         names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert names <= {"__future__", "json", "math", "collections.abc", "dataclasses", "pandas",
-                         "altair", "kvviz", "kvviz.charts", "kvviz.capacity", "functools",
+                         "altair", "kvviz", "kvviz.viz", "kvviz.planner", "kvviz.viz.charts", "kvviz.planner.capacity", "functools",
                          "kvviz.report", "vl_convert", "kvviz.errors"}, names
 
 

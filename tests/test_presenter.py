@@ -6,7 +6,8 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from kvviz import charts, ui
+from kvviz.viz import charts
+from kvviz.app import ui
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import torch
 from streamlit.testing.v1 import AppTest
 
-from kvviz import engine
+from kvviz.live import engine
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -38,7 +38,7 @@ def test_out_of_memory_midway_keeps_output_and_next_run_works(monkeypatch, tiny_
 
 def test_hooks_are_removed_after_a_failed_run(monkeypatch):
     from tiny import tiny_lm
-    from kvviz.config import RunConfig
+    from kvviz.live.config import RunConfig
     lm = tiny_lm()
 
     def boom(*args, **kwargs):
@@ -63,5 +63,5 @@ def test_error_messages_quoting_user_text_render_inert(monkeypatch):
 
 
 def test_inert_escapes_every_markdown_special():
-    from kvviz.ui import inert
+    from kvviz.app.ui import inert
     assert inert("a*b_c`d[e](f)#g<h>i|j~k$l!m:n") == "a\\*b\\_c\\`d\\[e\\]\\(f\\)\\#g\\<h\\>i\\|j\\~k\\$l\\!m\\:n"

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.trace import Trace
+from kvviz.live.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = sorted((ROOT / "assets" / "traces").glob("*.json"))[0]
+EXAMPLE = sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))[0]
 
 
 @pytest.fixture()
@@ -43,7 +43,7 @@ def test_play_instantly_ends_on_the_last_step(page):
 
 
 def test_play_starts_from_the_scrubbed_step(page, monkeypatch):
-    from kvviz import panels
+    from kvviz.app import panels
     drawn = []  # cached steps shown by each redraw of the text, in order
     update = panels.LiveView.update
     monkeypatch.setattr(panels.LiveView, "update", lambda self, trace, final=False: (
@@ -79,8 +79,8 @@ def test_trace_text_is_shown_inert():
 
 
 def _replay_text(text):
-    from kvviz import panels
-    from kvviz.trace import Trace
+    from kvviz.app import panels
+    from kvviz.live.trace import Trace
     panels.replay(Trace.from_json(text), 0.0, False)
 
 
@@ -115,30 +115,30 @@ def without_meta() -> bytes:
     (without_meta(), "lacks whole numbers"),
 ])
 def test_bad_uploads_get_clear_errors(data, message):
-    from kvviz import ui
-    from kvviz.trace import TraceError
+    from kvviz.app import ui
+    from kvviz.live.trace import TraceError
     with pytest.raises(TraceError, match=message):
         ui.read_trace(None, Upload(data))
 
 
 def test_oversized_upload_refused_before_parsing(monkeypatch):
-    from kvviz import trace as trace_mod
-    from kvviz import ui
+    from kvviz.live import trace as trace_mod
+    from kvviz.app import ui
     monkeypatch.setattr(ui, "MAX_TRACE_BYTES", 1000)
     with pytest.raises(trace_mod.TraceError, match="limited to"):
         ui.read_trace(None, Upload(b"x" * 5000))
 
 
 def test_hosted_uploads_have_a_smaller_limit(monkeypatch):
-    from kvviz import ui
-    from kvviz.trace import TraceError
+    from kvviz.app import ui
+    from kvviz.live.trace import TraceError
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     with pytest.raises(TraceError, match="limited to 8 MiB here"):
         ui.read_trace(None, Upload(b" " * (9 * 2**20)))
 
 
 def test_trace_origin_line_escapes_the_model_label():
-    from kvviz import ui
+    from kvviz.app import ui
     trace = Trace.load(EXAMPLE)
     trace.meta["model_label"] = "[phish](https://example.invalid)"
     assert "\\[phish\\]\\(https\\://example\\.invalid\\)" in ui.trace_origin(trace)

@@ -10,12 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvviz import captions, frames, report
-from kvviz.events import BlockStat, LayerStat, StepEvent
-from kvviz.trace import Trace, summary
+from kvviz.live import captions, frames
+from kvviz import report
+from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.live.trace import Trace, summary
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "assets" / "traces").glob("*.json"))
+EXAMPLES = sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))
 
 SCRIPT = '<script>alert("pwned")</script>'
 MARKDOWN = "**bold** _it_ [click](https://evil.example/x) ![img](http://evil.example/i.png)"
@@ -87,7 +88,7 @@ def hand():
 
 @pytest.fixture(scope="module", params=[p.name for p in EXAMPLES])
 def example(request):
-    t = Trace.load(ROOT / "assets" / "traces" / request.param)
+    t = Trace.load(ROOT / "kvviz" / "assets" / "traces" / request.param)
     return t, report.html_report(t)
 
 
@@ -146,7 +147,7 @@ def chart_names(t):
 # --- the example trace ---------------------------------------------------------------------------
 
 def test_examples_are_shipped():
-    assert EXAMPLES, "assets/traces/*.json: no example trace to report on"
+    assert EXAMPLES, "kvviz/assets/traces/*.json: no example trace to report on"
 
 
 def test_example_report_has_figures_texts_and_settings(example):

@@ -6,9 +6,10 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
-from kvviz import charts, serving
-from kvviz import serving_charts as sc
-from kvviz.blocks import cdiv
+from kvviz.viz import charts
+from kvviz.serving import serving
+from kvviz.serving import serving_charts as sc
+from kvviz.cache.blocks import cdiv
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "serving.py")
 PROMPTS = ["Hello there, how are you?", "Attention reads the cache instead of recomputing the whole prefix.",

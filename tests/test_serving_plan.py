@@ -1,4 +1,4 @@
-"""kvviz.serving_plan: vLLM's block arithmetic, against a real vLLM's log and hand-worked hybrids.
+"""kvviz.planner.serving_plan: vLLM's block arithmetic, against a real vLLM's log and hand-worked hybrids.
 
 The SmolLM2, Gemma-2, Llama-4-Scout, DeepSeek-V3 and Llama-70B-TP8 specs were also run through
 vLLM 0.32's own `get_kv_cache_configs` / `get_kv_cache_capacity` (in .venv-vllm; the hybrids with
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz import plan_models
-from kvviz import serving_plan as sp
-from kvviz.layout import FULL, SLIDING, LayerSpec
+from kvviz.planner import plan_models
+from kvviz.planner import serving_plan as sp
+from kvviz.cache.layout import FULL, SLIDING, LayerSpec
 
 GIB = 2**30
 

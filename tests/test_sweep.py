@@ -8,8 +8,10 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
-from kvviz import engine, layout, sweep, sweep_charts
-from kvviz.sweep import SweepRow, SweepSettings
+from kvviz.live import engine
+from kvviz.cache import layout
+from kvviz.sweep import sweep, sweep_charts
+from kvviz.sweep.sweep import SweepRow, SweepSettings
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "sweep.py")
 TINY_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4  # K and V x 2 layers x 2 KV heads x head_dim 16 x fp32

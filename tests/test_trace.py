@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from kvviz import trace as tr
-from kvviz.events import BlockStat, LayerStat, StepEvent
-from kvviz.trace import Trace, TraceError, format_summary, replay, summary
+from kvviz.live import trace as tr
+from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.live.trace import Trace, TraceError, format_summary, replay, summary
 
 
 def layer(i, tokens=5, ms=0.5):

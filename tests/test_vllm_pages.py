@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import ui
+from kvviz.app import ui
 from kvviz.vllm import panels
 from vllm_fake import FakeVllm, free_port
 from test_vllm_readers import recording_of_capture

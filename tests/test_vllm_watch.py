@@ -201,7 +201,7 @@ def test_only_loopback_and_the_server_s_host_are_contacted():
 
 
 def test_hosted_engine_allowlist():
-    from kvviz.hosted import engine_urls
+    from kvviz.app.hosted import engine_urls
     assert engine_urls({}) == []
     assert engine_urls({"KVVIZ_ENGINE_URLS": "http://a:8000/, http://b:8000"}) == ["http://a:8000", "http://b:8000"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz import ui
+from kvviz.app import ui
 from kvviz.vllm import tokens, views
 from kvviz.vllm.recording import FORMAT, Recording, peek_format, replay_frames
 from kvviz.vllm.state import EngineState

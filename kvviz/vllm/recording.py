@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from kvviz.trace import MAX_TRACE_BYTES, TraceError
+from kvviz.live.trace import MAX_TRACE_BYTES, TraceError
 from kvviz.vllm.events import KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
 from kvviz.vllm.state import EngineState, apply_batch, apply_scrape

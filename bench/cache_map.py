@@ -1,0 +1,106 @@
+"""What the cache map costs: attention capture per decode step, and a map redraw at full width."""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+from bench.engine_runs import BareDecodeLoop, bench_config
+from bench.results import Result, interleaved, medians, spread
+from bench.settings import Settings
+
+ATTENTION_LIMIT = 1.25  # eager attention + hooks may cost at most a quarter more per decode step
+REDRAW_LIMIT = 0.5  # re-feeding the built spec must cost at most half of building a fresh chart
+
+
+def attention_step_ms(loop, attention: bool) -> float:
+    """One decode step of `loop` (engine_runs.BareDecodeLoop): eager with the attention hooks and
+    the rows read as the engine reads them, or sdpa without; the switch is outside the clock."""
+    from kvviz.live.hooks import attention_rows
+
+    loop.lm.model.set_attn_implementation("eager" if attention else "sdpa")
+    with attention_rows(loop.layers) if attention else nullcontext() as rows:
+        start = time.perf_counter()
+        loop.step_ms(False)
+        if rows is not None:
+            rows.take(loop.batch.ids.shape[1], static=False)
+        return (time.perf_counter() - start) * 1e3
+
+
+def loops(s: Settings) -> int:
+    """Decode loops per variant: at most 3 (≈ 30 s on a 2-core CPU), to keep `make bench` short."""
+    return min(s.reps, 3)
+
+
+def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
+    cfg = bench_config(2 * s.new_tokens + 2)
+    samples: dict[str, list[float]] = {"attention": [], "sdpa": []}
+    previous = lm.model.config._attn_implementation
+    try:
+        for _ in range(loops(s)):
+            loop = BareDecodeLoop(lm, cfg)
+            variants = {"attention": lambda: attention_step_ms(loop, True),
+                        "sdpa": lambda: attention_step_ms(loop, False)}
+            interleaved(variants, 1)  # warm-up pair, discarded
+            for name, values in interleaved(variants, s.new_tokens).items():
+                samples[name] += values
+    finally:
+        lm.model.set_attn_implementation(previous)
+    m = medians(samples)
+    row = Result("Attention over the cache: decode step, eager + capture / sdpa", f"{m['attention']:.2f} ms",
+                 f"{m['sdpa']:.2f} ms", m["attention"] / m["sdpa"], "<=", ATTENTION_LIMIT)
+    redraw, redraw_note = map_redraw(s)
+    return [row, redraw], (
+        "The Live page's \"Attention over the cache\" toggle loads the model with eager attention "
+        "(sdpa returns no weights) and hooks every layer's attention module to keep the newest "
+        "token's weights, averaged over heads (`kvviz.live.hooks.attention_rows`). A bare greedy loop "
+        "(`BareDecodeLoop`) on the default model alternates its decode steps one by one between "
+        "that (the rows read after each step, as the engine does) and sdpa without hooks, so both "
+        f"see the same lengths and load; {loops(s)} loops of {s.new_tokens} steps per variant after "
+        f"a discarded pair. With capture: {spread(samples['attention'])} ms; sdpa: "
+        f"{spread(samples['sdpa'])} ms. " + redraw_note)
+
+
+def long_run(positions: int, layers: int):
+    """Synthetic meta and events of a run with `positions` cached over `layers` full layers."""
+    from kvviz.live.events import LayerStat, StepEvent
+
+    prompt = positions // 2
+    meta = {"num_layers": layers, "windows": [None] * layers, "prompt_tokens": prompt,
+            "max_len": positions + 1, "batch": 1, "prompt_pieces": [[f" p{i}" for i in range(prompt)]]}
+    events = [StepEvent("cached", "decode", s, (1,), (f" t{s}",), (False,), 1.0, prompt + s + 1, 1, 0, 0,
+                        tuple(LayerStat(i, 0, 0, prompt + s, 0.1) for i in range(layers)), None)
+              for s in range(positions - prompt + 1)]
+    return meta, events
+
+
+def map_redraw(s: Settings, positions: int = 1024, layers: int = 30) -> tuple[Result, str]:
+    """A redraw's data + spec work, re-fed vs built fresh, at `positions` × `layers` (binned)."""
+    from kvviz.live import cache_map
+    from kvviz.viz import charts
+    from kvviz.live import cache_map_charts as cc
+
+    meta, events = long_run(positions, layers)
+    kinds, spec = cache_map.layer_kinds(meta), None
+
+    def refed() -> float:
+        start = time.perf_counter()
+        charts.spec_with_data(spec, cache_map.map_frame(meta, events))
+        return (time.perf_counter() - start) * 1e3
+
+    def fresh() -> float:
+        start = time.perf_counter()
+        chart = cc.cache_map_chart(cache_map.map_frame(meta, events), kinds, meta["max_len"], meta["prompt_tokens"])
+        charts.to_spec(chart)
+        return (time.perf_counter() - start) * 1e3
+
+    spec = charts.to_spec(cc.cache_map_chart(cache_map.map_frame(meta, []), kinds, meta["max_len"],
+                                             meta["prompt_tokens"]))
+    samples = interleaved({"refed": refed, "fresh": fresh}, 5 * s.reps)
+    m = medians(samples)
+    row = Result(f"Cache map redraw at {positions:,} positions × {layers} layers: re-fed / fresh spec",
+                 f"{m['refed']:.2f} ms", f"{m['fresh']:.2f} ms", m["refed"] / m["fresh"], "<=", REDRAW_LIMIT)
+    return row, (
+        f"The map's redraw (its frame, binned to {cache_map.MAX_COLUMNS} columns, plus the spec) at "
+        f"{positions:,} cached positions × {layers} layers: re-feeding the spec built once "
+        f"(`charts.spec_with_data`) {spread(samples['refed'])} ms against building a fresh chart "
+        f"and spec {spread(samples['fresh'])} ms, {5 * s.reps} interleaved rounds.")

@@ -1,0 +1,135 @@
+"""The cache map panel: the map, the attention map when recorded, a caption, a batch-row picker.
+
+Fills a container the page hands it (a Streamlit container; this module imports no streamlit).
+Each chart spec is built once per run shape and then only re-fed with data (~2-4 ms a redraw,
+against ~25 ms for a fresh chart); the page calls `draw` at its chart rate (≤ 10 Hz).
+"""
+from __future__ import annotations
+
+from kvviz.live import cache_map as cm
+from kvviz.live import cache_map_charts as cc
+from kvviz.viz import charts
+from kvviz.live.events import StepEvent
+
+TITLE = "The cache, position by position"
+SPECS: dict[tuple, dict] = {}  # process-wide: (kinds, max_len, prompt_len) -> spec, holding no data
+ROW_KEY = "cache_map_row"  # session-state key of the batch-row picker
+
+
+def map_specs(meta: dict) -> dict[str, dict]:
+    """The map's and the attention map's specs for this run shape, built once per process."""
+    kinds = cm.layer_kinds(meta)
+    padded = int(meta.get("batch", 1)) > 1
+    key = (tuple(kinds), int(meta["max_len"]), cm.prompt_len(meta), padded)
+    if key not in SPECS:
+        if len(SPECS) > 32:
+            SPECS.clear()
+        args = (kinds, key[1], key[2])
+        SPECS[key] = {"map": charts.to_spec(cc.cache_map_chart(cm.map_frame(meta, []), *args, padded=padded)),
+                      "attention": charts.to_spec(cc.attention_chart(cm.attention_frame(meta, []), *args))}
+    return SPECS[key]
+
+
+def attention_recorded(meta: dict) -> bool:
+    config = meta.get("config")
+    return isinstance(config, dict) and config.get("attention") is True
+
+
+class CacheMapPanel:
+    """One run's cache map. Build it before the first event; call `draw` with the cached events."""
+
+    def __init__(self, container, meta: dict, font_scale: float = 1.0):
+        self.meta, self.batch = meta, int(meta.get("batch", 1))
+        self.font_scale = font_scale  # chart text size (presenter mode: charts.with_font_scale)
+        self.attention = attention_recorded(meta)
+        container.markdown(f"**{TITLE}**")  # a constant title, never user text
+        self.picker_slot = container.empty() if self.batch > 1 else None
+        self.map_slot = container.empty()
+        self.attention_slot = container.empty() if self.attention else None
+        self.caption_slot = container.empty()
+        self.seq, self.draws, self.picked = 0, 0, False
+
+    def draw(self, cached: list[StepEvent], final: bool) -> None:
+        """Redraw from the cached events so far; the attention map at half rate until the end."""
+        if not cached:
+            return
+        self.draws += 1
+        if final:
+            self.pick_row()
+        specs = {name: charts.with_font_scale(spec, self.font_scale) for name, spec in map_specs(self.meta).items()}
+        self.map_slot.vega_lite_chart(charts.spec_with_data(specs["map"], cm.map_frame(self.meta, cached, self.seq)))
+        if self.attention_slot is not None and (final or self.draws % 2):
+            frame = cm.attention_frame(self.meta, cached, self.seq)
+            self.attention_slot.vega_lite_chart(charts.spec_with_data(specs["attention"], frame))
+        self.caption_slot.caption(caption(self.meta, cached[-1], self.seq, final))
+
+    def pick_row(self) -> None:
+        """Once the run is over, a picker for which sequence of the batch to draw (once per script run)."""
+        if self.picker_slot is None or self.picked:
+            return
+        self.picked = True
+        self.seq = self.picker_slot.selectbox(
+            "Batch row", range(self.batch), format_func=lambda i: f"sequence {i + 1} of {self.batch}",
+            key=f"{ROW_KEY}-{self.batch}", help="The cache holds the same positions for every sequence; their text, "
+                              "padding and attention differ.") or 0
+        self.seq = min(int(self.seq), self.batch - 1)
+
+
+def caption(meta: dict, last: StepEvent, seq: int, final: bool, hover: bool = True) -> str:
+    """What the map shows, in words: kinds, dropped positions, binning, batch row, attention cost."""
+    kinds = cm.layer_kinds(meta)
+    held = cm.written(last)
+    parts = [f"{held:,} positions cached after step {last.step}; each layer is two thin rows, "
+             "K above V (paler: the prompt)."]
+    if last.cache_note:
+        parts = [f"{held:,} positions written after step {last.step}, but kvviz could not read this "
+                 "cache, so the map shows no cells (the run's note says why)."]
+    parts.append(kinds_sentence(kinds))
+    width = cm.bin_width(int(meta["max_len"]))
+    if width > 1:
+        parts.append(f"Columns of {width} positions (more than {cm.MAX_COLUMNS} would not stay smooth)"
+                     + ("; hover one for its text." if hover else "."))
+    elif hover:
+        parts.append("Hover a column for its token.")
+    if int(meta.get("batch", 1)) > 1:
+        parts.append(f"Showing sequence {seq + 1} of {meta['batch']}"
+                     + ("." if final else "; pick another when the run ends."))
+    if attention_recorded(meta):
+        parts.append(ATTENTION_NOTE)
+    return " ".join(parts)
+
+
+ATTENTION_NOTE = ("Below: the newest token's attention over the cached positions, averaged over heads, "
+                  "each layer's row summing to 100 %. Recording it needs eager attention (sdpa returns "
+                  "no weights), so this run's model uses attn_implementation='eager' plus a hook per "
+                  "layer: its timings include that cost (measured by `python -m bench`, "
+                  "see docs/benchmarks.md).")
+
+
+def kinds_sentence(kinds: list[cm.LayerKind]) -> str:
+    uniform = cm.uniform_label(kinds)
+    if uniform == "full":
+        return f"All {len(kinds)} layers are full attention: every layer keeps every position."
+    if uniform is not None:
+        return " ".join([f"All {len(kinds)} layers are {uniform}.", *[n for k, n in KIND_NOTES.items() if k == kinds[0].kind.replace("chunked", "sliding")]])
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind.label] = counts.get(kind.label, 0) + 1
+    listed = ", ".join(f"{n} × {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    present = {"sliding" if k.kind == "chunked" else k.kind for k in kinds}  # one note for both
+    notes = [KIND_NOTES[kind] for kind in KIND_NOTES if kind in present]
+    return " ".join([f"Layers: {listed}.", *notes])
+
+
+KIND_NOTES = {  # what each kind's cells mean, said once when the model has such layers
+    "sliding": "Sliding / chunked layers keep only their newest positions: grey cells are dropped.",
+    "latent": "Latent (MLA) layers cache one compressed vector and a rope key per position.",
+    "state": "State layers (green) keep one fixed-size state that sums up every position: it does not grow.",
+    "shared": "Shared layers hold nothing of their own: they read an earlier layer's K and V.",
+}
+
+
+ATTENTION_HELP = ("Records, for the cache map, how much the newest token attends to each cached "
+                  "position (averaged over heads, per layer). Needs eager attention: the model is "
+                  "reloaded with attn_implementation='eager' (sdpa returns no weights), which makes "
+                  "each step slower; docs/benchmarks.md has the measured cost. Off by default.")

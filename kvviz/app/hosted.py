@@ -1,0 +1,103 @@
+"""Hosted mode: what strangers on the internet may do with a shared kvviz. Pure; stdlib only.
+
+Turned on by `KVVIZ_HOSTED=1`. Then only allowlisted models load, each at a pinned revision
+(`KVVIZ_HOSTED_MODELS="default,org/name@revision,..."`; the embedded default needs no
+revision), never with remote code and never from a local path; prompts, new tokens, batch,
+sweeps and the no-cache race are capped; every run has a wall-clock limit; uploads are small;
+and visitors see what went wrong in plain words, never internal error details.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from kvviz.live.config import DEFAULT_MODEL
+from kvviz.errors import UserError
+
+
+@dataclass(frozen=True)
+class Policy:
+    enabled: bool = False
+    models: dict[str, str | None] = field(default_factory=lambda: {DEFAULT_MODEL: None})  # name -> revision
+    max_prompt_tokens: int = 1024  # after the chat template
+    max_prompt_chars: int = 4000  # what the prompt and system boxes accept (each)
+    max_new_tokens: int = 128
+    max_batch: int = 4
+    max_sweep_points: int = 8
+    max_recompute_tokens: int = 48  # the no-cache race stops here; the rest is extrapolated
+    max_run_s: float = 60.0  # wall clock per generation, waiting in the queue excluded
+    max_upload_bytes: int = 8 * 2**20
+
+    def check_model(self, name: str) -> str | None:
+        """The pinned revision of an allowed model; UserError for anything else."""
+        if not self.enabled:
+            return None
+        if name not in self.models:
+            raise UserError(f"this hosted kvviz only runs {', '.join(sorted(self.models))}")
+        return self.models[name]
+
+    def check_run(self, model: str, cfg) -> None:
+        """Where a Live run starts, on the server: the model allowlisted and every cap respected
+        (widgets cap their values too, but a crafted request could bypass them). UserError."""
+        self.check_limits(model, batch=cfg.batch, new_tokens=cfg.max_new_tokens,
+                          prompt_chars=max(len(text) for text in (cfg.system, *cfg.prompts)))
+
+    def check_limits(self, model: str, *, batch: int = 1, new_tokens: int = 0, points: int = 1,
+                     prompt_tokens: int = 0, prompt_chars: int = 0) -> None:
+        """The one check every page's run goes through (Live, Sweep, Serving): the model
+        allowlisted and each amount within its hosted cap; UserError naming the first one over."""
+        if not self.enabled:
+            return
+        self.check_model(model)
+        for what, value, cap in (("batch", batch, self.max_batch),
+                                 ("new tokens", new_tokens, self.max_new_tokens),
+                                 ("sweep points", points, self.max_sweep_points)):
+            if value > cap:
+                raise UserError(f"{what} is {value:,}; this hosted kvviz allows {cap:,}")
+        if prompt_chars > self.max_prompt_chars:
+            raise UserError(f"the prompt is {prompt_chars:,} characters; this hosted kvviz allows "
+                            f"{self.max_prompt_chars:,}")
+        self.check_prompt_tokens(prompt_tokens)
+
+    def check_prompt_tokens(self, tokens: int) -> None:
+        if self.enabled and tokens > self.max_prompt_tokens:
+            raise UserError(f"the prompt is {tokens} tokens; this hosted kvviz allows "
+                            f"{self.max_prompt_tokens}")
+
+    def upload_limit_bytes(self, unhosted_bytes: int) -> int:
+        """The largest upload accepted: the hosted cap, or `unhosted_bytes` on your own machine."""
+        return self.max_upload_bytes if self.enabled else unhosted_bytes
+
+    def cap(self, name: str, value: int) -> int:
+        """`value` limited by the hosted cap `max_<name>` (unchanged when not hosted)."""
+        return min(value, getattr(self, f"max_{name}")) if self.enabled else value
+
+
+def parse_models(spec: str) -> dict[str, str | None]:
+    """"default,org/name@rev" -> {"default": None, "org/name": "rev"}; every Hub id needs a revision."""
+    models: dict[str, str | None] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, revision = item.partition("@")
+        if name != DEFAULT_MODEL and not revision:
+            raise ValueError(f"KVVIZ_HOSTED_MODELS: {name!r} needs a pinned revision (name@revision)")
+        if name.startswith((".", "/", "~")):
+            raise ValueError(f"KVVIZ_HOSTED_MODELS: {name!r} is a local path; hosted mode allows Hub ids")
+        models[name] = revision or None
+    return models or {DEFAULT_MODEL: None}
+
+
+def policy_from_env(env: dict | None = None) -> Policy:
+    env = os.environ if env is None else env
+    if env.get("KVVIZ_HOSTED", "") not in ("1", "true", "yes"):
+        return Policy()
+    return Policy(enabled=True, models=parse_models(env.get("KVVIZ_HOSTED_MODELS", DEFAULT_MODEL)))
+
+
+def engine_urls(env: dict | None = None) -> list[str]:
+    """The vLLM servers a hosted kvviz may watch (`KVVIZ_ENGINE_URLS="http://a:8000,http://b:8000"`).
+
+    Empty means the Engine page is off in hosted mode: visitors never make kvviz contact a host
+    the operator did not name.
+    """
+    env = os.environ if env is None else env
+    return [u.strip().rstrip("/") for u in env.get("KVVIZ_ENGINE_URLS", "").split(",") if u.strip()]

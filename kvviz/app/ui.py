@@ -1,0 +1,370 @@
+"""Streamlit plumbing shared by the pages: cached model, sidebar settings, device queue.
+
+kvviz imports streamlit only here and in `panels.py`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from kvviz import errors
+from kvviz.app import hosted, links, threads
+from kvviz.live import models
+from kvviz.app.device_queue import DeviceQueue
+from kvviz.app.model_store import ModelStore
+from kvviz.live.config import DEFAULT_MODEL, ModelSpec, RunConfig
+from kvviz.live.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MAX_PROMPT_CHARS = 200_000  # the prompt boxes' cap on your own machine (hosted: kvviz.app.hosted)
+PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0, "Slow motion ×30": 30.0}
+
+
+def pace_name(pace: float) -> str:
+    return next((name for name, value in PACES.items() if value == pace), "Real time")
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    race: bool = True  # run the no-cache race beside the cached run
+    pace: float = 1.0  # 1 = real time; 4 = every step shown 4× as long as it took
+    show_tokens: bool = False  # draw token boundaries in the text
+
+
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def inert(text: str) -> str:
+    """`text` with every Markdown-significant character escaped, for alerts that render Markdown.
+
+    Error messages can quote what a user typed, a URL carried or an uploaded file held.
+    """
+    return MARKDOWN_SPECIALS.sub(r"\\\1", str(text))
+
+
+def visitor_text(exc: BaseException, context: str = "") -> str:
+    """`exc` as a visitor may read it, Markdown-inert: a UserError's own sentence; any other
+    error's details only on your own machine (hosted: one generic sentence, details logged)."""
+    return inert(errors.visitor_message(exc, policy().enabled, context))
+
+
+def configure_server() -> None:
+    """Process-wide settings, applied by app.py on every script run (idempotent, cheap).
+
+    torch's thread policy (kvviz.app.threads: all cores but one, `KVVIZ_TORCH_THREADS` overrides),
+    and in hosted mode no error details for visitors: an uncaught exception shows a generic
+    message, its type, text and traceback go only to the server log.
+    """
+    try:
+        threads.apply_torch_threads()
+    except ValueError as exc:
+        st.warning(f"Ignoring a setting: {inert(exc)}")
+    if policy().enabled and st.get_option("client.showErrorDetails") != "none":
+        st.set_option("client.showErrorDetails", "none")
+
+
+def presenter_mode() -> bool:
+    return os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
+
+
+PRESENTER_FONT_SCALE = 1.5  # chart text in presenter mode, × Streamlit's sizes (charts.with_font_scale)
+
+
+def chart_font_scale() -> float:
+    """How much larger chart text is drawn on this page: 1.5 in presenter mode, else 1."""
+    return PRESENTER_FONT_SCALE if presenter_mode() else 1.0
+
+
+def prompt_presets() -> dict:
+    return json.loads((ASSETS / "prompts.json").read_text())
+
+
+@st.cache_resource(show_spinner=False)
+def model_store() -> ModelStore:
+    """One per server process: the loaded model, shared by every session (kvviz.app.model_store)."""
+    return ModelStore()
+
+
+def host_default_model() -> str:
+    """The model a page may load without being asked: the host's choice, never a link's."""
+    rules = policy()
+    if rules.enabled:
+        return next(iter(rules.models))
+    return os.environ.get("KVVIZ_MODEL", "").strip() or DEFAULT_MODEL
+
+
+def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
+    """The page's model if loaded; else loaded now if it is the host's default or the visitor
+    clicks Load; else None, with the Load button or a message.
+
+    Opening a shared link never downloads or loads a model by itself: a link naming another
+    model shows a button. In hosted mode the load waits its turn in the device queue.
+    """
+    store = model_store()
+    lm = store.get(spec)
+    if lm is not None:
+        return lm
+    try:
+        policy().check_model(spec.name)
+    except ValueError as exc:
+        st.error(f"Cannot load this model: {inert(exc)}")
+        return None
+    if spec.name != host_default_model() and not ask_to_load(spec.name):
+        return None
+    return load_in_turn(store, spec)
+
+
+def ask_to_load(name: str) -> bool:
+    """A button to load a model that a link or the sidebar named; True when clicked."""
+    clicked = st.button(f"Load {inert(name)}", key="load_model", type="primary")
+    if not clicked:
+        st.info(f"{inert(name)} is not loaded. Loading it may download its weights; press "
+                "**Load** to go ahead.")
+    return clicked
+
+
+def load_in_turn(store: ModelStore, spec: ModelSpec) -> models.LoadedModel | None:
+    """Load `spec` into the store (in hosted mode while holding the device queue); None on error."""
+    status = st.empty()
+    try:
+        with device_turn(status) if policy().enabled else nullcontext():
+            return store.load(spec, lambda: load_with_progress(spec))
+    except models.ModelLoadError as exc:
+        st.error(f"Could not load the model: {inert(exc)}")
+    return None
+
+
+def load_with_progress(spec: ModelSpec) -> models.LoadedModel:
+    """Load and warm up `spec`, converting the embedded default first (with a progress bar)."""
+    if spec.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
+        bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
+        with conversion_lock():  # sessions opened together convert once
+            models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
+        bar.empty()
+    with st.spinner("Loading the model…"):
+        return models.load_model(spec)
+
+
+@st.cache_resource(show_spinner=False)
+def conversion_lock() -> threading.Lock:
+    return threading.Lock()
+
+
+def policy() -> hosted.Policy:
+    return hosted.policy_from_env()
+
+
+@st.cache_resource(show_spinner=False)
+def device_queue() -> DeviceQueue:
+    """One queue per server process: one generation on the device at a time, across sessions."""
+    return DeviceQueue()
+
+
+@contextmanager
+def device_turn(status):
+    """Wait for the device in line, showing the position (Stop cancels the wait), then hold it."""
+    queue, ticket = device_queue(), object()
+    queue.join(ticket)
+    try:
+        while not queue.try_take(ticket):
+            status.info(f"Another session is generating on this device. You are number "
+                        f"{queue.position(ticket)} in line; press Stop to leave the line.")
+            time.sleep(0.25)
+        status.empty()
+        yield
+    finally:
+        queue.release(ticket)
+
+
+def model_settings() -> ModelSpec:
+    st.sidebar.subheader("Model")
+    rules = policy()
+    if rules.enabled:  # an allowlist at pinned revisions; device and dtype chosen by the host
+        name = st.sidebar.selectbox("Model", list(rules.models), key="model", bind="query-params")
+        return ModelSpec(name=name, revision=rules.models[name])
+    name = st.sidebar.text_input("Model", value=os.environ.get("KVVIZ_MODEL", DEFAULT_MODEL),
+                                 help="'default' is the embedded SmolLM2-135M-Instruct; or a Hub id "
+                                      "or a local folder", key="model", bind="query-params")
+    device = st.sidebar.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device",
+                                  bind="query-params")
+    dtype = st.sidebar.selectbox("Dtype", ["auto", "float32", "bfloat16", "float16"], key="dtype",
+                                 help="auto: bf16 on CUDA, fp32 elsewhere", bind="query-params")
+    return ModelSpec(name=name.strip() or DEFAULT_MODEL, device=device, dtype=dtype)
+
+
+def prompt_settings() -> tuple[str, str, bool]:
+    st.sidebar.subheader("Prompt")
+    presets = prompt_presets()
+    choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset",
+                                  bind="query-params")
+    chars = policy().cap("prompt_chars", MAX_PROMPT_CHARS)
+    preset = presets.get(choice) or links.free_text_from_link(st.query_params, chars)
+    system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}",
+                                  max_chars=chars)
+    prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120,
+                                  max_chars=chars)
+    chat = st.sidebar.toggle("Chat template", value=True, key="chat", bind="query-params")
+    return system, prompt, chat
+
+
+def run_settings(system: str, prompt: str, chat: bool) -> RunConfig:
+    st.sidebar.subheader("Generation")
+    rules, bound = policy(), {"bind": "query-params"}
+    max_new = st.sidebar.slider("Max new tokens", 1, rules.cap("new_tokens", 512), 64, key="max_new", **bound)
+    batch = st.sidebar.slider("Batch size", 1, rules.cap("batch", 16), 1, key="batch",
+                              help="copies of the prompt", **bound)
+    block = st.sidebar.select_slider("Block size", [1, 2, 4, 8, 16, 32, 64, 128], value=16, key="block",
+                                     **bound)
+    backend = st.sidebar.radio("Cache", ["dynamic", "static"], horizontal=True, key="backend", **bound)
+    greedy = st.sidebar.toggle("Greedy", value=True, key="greedy", **bound)
+    temperature, top_p, top_k, seed = 0.0, 1.0, 0, 0
+    if not greedy:
+        temperature = st.sidebar.slider("Temperature", 0.05, 2.0, 0.8, key="temperature")
+        top_p = st.sidebar.slider("Top-p", 0.05, 1.0, 0.95, key="top_p")
+        top_k = st.sidebar.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k")
+        seed = st.sidebar.number_input("Seed", 0, 2**31 - 1, 0, key="seed")
+    return RunConfig(prompts=(prompt,), batch=batch, max_new_tokens=max_new, chat_template=chat,
+                     system=system, temperature=temperature, top_k=int(top_k), top_p=top_p,
+                     seed=int(seed), block_size=block, cache_backend=backend)
+
+
+def live_settings() -> LiveOptions:
+    st.sidebar.subheader("Show")
+    race = st.sidebar.toggle("Race a no-cache run", value=True, key="race", bind="query-params")
+    pace = st.sidebar.radio("Playback pace", list(PACES), key="pace", bind="query-params")
+    tokens = st.sidebar.toggle("Token boundaries", value=False, key="show_tokens", bind="query-params")
+    return LiveOptions(race=race, pace=PACES[pace], show_tokens=tokens)
+
+
+def sidebar() -> tuple[ModelSpec, RunConfig, LiveOptions]:
+    spec = model_settings()
+    cfg = run_settings(*prompt_settings())
+    opts = live_settings()
+    share_link(links.prompt_pairs(st.session_state.get("preset"), cfg.system, cfg.prompts[0]))
+    return spec, cfg, opts
+
+
+def pace_delay(step_ms: float, pace: float) -> None:
+    """Stretch a step on screen to `pace` times its measured length (slow motion)."""
+    if pace > 1.0:
+        time.sleep(step_ms * (pace - 1.0) / 1000)
+
+
+PAGE_CSS = """<style>
+[data-testid="stMetric"] .stMarkdownEllipsis, [data-testid="stMetric"] .stMarkdownEllipsis p,
+[data-testid="stSidebarNav"] span, [data-testid="stPageLink"] p {
+  white-space: normal; overflow: visible; text-overflow: clip; }
+[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"]) {
+  flex-wrap: wrap; row-gap: 0.75rem; }
+[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"])
+  > [data-testid="stColumn"] { min-width: 7.5rem; }
+</style>"""  # every mode: metric labels and values, and sidebar links, wrap instead of being cut;
+# a row of metrics too narrow for its figures (8 headline figures beside the sidebar at 1280 px)
+# wraps onto a second line rather than breaking words mid-letter
+
+PRESENTER_CSS = """<style>
+html { font-size: clamp(16px, 1.1vw, 22px); }
+[data-testid="stMainBlockContainer"] { padding-top: 1.25rem; padding-bottom: 2rem; }
+[data-testid="stHeader"] { background: transparent; }
+h1 { font-size: 2rem !important; padding: 0 0 0.25rem 0 !important; }
+[data-testid="stMarkdownContainer"] p { font-size: 1.05rem; }
+[data-testid="stCaptionContainer"], [data-testid="stCaptionContainer"] p {
+  font-size: 0.95rem !important; color: #2E3A46 !important; }
+[data-testid="stMetricLabel"] p { font-size: 0.9rem !important; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
+  font-size: clamp(1.5rem, 2.1vw, 2.6rem) !important; line-height: 1.15 !important; }
+[data-testid="stCode"] code { font-size: 1.05rem; }
+</style>"""  # rem follows the root size, so the whole page scales with the screen: 16 px at 1280, 21 at 1920
+
+
+def presenter_style() -> None:
+    """Wrapping labels always; large type for a projector in presenter mode (fixed stylesheets:
+    no user text ever goes through them)."""
+    st.html(PAGE_CSS + (PRESENTER_CSS if presenter_mode() else ""))
+
+
+SPEEDS = {"¼×": 0.25, "½×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0, "instant": 0.0}
+
+
+def example_traces() -> dict[str, Path]:
+    """The example traces shipped in kvviz/assets/traces, by display name."""
+    return {p.stem: p for p in sorted((ASSETS / "traces").glob("*.json"))}
+
+
+def read_trace(path: Path | None, upload) -> Trace | None:
+    """An example trace or an uploaded file, validated (TraceError says what is wrong)."""
+    if upload is not None:
+        limit = upload_limit_bytes()
+        if upload.size > limit:  # checked before a byte of the file is read
+            raise TraceError(f"the file is {upload.size / 2**20:.1f} MiB; traces are limited to "
+                             f"{limit / 2**20:g} MiB here")
+        trace = Trace.from_json(upload.getvalue())
+    elif path is not None:
+        trace = cached_example(str(path))
+    else:
+        return None
+    check_run_meta(trace)
+    return trace
+
+
+def upload_limit_bytes() -> int:
+    return policy().upload_limit_bytes(MAX_TRACE_BYTES)
+
+
+def trace_uploader():
+    """The Replay page's file box; its label states kvviz's cap in MiB, which `read_trace`
+    enforces in bytes before reading. Streamlit's own box limit is set above it
+    (`uploader_limit_mb`) so a file over the cap gets kvviz's sentence, never Streamlit's."""
+    limit = upload_limit_bytes()
+    return st.file_uploader(f"A kvviz trace (JSON, at most {limit / 2**20:g} MiB = {limit:,} bytes)",
+                            type=["json"], key="replay_upload",
+                            max_upload_size=uploader_limit_mb(limit))
+
+
+SERVER_MAX_UPLOAD_MIB = 80  # .streamlit/config.toml server.maxUploadSize; Streamlit reads it as MiB
+
+
+def uploader_limit_mb(cap_bytes: int) -> int:
+    """Streamlit's per-box limit (in its 'MB') for a kvviz cap of `cap_bytes`: above the cap however
+    the browser counts a MB (10^6 bytes, or 2^20 on Windows), so kvviz's own check answers first;
+    below the server's limit less its multipart margin, so the server never answers 413."""
+    return min(math.ceil(cap_bytes / 1e6) + 1, SERVER_MAX_UPLOAD_MIB - 2)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def cached_example(path: str) -> Trace:
+    return Trace.load(path)
+
+
+def trace_origin(trace: Trace) -> str:
+    m = trace.meta
+    return (f"Recorded with {inert(m.get('model_label', m.get('model', '?')))} on "
+            f"{inert(m.get('device', '?'))} in {inert(m.get('dtype', '?'))}; "
+            f"prompt {m['prompt_tokens']} tokens × batch {m['batch']}; "
+            f"{len(trace.events_of('cached'))} steps"
+            f"{', with a no-cache run' if 'recompute' in trace.modes else ''}.")
+
+
+def explainer() -> None:
+    """The plain-language panel and glossary (kvviz's own text from kvviz/assets/, never user text)."""
+    with st.expander("What am I looking at?", expanded=policy().enabled):
+        st.markdown((ASSETS / "explainer.md").read_text())
+        st.markdown((ASSETS / "glossary.md").read_text())
+
+
+def share_link(extra: list[tuple[str, str]] = ()) -> None:
+    """The page's URL with its bound settings (every value of a multiselect) and `extra` (a
+    free-text prompt, kvviz.app.links), in a code box (which has a copy button)."""
+    url = links.share_url(st.context.url or "", st.query_params, extra)
+    st.sidebar.caption("Link to these settings (opening it never starts a run; a free-text prompt "
+                       f"up to {links.MAX_LINK_PROMPT_CHARS:,} characters is included)")
+    st.sidebar.code(url, language=None)

@@ -1,0 +1,1 @@
+"""One run on the loaded model: loading, hooks, the engine, the race, events, traces, the cache map."""

@@ -1,0 +1,486 @@
+"""A run on file: metadata plus its StepEvents, saved, loaded with validation, and replayed.
+
+The file format is documented in docs/trace-format.md. Loading is strict: whatever is wrong with a
+file becomes one `TraceError` whose message says what and where, fit to show a user as is.
+Validation is driven by `dataclasses.fields()` and the type hints of `kvviz.live.events`, so a field
+added there is checked here without editing this module (bump VERSION when the format changes).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import time
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from kvviz.live.events import StepEvent
+
+FORMAT = "kvviz-trace"
+VERSION = 2  # 2: LayerStat state_bytes/storage_bytes/formula_bytes, StepEvent storage_bytes/cache_note
+MAX_TRACE_BYTES = 64 * 1024 * 1024
+MODES = ("cached", "recompute")
+PHASES = ("prefill", "decode")
+_CHOICES = {"mode": MODES, "phase": PHASES}  # StepEvent fields restricted to a fixed set
+_TOP_KEYS = ("format", "version", "meta", "events")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be saved or loaded; the message is written for the user."""
+
+
+@dataclass
+class Trace:
+    """A run's metadata (model, config facts, device, dtype, versions) and its events, in order."""
+
+    meta: dict = field(default_factory=dict)
+    events: list[StepEvent] = field(default_factory=list)
+
+    def append(self, event: StepEvent) -> None:
+        if not isinstance(event, StepEvent):
+            raise TypeError(f"a Trace holds StepEvents, not {type(event).__name__}")
+        self.events.append(event)
+
+    def events_of(self, mode: str) -> list[StepEvent]:
+        return [e for e in self.events if e.mode == mode]
+
+    @property
+    def modes(self) -> list[str]:
+        """The modes present, in order of first appearance."""
+        return list(dict.fromkeys(e.mode for e in self.events))
+
+    def to_json(self) -> str:
+        """One JSON document, one event per line (compact, yet greppable and diffable)."""
+        _check_json(self.meta, "meta")
+        head = (f'{{"format": {json.dumps(FORMAT)}, "version": {VERSION},\n'
+                f' "meta": {json.dumps(self.meta, allow_nan=False)},\n "events": [')
+        lines = [_event_line(e, i) for i, e in enumerate(self.events)]
+        return head + ("\n  " + ",\n  ".join(lines) + "\n" if lines else "") + " ]}\n"
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write atomically: a temp file in the same folder, then os.replace over `path`.
+
+        A crash or a full disk leaves either the old file or the new one, never half a file.
+        Refuses (TraceError) a trace that `load` would refuse: invalid, or over MAX_TRACE_BYTES.
+        """
+        text = self.to_json().encode("utf-8")
+        _check_size(len(text), "trace")
+        try:
+            _write_atomically(path, text)
+        except OSError as exc:
+            raise TraceError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Trace:
+        """Parse and validate a trace document; raise TraceError on anything unexpected."""
+        size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "replace"))
+        _check_size(size, "file")
+        doc = _parse(text)
+        _check_header(doc)
+        try:
+            _check_json(doc["meta"], "meta")
+        except RecursionError:
+            raise TraceError("'meta' is nested too deeply") from None
+        if not isinstance(doc["events"], list):
+            raise TraceError(f"'events' must be a list, got {_kind(doc['events'])}")
+        return cls(doc["meta"], [_event_from_dict(e, i) for i, e in enumerate(doc["events"])])
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Trace:
+        """Read and validate a trace file (its size is checked before it is read)."""
+        try:
+            _check_size(os.path.getsize(path), "file")
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise TraceError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
+        return cls.from_json(data)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+def _check_size(size: int, what: str) -> None:
+    if size > MAX_TRACE_BYTES:
+        raise TraceError(f"the {what} is {_size(size)}; "
+                         f"traces are limited to {_size(MAX_TRACE_BYTES)}")
+
+
+def _size(n: int) -> str:
+    """80.0 MiB, 64 MiB (whole MiB), or 1,000 bytes (under 1 MiB)."""
+    if n < 1024 * 1024:
+        return f"{n:,} bytes"
+    mib = n / (1024 * 1024)
+    return f"{mib:.0f} MiB" if mib == int(mib) else f"{mib:.1f} MiB"
+
+
+def _parse(text: str | bytes):
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"the file is not UTF-8 text (bad byte at offset {exc.start}); "
+                             "is it a kvviz trace?") from None
+    if not text.strip():
+        raise TraceError("the file is empty")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"the file is not JSON (it may be truncated): {exc}") from None
+    except ValueError as exc:  # e.g. an integer literal too long to convert
+        raise TraceError(f"the file is not a kvviz trace: {exc}") from None
+    except RecursionError:
+        raise TraceError("the file is not a kvviz trace: its JSON is nested too deeply") from None
+
+
+def _check_header(doc) -> None:
+    if not isinstance(doc, dict):
+        raise TraceError(f"the file is not a kvviz trace: it holds {_kind(doc)}, "
+                         "not a JSON object")
+    if doc.get("format") != FORMAT:
+        found = f"format {_show(doc['format'])}" if "format" in doc else "no 'format' field"
+        raise TraceError(f"the file is not a kvviz trace: {found} (expected {FORMAT!r})")
+    version = doc.get("version")
+    if not _is_int(version) or version < 1:
+        raise TraceError(f"the trace's 'version' must be a positive integer, got {_show(version)}")
+    if version > VERSION:
+        raise TraceError(f"this trace was written by a newer kvviz (format version {version}); "
+                         f"this kvviz reads version {VERSION}")
+    _check_keys(doc, _TOP_KEYS, _TOP_KEYS, "the trace")
+    if not isinstance(doc["meta"], dict):
+        raise TraceError(f"'meta' must be an object, got {_kind(doc['meta'])}")
+
+
+def _check_keys(obj: dict, known: Iterable[str], required: Iterable[str], where: str) -> None:
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise TraceError(f"{where}: missing field(s) {_names(missing)}")
+    unknown = [k for k in obj if k not in known]
+    if unknown:
+        raise TraceError(f"{where}: unknown field(s) {_names(unknown)} "
+                         f"(this kvviz reads format version {VERSION})")
+
+
+def _check_json(value, path: str) -> None:
+    """Meta holds only JSON: strings, finite numbers, booleans, null, lists, string-keyed dicts."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TraceError(f"{path}: keys must be strings, got {key!r}")
+            _check_json(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json(item, f"{path}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise TraceError(f"{path} must be a finite number, got {value}")
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise TraceError(f"{path} must be a JSON value, got a {type(value).__name__}")
+
+
+def _event_from_dict(obj, index: int) -> StepEvent:
+    where = f"event {index}"
+    if not isinstance(obj, dict):
+        raise TraceError(f"{where} must be an object, got {_kind(obj)}")
+    try:
+        event = _build(StepEvent, obj, "")
+    except _Invalid as exc:
+        raise TraceError(f"{where}: {exc}") from None
+    _check_event(event, where)
+    return event
+
+
+def _check_event(event: StepEvent, where: str) -> None:
+    for name, allowed in _CHOICES.items():
+        value = getattr(event, name)
+        if value not in allowed:
+            raise TraceError(f"{where}: field {name!r} must be one of {_names(allowed)}, "
+                             f"got {value!r}")
+    sizes = {len(event.token_ids), len(event.texts), len(event.finished)}
+    if len(sizes) != 1:
+        counts = f"{len(event.token_ids)}, {len(event.texts)}, {len(event.finished)}"
+        raise TraceError(f"{where}: 'token_ids', 'texts' and 'finished' must have one entry "
+                         f"per sequence, got {counts}")
+
+
+class _Invalid(Exception):
+    """A field-level problem; the caller prefixes where (which event)."""
+
+
+_HINTS: dict = {}  # dataclass -> its resolved type hints (events.py uses string annotations)
+
+
+def _hints(cls) -> dict:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _build(cls, obj, path: str):
+    """Construct dataclass `cls` from a JSON object, converting each field by its type hint."""
+    if not isinstance(obj, dict):
+        raise _Invalid(f"field {path!r} must be an object, got {_kind(obj)}")
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    required = [f.name for f in fields if _is_required(f)]
+    prefix = f"{path}." if path else ""
+    missing = [n for n in required if n not in obj]
+    if missing:
+        raise _Invalid(f"missing field(s) {_names(prefix + n for n in missing)}")
+    unknown = [k for k in obj if k not in names]
+    if unknown:
+        raise _Invalid(f"unknown field(s) {_names(prefix + str(k) for k in unknown)} "
+                       f"(this kvviz reads format version {VERSION})")
+    hints = _hints(cls)
+    return cls(**{n: _convert(obj[n], hints[n], prefix + n) for n in names if n in obj})
+
+
+def _is_required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _convert(value, hint, path: str):
+    """One JSON value → the Python value of type `hint` (event numbers are never negative)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, path)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise _Invalid(f"field {path!r} must be a list, got {_show(value)}")
+        return tuple(_convert(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, path)
+    return _scalar(value, hint, path)
+
+
+def _scalar(value, hint, path: str):
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
+        return value
+    if hint is int and _is_int(value):
+        if value < 0:
+            raise _Invalid(f"field {path!r} must not be negative, got {value}")
+        return value
+    if hint is float and _is_number(value):
+        if not math.isfinite(value) or value < 0:
+            raise _Invalid(f"field {path!r} must be a finite, non-negative number, "
+                           f"got {_show(value)}")
+        return float(value)
+    expected = {bool: "true or false", str: "a string", int: "an integer", float: "a number"}
+    raise _Invalid(f"field {path!r} must be {expected.get(hint, hint)}, got {_show(value)}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value) -> str:
+    kinds = {dict: "an object", list: "a list", tuple: "a list", str: "a string",
+             bool: "a boolean", type(None): "null"}
+    return kinds.get(type(value), "a number")
+
+
+def _show(value) -> str:
+    """A short JSON rendering of a bad value, for messages (containers by kind only)."""
+    if isinstance(value, (dict, list, tuple)):
+        return _kind(value)
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _names(names: Iterable[str]) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+def _write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".kvviz-trace-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _event_line(event: StepEvent, index: int) -> str:
+    """One event as compact JSON, validated by the same rules `load` applies (never save junk)."""
+    obj = dataclasses.asdict(event)
+    _event_from_dict(obj, index)
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"event {index} cannot be saved: {exc}") from None
+
+
+# --- replay --------------------------------------------------------------------------------------
+
+def replay(events: Iterable[StepEvent], speed: float = 1.0,
+           sleep: Callable[[float], None] = time.sleep) -> Iterator[StepEvent]:
+    """Yield `events` in the order given, sleeping step_ms / 1000 / speed seconds before each.
+
+    speed 2 plays twice as fast; speed 0 or inf yields at once. Pass `trace.events_of(mode)` to
+    replay one mode: a trace stores each mode's run as its own consecutive sequence.
+    """
+    if math.isnan(speed) or speed < 0:
+        raise ValueError(f"replay speed must be >= 0, got {speed}")
+    pace = speed not in (0, math.inf)
+    for event in events:
+        if pace and event.step_ms > 0:
+            sleep(event.step_ms / 1000 / speed)
+        yield event
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks (numpy's default):
+    position (n - 1) * q / 100 in the sorted values. None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def mode_summary(events: list[StepEvent]) -> dict:
+    """Headline numbers of one mode's events (see `summary`)."""
+    decode = [e.step_ms for e in events if e.phase == "decode"]
+    prefill = [e.step_ms for e in events if e.phase == "prefill"]
+    total_ms = sum(e.step_ms for e in events)
+    batch = len(events[0].token_ids) if events else 0
+    new_tokens = len(events)
+    return {
+        "ttft_ms": prefill[0] if prefill else None,
+        "itl_median_ms": percentile(decode, 50),
+        "itl_p95_ms": percentile(decode, 95),
+        "new_tokens": new_tokens,
+        "batch": batch,
+        "tokens_per_s": new_tokens * batch / (total_ms / 1000) if total_ms > 0 else None,
+        "peak_kv_bytes": max((e.kv_bytes for e in events), default=0),
+        "peak_formula_bytes": max((e.formula_bytes for e in events), default=0),
+        "total_ms": total_ms,
+    }
+
+
+def summary(trace: Trace) -> dict:
+    """{"modes": {mode: numbers}, "recompute_speedup": float | None, "speedup_steps": int}.
+
+    Per mode present: ttft_ms is the prefill's step_ms (time to first token); itl_median_ms and
+    itl_p95_ms are percentiles of the decode steps' step_ms by linear interpolation (`percentile`);
+    new_tokens is the tokens generated per sequence = the number of steps (the prefill picks the
+    first token, each decode step one more); tokens_per_s = new_tokens × batch / (total_ms / 1000),
+    counting every sequence at every step, even one that already stopped at EOS; total_ms is the
+    sum of every step's step_ms, prefill included; peak_* are maxima over the steps.
+    recompute_speedup = the recompute steps' summed step_ms / the cached steps' summed step_ms over
+    the first `speedup_steps` steps of each, the number both modes have (runs cut short still
+    compare like with like); None unless both modes are present.
+    """
+    modes = {m: mode_summary(trace.events_of(m)) for m in trace.modes}
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    steps = min(len(cached), len(recompute))
+    cached_ms = sum(e.step_ms for e in cached[:steps])
+    recompute_ms = sum(e.step_ms for e in recompute[:steps])
+    speedup = recompute_ms / cached_ms if steps and cached_ms > 0 else None
+    return {"modes": modes, "recompute_speedup": speedup, "speedup_steps": steps}
+
+
+def _bytes_cell(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.2f} KiB"
+
+
+_ROWS = (  # (label, key, formatter)
+    ("time to first token", "ttft_ms", lambda v: f"{v:.1f} ms"),
+    ("inter-token median", "itl_median_ms", lambda v: f"{v:.1f} ms"),
+    ("inter-token p95", "itl_p95_ms", lambda v: f"{v:.1f} ms"),
+    ("throughput", "tokens_per_s", lambda v: f"{v:.1f} tok/s"),
+    ("new tokens x batch", "new_tokens", None),
+    ("peak KV cache", "peak_kv_bytes", _bytes_cell),
+    ("peak formula", "peak_formula_bytes", _bytes_cell),
+    ("total time", "total_ms", lambda v: f"{v:.1f} ms"),
+)
+
+
+def _cell(numbers: dict, key: str, fmt) -> str:
+    if key == "new_tokens":
+        return f"{numbers['new_tokens']} x {numbers['batch']}"
+    value = numbers.get(key)
+    return "n/a" if value is None else fmt(value)
+
+
+def format_summary(summary: dict) -> str:
+    """The summary as a small aligned plain-text table, one column per mode, units on values."""
+    modes = summary["modes"]
+    table = [[""] + list(modes)]
+    table += [[label] + [_cell(modes[m], key, fmt) for m in modes] for label, key, fmt in _ROWS]
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
+                       for c, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in table]
+    if summary.get("recompute_speedup") is not None:
+        lines.append(f"recompute is {summary['recompute_speedup']:.2f}x slower than cached "
+                     f"over the first {summary['speedup_steps']} steps")
+    return "\n".join(lines)
+
+
+RUN_META_INTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
+                 "weight_bytes", "prompt_tokens", "batch", "max_len")
+
+
+# The range each meta number must fall in before a chart divides by it, sizes an axis or a grid
+# by it, or a replay sleeps for it: generous for any real model, run and machine, and refusing the
+# zeros, the 10⁹-layer models and the hour-long steps a hand-edited or hostile file can carry.
+RUN_META_BOUNDS = {"num_layers": (1, 4096), "num_kv_heads": (0, 4096), "head_dim": (0, 65_536),
+                   "elem_bytes": (1, 8), "bytes_per_token": (0, 2**40), "weight_bytes": (0, 2**50),
+                   "prompt_tokens": (1, 10_000_000), "batch": (1, 4096), "max_len": (1, 10_000_000)}
+MAX_STEP_MS = 600_000.0  # a replay sleeps each step's time: no step over 10 minutes
+MAX_REPLAY_STEPS = 100_000  # events per mode the replay panels draw
+
+
+def check_run_meta(trace: Trace) -> None:
+    """The facts the dashboard needs to draw a trace; TraceError naming what is missing."""
+    missing = [k for k in RUN_META_INTS if not _is_int(trace.meta.get(k)) or trace.meta[k] < 0]
+    if missing:
+        raise TraceError(f"this trace's meta lacks whole numbers for {', '.join(missing)}; "
+                         "record it with `kvviz record` or the Live page")
+    for key, (low, high) in RUN_META_BOUNDS.items():
+        if not low <= trace.meta[key] <= high:
+            raise TraceError(f"this trace's meta says {key} = {trace.meta[key]:,}; kvviz draws "
+                             f"traces with {key} from {low:,} to {high:,}")
+    if not trace.events_of("cached"):
+        raise TraceError("this trace has no cached-mode events to show")
+    _check_replayable_events(trace)
+
+
+def _check_replayable_events(trace: Trace) -> None:
+    """Step times a replay can sleep through and step counts its charts can hold."""
+    for mode in trace.modes:
+        if len(trace.events_of(mode)) > MAX_REPLAY_STEPS:
+            raise TraceError(f"this trace has {len(trace.events_of(mode)):,} {mode} steps; kvviz "
+                             f"replays at most {MAX_REPLAY_STEPS:,}")
+    for index, event in enumerate(trace.events):
+        if event.step_ms > MAX_STEP_MS:
+            raise TraceError(f"event {index}: step_ms = {event.step_ms:,.0f}, more than the "
+                             f"{MAX_STEP_MS / 60_000:.0f} minutes a replayed step may take")

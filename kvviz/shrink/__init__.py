@@ -1,0 +1,1 @@
+"""A smaller cache, live: kvpress presses and transformers' quantized cache, and their charts."""

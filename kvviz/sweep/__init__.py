@@ -1,0 +1,1 @@
+"""Measured sweeps over prompt length x batch size, and their charts."""

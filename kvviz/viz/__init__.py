@@ -1,0 +1,1 @@
+"""The shared chart theme and number formatting."""
