@@ -40,7 +40,7 @@ test: $(STAMP) $(VLLM_STAMP)
 
 # The fast loop: lint, then every test that needs no browser, no vLLM server and no default model.
 check: $(STAMP)
-	$(VENV)/bin/ruff check python -m bench app_pages tests app.py scripts
+	$(VENV)/bin/ruff check kvviz bench app_pages tests app.py scripts
 	$(PY) -m pytest -q -m "not slow and not browser"
 
 # Exits non-zero when a target is missed. A subset: make bench BENCH_ARGS="--only live-browser --quick"

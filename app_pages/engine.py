@@ -9,7 +9,7 @@ import os
 import streamlit as st
 
 from kvviz.app import hosted, ui
-from kvviz.vllm import panels
+from kvviz.app import vllm_panels as panels
 from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
 
 st.title("vLLM engine · a real serving engine's KV cache, live")

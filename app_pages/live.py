@@ -3,7 +3,8 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.app import cache_map_panel, panels, ui
+from kvviz.app import panels, ui
+from kvviz.live import cache_map_panel
 
 spec, cfg, opts = ui.sidebar()
 if st.sidebar.toggle("Attention over the cache", value=False, key="attention", bind="query-params",

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from kvviz.app import panels, ui
-from kvviz.vllm import panels as vllm_panels
+from kvviz.app import vllm_panels
 from kvviz.live.trace import TraceError
 
 presenting = ui.presenter_mode()

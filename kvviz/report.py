@@ -27,9 +27,10 @@ import pandas as pd
 from markupsafe import Markup
 
 from kvviz.live import cache_map, cache_map_charts, captions, frames, live_charts
-from kvviz.app import cache_map_panel
+from kvviz.live import cache_map_panel
 from kvviz.live.events import StepEvent
 from kvviz.live.trace import VERSION, Trace, TraceError, check_run_meta, summary
+from kvviz.viz import export
 from kvviz.viz.units import fmt_bytes, fmt_ms, fmt_ratio
 
 CHART_WIDTH = 520  # px; the SVGs scale down with the page (CSS max-width)
@@ -134,21 +135,6 @@ def _sized(name: str, chart: alt.TopLevelMixin) -> dict:
     return chart.properties(width=width).to_dict()
 
 
-def _vl_version() -> str | None:
-    """Altair's Vega-Lite version ("6.4") when vl-convert bundles it; else its latest."""
-    import vl_convert
-
-    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
-    return wanted if wanted in vl_convert.get_vegalite_versions() else None
-
-
-def vl_convert_svg(spec: dict) -> str:
-    """SVG of a Vega-Lite spec via vl-convert-python, which may fetch nothing (no base URLs)."""
-    import vl_convert
-
-    return vl_convert.vegalite_to_svg(spec, vl_version=_vl_version(), allowed_base_urls=[])
-
-
 def inline_svg(svg: str, prefix: str) -> str:
     """An SVG document made fit to sit inline in HTML among others.
 
@@ -185,7 +171,7 @@ def _charts(trace: Trace, svg: Svg | None) -> dict:
     if svg is None:
         try:
             import vl_convert  # noqa: F401
-            svg = vl_convert_svg
+            svg = export.svg
         except ImportError:
             return {"missing_renderer": True, "figures": [], "heatmap_cells": 0}
     notes = _chart_captions(trace)

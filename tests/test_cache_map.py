@@ -328,14 +328,14 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
 def test_an_unreadable_cache_draws_no_cells_and_says_so():
     from dataclasses import replace
 
-    from kvviz.app import cache_map_panel
+    from kvviz.live import cache_map_panel
 
     ev = replace(run(META, 2, [None, 3])[-1], cache_note="kvviz cannot read cache layers of class X")
     assert cm.cells_frame(META, ev).empty
     assert "could not read this cache" in cache_map_panel.caption({**META, "batch": 1}, ev, 0, True)
 
 
-@pytest.mark.parametrize("name", ["live.cache_map", "live.cache_map_charts", "app.cache_map_panel"])
+@pytest.mark.parametrize("name", ["live.cache_map", "live.cache_map_charts", "live.cache_map_panel"])
 def test_the_cache_map_modules_import_no_torch_transformers_or_streamlit(name):
     from test_imports import imported_roots, module_path
 

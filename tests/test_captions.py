@@ -1,5 +1,4 @@
 """Captions and headline figures carry the right live numbers."""
-from kvviz.planner import capacity
 from kvviz.live import captions
 from kvviz.live.events import BlockStat, LayerStat, StepEvent
 
@@ -35,7 +34,7 @@ def test_parity_reports_first_divergence():
 
 
 def test_achieved_bandwidth_is_bytes_over_time():
-    assert capacity.achieved_bandwidth_bytes_per_s(1_000_000_000, 0, 100.0) == 1e10  # 1 GB in 0.1 s
+    assert captions.achieved_bandwidth_bytes_per_s(1_000_000_000, 0, 100.0) == 1e10  # 1 GB in 0.1 s
 
 
 def test_race_caption_extrapolates_only_when_final_and_behind():

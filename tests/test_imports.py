@@ -1,4 +1,4 @@
-"""Import direction: pure modules stay free of torch and streamlit; only ui/panels (and the page benchmark) touch streamlit."""
+"""Pure modules stay pure through every import they make; kvviz.vllm needs only the trace format."""
 import ast
 import subprocess
 import sys
@@ -11,9 +11,6 @@ PURE = ["live.events", "cache.blocks", "planner.capacity", "viz.charts", "live.f
         "live.captions", "viz.units", "live.trace", "live.config", "live.live_charts", "planner.planner_frames",
         "planner.planner_charts", "sweep.sweep_charts", "app.hosted", "app.device_queue", "report",
         "serving.serving_charts"]
-STREAMLIT_OK = {"ui", "panels"}
-
-
 def module_path(name: str) -> Path:
     return KVVIZ / (name.replace(".", "/") + ".py")
 
@@ -28,21 +25,6 @@ def imported_roots(path: Path) -> set[str]:
     return roots
 
 
-@pytest.mark.parametrize("name", PURE)
-def test_pure_modules_import_no_torch_transformers_or_streamlit(name):
-    assert not imported_roots(module_path(name)) & {"torch", "transformers", "streamlit"}
-
-
-def test_only_ui_and_panels_import_streamlit():
-    users = {p.stem for p in KVVIZ.rglob("*.py") if "streamlit" in imported_roots(p) and p.parent.name != "vllm"}
-    assert users <= STREAMLIT_OK, users - STREAMLIT_OK
-
-
-VLLM_READER = sorted((KVVIZ / "vllm").glob("*.py"))
-VLLM_KVVIZ_OK = {"kvviz.live.trace"}  # kvviz.vllm reads engines; of the rest of kvviz it needs only this
-VLLM_PANELS_OK = VLLM_KVVIZ_OK | {"kvviz.app", "kvviz.app.ui"}  # its Streamlit module also shares ui helpers
-
-
 def kvviz_modules(path: Path) -> set[str]:
     """Absolute kvviz modules a file imports, its own package's excluded."""
     mods = set()
@@ -54,13 +36,10 @@ def kvviz_modules(path: Path) -> set[str]:
     return {m for m in mods if not m.startswith("kvviz.vllm")}
 
 
-@pytest.mark.parametrize("path", VLLM_READER, ids=lambda p: p.stem)
-def test_vllm_reader_needs_neither_torch_nor_vllm_and_only_its_panels_touch_streamlit(path):
-    roots = imported_roots(path)
-    assert not roots & {"torch", "transformers", "vllm"}
-    assert ("streamlit" in roots) <= (path.stem == "panels")
-    allowed = VLLM_PANELS_OK if path.stem == "panels" else VLLM_KVVIZ_OK
-    assert kvviz_modules(path) <= allowed, kvviz_modules(path) - allowed
+@pytest.mark.parametrize("path", sorted((KVVIZ / "vllm").glob("*.py")), ids=lambda p: p.stem)
+def test_the_vllm_reader_needs_of_the_rest_of_kvviz_only_the_trace_format(path):
+    """(Which wings and libraries every module may import at all: tests/test_contracts.py.)"""
+    assert kvviz_modules(path) <= {"kvviz.live.trace"}, kvviz_modules(path)
 
 
 def modules_loaded_by(name: str) -> set[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from bench.app_server import free_port
-from kvviz.vllm import panels
+from kvviz.app import vllm_panels as panels
 
 ROOT = Path(__file__).resolve().parent.parent
 

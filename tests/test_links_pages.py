@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.vllm import panels
+from kvviz.app import vllm_panels as panels
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = str(ROOT / "app_pages" / "engine.py")

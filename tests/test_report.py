@@ -12,6 +12,7 @@ import pytest
 
 from kvviz.live import captions, frames
 from kvviz import report
+from kvviz.viz import export
 from kvviz.live.events import BlockStat, LayerStat, StepEvent
 from kvviz.live.trace import Trace, summary
 
@@ -292,7 +293,7 @@ def test_vl_convert_fetches_nothing():
     spec = {"data": {"url": "https://example.com/data.csv"}, "mark": "point",
             "encoding": {"x": {"field": "a", "type": "quantitative"}}}
     with pytest.raises(Exception, match="not allowed"):
-        report.vl_convert_svg(spec)
+        export.svg(spec)
 
 
 # --- CSV -------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from dataclasses import asdict, replace
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import cache_map_panel, ui
+from kvviz.app import ui
+from kvviz.live import cache_map_panel
 from kvviz.live import captions, engine, live_charts, race
 from kvviz.viz import charts
 from kvviz import report

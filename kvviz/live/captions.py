@@ -1,11 +1,21 @@
 """Plain-language captions and headline figures, carrying the live numbers. Pure functions."""
 from __future__ import annotations
 
-from kvviz.planner import capacity
 from kvviz.live import race
 from kvviz.live.events import StepEvent
 from kvviz.live.trace import percentile
 from kvviz.viz.units import fmt_bytes, fmt_ms, fmt_ratio
+
+
+def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int,
+                                   step_ms: float) -> float | None:
+    """(weights + cache read) / measured step time: the traffic a decode step must at least cause.
+
+    None for a step of no measured length.
+    """
+    if step_ms <= 0:
+        return None
+    return (weight_bytes + cache_bytes_read) / (step_ms / 1000)
 
 
 def headline(meta: dict, sums: dict, last: StepEvent,
@@ -137,7 +147,7 @@ def median_decode_ms(events: list[StepEvent]) -> float | None:
 
 
 def bandwidth_sentence(meta: dict, cache_bytes: int, step_ms: float) -> str:
-    rate = capacity.achieved_bandwidth_bytes_per_s(meta["weight_bytes"], cache_bytes, step_ms) or 0.0
+    rate = achieved_bandwidth_bytes_per_s(meta["weight_bytes"], cache_bytes, step_ms) or 0.0
     return (f"Reading the weights ({fmt_bytes(meta['weight_bytes'])}) and the cache "
             f"({fmt_bytes(cache_bytes)}) once per step at that pace is ≈ {rate / 1e9:.1f} GB/s achieved; "
             f"a small model rarely nears the device's peak: per-kernel launch and framework overhead "

@@ -278,17 +278,6 @@ def requests_with_shared_prefix(budget_bytes: int, per_request_bytes: int, share
 # ---------------------------------------------------------------- bandwidth bounds
 
 
-def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int,
-                                   step_ms: float) -> float | None:
-    """(weights + cache read) / measured step time: the traffic a decode step must at least cause.
-
-    None for a step of no measured length.
-    """
-    if step_ms <= 0:
-        return None
-    return (weight_bytes + cache_bytes_read) / (step_ms / 1000)
-
-
 def decode_step_floor_s(weight_bytes: int, cache_bytes_read: int, bandwidth_bytes_per_s: float) -> float:
     """(weights + cache read) / bandwidth: no decode step can be faster than reading them once."""
     if bandwidth_bytes_per_s <= 0:

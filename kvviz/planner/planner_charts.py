@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 
 # _bytes_axis: round KiB / MiB / GiB ticks; shared with the live charts rather than copied.
+from kvviz.viz import export
 from kvviz.viz.charts import (KIND_COLORS, MODE_COLORS, RULE_COLOR, SERIES_COLORS, _bytes_axis,
                           bytes_expr)
 
@@ -136,16 +137,9 @@ def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.VConcatChart:
 
 def chart_svg(chart: alt.TopLevelMixin) -> str:
     """The chart as an SVG document (vl-convert, nothing fetched)."""
-    from kvviz.report import vl_convert_svg
-
-    return vl_convert_svg(chart.to_dict())
+    return export.svg(chart.to_dict())
 
 
 def chart_png(chart: alt.TopLevelMixin, scale: float = 2.0) -> bytes:
     """The chart as a PNG image at `scale` × its CSS size (vl-convert, nothing fetched)."""
-    import vl_convert
-
-    from kvviz.report import _vl_version
-
-    return vl_convert.vegalite_to_png(chart.to_dict(), vl_version=_vl_version(), scale=scale,
-                                      allowed_base_urls=[])
+    return export.png(chart.to_dict(), scale)

@@ -25,7 +25,7 @@ import torch
 from kvviz.planner import capacity
 from kvviz.live import engine
 from kvviz.cache import layout
-from kvviz.planner.capacity import achieved_bandwidth_bytes_per_s
+from kvviz.live.captions import achieved_bandwidth_bytes_per_s
 from kvviz.live.config import RunConfig
 from kvviz.live.events import StepEvent
 from kvviz.live.models import LoadedModel
