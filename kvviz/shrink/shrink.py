@@ -4,10 +4,17 @@ A shrink mode is a kvpress press (evicts positions at the end of the prompt, kvv
 transformers' quantized cache (kvviz.shrink.quant_cache). Decode steps pass explicit positions: after a
 press the cache is shorter than the text, and 5.24 would otherwise take positions from the
 cache's length. Bytes are read from the cache tensors after every step.
+
+The two runs take turns on the one device, like the no-cache race (kvviz.live.race): full step
+0, shrunk step 0, full step 1, shrunk step 1, ... (`take_turns`), so each side's step times are
+measured under the same load, and a page can fill both sides as they go. Each run has its own
+cache and the press's hooks are on the model only inside the shrunk prefill, so the tokens are
+the ones each run gives alone.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
 import torch
 from transformers import DynamicCache
@@ -15,7 +22,7 @@ from transformers import DynamicCache
 from kvviz.live import engine
 from kvviz.shrink import presses, quant_cache
 
-FULL = "full"
+FULL, SHRUNK = "full", "shrunk"
 
 
 @dataclass(frozen=True)
@@ -160,8 +167,59 @@ class Comparison:
         return self.shrunk.decode_ms() / full if full else 0.0
 
 
-def compare(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode) -> Comparison:
-    """Both runs, full first; EOS is not a stop, so both runs have the same number of steps."""
-    full = run(lm, ids, max_new_tokens, ShrinkMode())
-    shrunk = run(lm, ids, max_new_tokens, mode)
+@dataclass(frozen=True)
+class Turn:
+    """One step of one side: `side` is FULL or SHRUNK; `kept` the shrunk side's kept positions."""
+
+    side: str
+    step: StepRecord
+    kept: dict
+
+
+def take_turns(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
+               should_stop: Callable[[], bool] | None = None) -> Iterator[Turn]:
+    """The full and the shrunk runs, one step each in turn: full 0, shrunk 0, full 1, shrunk 1, ...
+
+    `should_stop` is asked before every pair after the first (both prompts always run): when it
+    says so, both sides stop after the same number of steps. EOS is not a stop."""
+    sides = {FULL: greedy_run(lm, ids, max_new_tokens, ShrinkMode()), SHRUNK: greedy_run(lm, ids, max_new_tokens, mode)}
+    try:
+        for step in range(max_new_tokens):
+            if step and should_stop is not None and should_stop():
+                return
+            for side, steps in sides.items():
+                record_, kept = next(steps)
+                yield Turn(side, record_, kept)
+    finally:
+        for steps in sides.values():
+            steps.close()
+
+
+def new_pair(mode: ShrinkMode) -> dict[str, ShrinkRun]:
+    return {FULL: ShrinkRun(ShrinkMode().label()), SHRUNK: ShrinkRun(mode.label())}
+
+
+def add_turn(runs: dict[str, ShrinkRun], turn: Turn, tokenizer) -> ShrinkRun:
+    """Append `turn` to its side's run (its text decoded so far); returns that run."""
+    out = runs[turn.side]
+    out.steps.append(turn.step)
+    out.kept = turn.kept
+    out.text = tokenizer.decode(out.tokens, skip_special_tokens=True)
+    return out
+
+
+def comparison(runs: dict[str, ShrinkRun]) -> Comparison:
+    full, shrunk = runs[FULL], runs[SHRUNK]
     return Comparison(full, shrunk, first_divergence(full.tokens, shrunk.tokens))
+
+
+def compare(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
+            should_stop: Callable[[], bool] | None = None) -> Comparison:
+    """Both runs, taking turns step by step (`take_turns`); both have the same number of steps."""
+    runs = new_pair(mode)
+    for turn in take_turns(lm, ids, max_new_tokens, mode, should_stop):
+        runs[turn.side].steps.append(turn.step)
+        runs[turn.side].kept = turn.kept
+    for out in runs.values():
+        out.text = lm.tokenizer.decode(out.tokens, skip_special_tokens=True)
+    return comparison(runs)
