@@ -1,15 +1,18 @@
 """vLLM engine: attach to running vLLM servers and watch their real KV cache, live.
 
 The URLs are bound to the page's link (`?engine_urls=...`). In hosted mode only the host's list
-(KVVIZ_ENGINE_URLS) can be chosen: a link naming any other URL is ignored, never contacted.
+(KVVIZ_ENGINE_URLS) can be chosen, at most the policy's `max_engines` at once, through the same
+`Policy.check_limits` as every page: a link naming any other URL gets one sentence and that URL
+is never contacted, and visitors cannot disconnect the watches other visitors share.
 Without one, the box starts at KVVIZ_VLLM_URL (`make vllm-demo` sets it to its own server).
 """
 import os
 
 import streamlit as st
 
-from kvviz.app import hosted, ui
+from kvviz.app import ui
 from kvviz.app import vllm_panels as panels
+from kvviz.errors import UserError
 from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
 
 st.title("vLLM engine · a real serving engine's KV cache, live")
@@ -18,14 +21,24 @@ st.caption("kvviz subscribes to the server's KV-cache events (ZMQ; blocks stored
            "**events**, **metrics**, or **derived** from both. Start a server with `make vllm-demo`.")
 rules = ui.policy()
 ui.share_link()
-allowed = hosted.engine_urls()
+allowed = list(rules.engine_urls)
+linked = [*st.query_params.get_all("engine_urls_hosted"), *st.query_params.get_all("engine_urls")]
 if rules.enabled and not allowed:
     st.info("Watching vLLM servers is off on this hosted kvviz (the host lists none in KVVIZ_ENGINE_URLS).")
     st.stop()
 url_col, live_col, every_col, stop_col = st.columns([5, 1.5, 2, 1.6], vertical_alignment="bottom")  # "Live" uncut at 1280
 if rules.enabled:
     chosen = url_col.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted",
-                                 bind="query-params")
+                                 bind="query-params")  # drops what it does not offer: `linked` keeps it
+    try:  # what a link named beyond the list: said, never contacted
+        rules.check_limits(None, engine_urls=[u for u in linked if u not in allowed])
+    except UserError as exc:
+        st.error(f"Ignoring this link's other servers: {ui.inert(exc)}.")
+    try:
+        rules.check_limits(None, engine_urls=chosen)
+    except UserError as exc:
+        st.error(f"Cannot watch these servers: {ui.inert(exc)}.")
+        st.stop()
 else:
     typed = url_col.text_area("vLLM base URLs, one per line (several servers side by side)",
                               os.environ.get("KVVIZ_VLLM_URL", "").strip() or DEFAULT_URL, height=68,
@@ -40,7 +53,7 @@ for raw in chosen:
 live = live_col.toggle("Live", value=True, key="engine_live", help="Off: freeze the picture")
 every_s = every_col.select_slider("Refresh every", [1.0, 2.0, 5.0], value=2.0, key="engine_every",
                                   format_func=lambda s: f"{s:g} s")
-if stop_col.button("Disconnect all", key="engine_disconnect"):
+if not rules.enabled and stop_col.button("Disconnect all", key="engine_disconnect"):
     for url in urls:
         panels.watch_for(url).stop()
     panels.watch_for.clear()

@@ -4,14 +4,18 @@ Widgets and layout only: the arithmetic is kvviz.planner.deployment's (capacity,
 serving_plan), the tables kvviz.planner.planner_frames', the charts kvviz.planner.planner_charts'. Every widget
 but the pasted config is bound to the URL (`bind="query-params"`, the key is the parameter
 name), so a link reproduces the view; the config text is left out of the URL (long, and not
-ours to echo).
+ours to echo). In hosted mode every size goes through `Policy.check_limits` (token counts,
+requests, GPUs; kvviz.app.hosted says why these caps): the widgets keep their full ranges, so a
+size over a cap, typed or carried by a link, is answered in one sentence, not silently dropped.
 """
 import streamlit as st
 
 from kvviz.planner import capacity, deployment, parallel, plan_cli, plan_models, planner_charts, planner_frames
 from kvviz.app import panels
 from kvviz.viz import units
+from kvviz.app import ui
 from kvviz.app.ui import inert
+from kvviz.errors import UserError
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
 GPUS = {g["name"]: g for g in capacity.load_gpus()}
@@ -66,10 +70,25 @@ def downloads(key: str, chart=None, table=None) -> None:
                                 key=f"{key}_csv", on_click="ignore", icon=":material/table:")
 
 
+
+
+def within_caps(**sizes) -> None:
+    """The hosted policy's check (a no-op on your own machine); its sentence and a stop if over."""
+    try:
+        rules.check_limits(None, **sizes)
+    except UserError as exc:
+        st.error(f"Cannot plan this here: {inert(exc)}.")
+        st.stop()
+
+
+rules = ui.policy()
 st.title("Capacity planner")
 st.caption("How many concurrent requests fit on a serving setup, as plain bytes and as vLLM would "
            "allocate them, and how fast decode can possibly be. Computed from the model's config "
            "(shared with `kvviz plan`), not measured.")
+if rules.enabled:
+    st.caption(f"This hosted kvviz plans up to {rules.max_plan_tokens:,} tokens per request, "
+               f"{rules.max_plan_requests:,} requests at once and {rules.max_plan_gpus:,} GPUs.")
 
 # ---------------------------------------------------------------- inputs
 model_col, gpu_col, dtype_col, load_col = st.columns(4)
@@ -131,6 +150,10 @@ with st.expander("Serving setup: parallelism, vLLM's settings, what-ifs", expand
                                           key="plan_offload_gb", bind=URL,
                                           help="What-if: M GB of host memory per replica holds "
                                                "evicted KV blocks.")
+
+within_caps(plan_tokens={"context T": int(context), "max_model_len": int(max_len),
+                         "the shared prompt S": int(prefix)},
+            plan_requests=int(batch), plan_gpus=int(tp) * int(pp) * int(dp))
 
 # ---------------------------------------------------------------- the model
 if source == SOURCES[0]:
@@ -252,6 +275,7 @@ st.caption("Full layers keep every token; sliding and chunked layers only their 
 st.subheader("What if…")
 what_window = st.number_input("Sliding window for the what-if (tokens)", 1, 10_000_000, 4096, 512,
                               key="plan_window", bind=URL)
+within_caps(plan_tokens={"the what-if window": int(what_window)})
 what_ifs = planner_frames.what_if_frame(plan, int(what_window))
 what_if_chart = planner_charts.what_if_chart(what_ifs, plan.context_tokens)
 panels.draw_altair(st, what_if_chart, key="plan_what_if_chart")
