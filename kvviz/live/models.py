@@ -21,6 +21,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from kvviz import files
 from kvviz.live.config import DEFAULT_MODEL, ModelSpec
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -138,11 +139,13 @@ def convert_default_model(progress: Progress | None = None) -> Path:
         model.save_pretrained(work)
         tok.save_pretrained(work)
         sizes = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.is_file()}
-        (work / MARKER).write_text(json.dumps({"source": gguf.name, "sizes": sizes,
-                                               "transformers": transformers.__version__}))
+        files.sync_tree(work)  # the weights on disk before the marker vouches for them
+        files.write_atomic(work / MARKER, json.dumps({"source": gguf.name, "sizes": sizes,
+                                                      "transformers": transformers.__version__}))
         if not is_complete(target):  # another process may have finished first: keep its copy
             shutil.rmtree(target, ignore_errors=True)
             work.rename(target)
+            files.sync_folder(target.parent)
         report("Default model ready", 1.0)
         return target
     finally:

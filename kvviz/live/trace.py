@@ -7,18 +7,17 @@ added there is checked here without editing this module (bump VERSION when the f
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
 import os
-import tempfile
 import time
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from kvviz.files import write_atomic  # also the vLLM watch's writer (kvviz.vllm reads only this module)
 from kvviz.live.events import StepEvent
 
 FORMAT = "kvviz-trace"
@@ -71,7 +70,7 @@ class Trace:
         text = self.to_json().encode("utf-8")
         _check_size(len(text), "trace")
         try:
-            _write_atomically(path, text)
+            write_atomic(path, text)
         except OSError as exc:
             raise TraceError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
 
@@ -305,24 +304,6 @@ def _names(names: Iterable[str]) -> str:
 
 
 # --- writing -------------------------------------------------------------------------------------
-
-def _write_atomically(path: str | os.PathLike, data: bytes) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".kvviz-trace-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
 
 def _event_line(event: StepEvent, index: int) -> str:
     """One event as compact JSON, validated by the same rules `load` applies (never save junk)."""
