@@ -240,3 +240,19 @@ def test_a_second_run_draws_over_the_first_without_losing_a_panel(at):
     generate(at)
     assert (len(charts(at)), len(at.main.code), len(at.metric)) == first
     assert not [e for e in at.main.get("html") if "previous run" in str(e.proto)]  # undimmed once drawn
+
+
+def test_the_layout_probe_runs_while_this_session_holds_the_device(at, monkeypatch):
+    """run_meta's probe forwards use the shared model: outside the device turn they would run
+    inside another visitor's timed steps (negative layer times, an unsaveable trace)."""
+    from kvviz.app import ui
+    from kvviz.live import engine
+    seen, real = [], engine.run_meta
+
+    def watched(lm, cfg):
+        seen.append(ui.device_queue().held)
+        return real(lm, cfg)
+    monkeypatch.setattr(engine, "run_meta", watched)
+    generate(at)
+    assert seen == [True]
+    assert not ui.device_queue().held  # given back after the run

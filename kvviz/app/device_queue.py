@@ -40,5 +40,10 @@ class DeviceQueue:
                 self._waiting.remove(ticket)
 
     @property
+    def held(self) -> bool:
+        """True while some session holds the device."""
+        return self._holder is not None
+
+    @property
     def num_waiting(self) -> int:
         return len(self._waiting)

@@ -371,51 +371,62 @@ def run_live(lm, cfg, opts, status) -> None:
     """Generate with the live panels updating; the trace lands in session state even if stopped."""
     rules = ui.policy()
     try:
-        rules.check_run(lm.name, cfg)  # allowlist and caps, on the server, where the run starts
-        meta = engine.run_meta(lm, cfg)
-        rules.check_prompt_tokens(meta["prompt_tokens"])
+        rules.check_run(lm.name, cfg)  # allowlist and caps, on the server, before joining the line
     except ValueError as exc:
-        status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
+        status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")
         return
-    trace, previous = Trace(meta, []), st.session_state.get("trace")
-    st.session_state["trace"], st.session_state["run_done"] = trace, False
-    st.session_state.pop("wall_tokens_per_s", None)  # set again when this run ends
-    view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], meta, cfg.max_new_tokens, opts.race,
-                           opts.show_tokens)
-    if not view.show_previous(previous):
-        view.clear()
-    view.measure_wall, view.work = True, sweep.model_work(lm)
-    pace_key = f"seconds_per_flop:{lm.name}"
-    with ui.device_turn(status):
-        deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
-        out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
-        pump = Pump()
-        cached = engine.generate(lm, cfg, "cached", should_stop=out_of_time)
-        short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
-        recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
+    with ui.device_turn(status):  # the layout probe runs forwards on the shared model too
         try:
-            pump.start(race.interleave(pump.tracked(cached, "cached"),
-                                       pump.tracked(recompute, "recompute") if recompute is not None else None))
-            drive(pump, trace, view, opts.pace, st.session_state.get(pace_key))
-        except Exception as exc:  # e.g. out of memory: say so, keep what was produced
-            status.error(failure_message(exc, rules.enabled))
-        finally:
-            pump.stop()  # the worker ends after its step in progress: then the generators are free
-            cached.close()
-            if recompute is not None:
-                recompute.close()
-            engine.free_device_memory(lm.device)
-            view.show_wait(None, trace, None)
-        if out_of_time():
-            status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
+            meta = engine.run_meta(lm, cfg)
+            rules.check_prompt_tokens(meta["prompt_tokens"])
+        except ValueError as exc:
+            status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
+            return
+        trace = Trace(meta, [])
+        view = generate_in_turn(lm, cfg, opts, status, trace, rules)
     st.session_state["run_done"] = True
     fitted = seconds_per_flop(trace.events, view.work)
     if fitted:
-        st.session_state[pace_key] = fitted
+        st.session_state[f"seconds_per_flop:{lm.name}"] = fitted
     if trace.events:
         view.update(trace, final=True)
         st.session_state["wall_tokens_per_s"] = view.wall_tokens_per_s()
         downloads(trace)
+
+
+def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
+    """The run itself, while this session holds the device: the cached run and, in a race, the
+    recompute run taking turns, drawn as they go. Returns the view it drew into."""
+    previous = st.session_state.get("trace")
+    st.session_state["trace"], st.session_state["run_done"] = trace, False
+    st.session_state.pop("wall_tokens_per_s", None)  # set again when this run ends
+    view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], trace.meta, cfg.max_new_tokens,
+                           opts.race, opts.show_tokens)
+    if not view.show_previous(previous):
+        view.clear()
+    view.measure_wall, view.work = True, sweep.model_work(lm)
+    deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
+    out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
+    pump = Pump()
+    cached = engine.generate(lm, cfg, "cached", should_stop=out_of_time)
+    short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
+    recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
+    try:
+        pump.start(race.interleave(pump.tracked(cached, "cached"),
+                                   pump.tracked(recompute, "recompute") if recompute is not None else None))
+        drive(pump, trace, view, opts.pace, st.session_state.get(f"seconds_per_flop:{lm.name}"))
+    except Exception as exc:  # e.g. out of memory: say so, keep what was produced
+        status.error(failure_message(exc, rules.enabled))
+    finally:
+        pump.stop()  # the worker ends after its step in progress: then the generators are free
+        cached.close()
+        if recompute is not None:
+            recompute.close()
+        engine.free_device_memory(lm.device)
+        view.show_wait(None, trace, None)
+    if out_of_time():
+        status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
+    return view
 
 
 def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flop: float | None) -> None:
