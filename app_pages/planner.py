@@ -273,7 +273,7 @@ st.caption("Full layers keep every token; sliding and chunked layers only their 
 
 # ---------------------------------------------------------------- what-ifs
 st.subheader("What if…")
-what_window = st.number_input("Sliding window for the what-if (tokens)", 1, 10_000_000, 4096, 512,
+what_window = st.number_input("Sliding window for the what-if (tokens)", 2, 10_000_000, 4096, 512,
                               key="plan_window", bind=URL)
 within_caps(plan_tokens={"the what-if window": int(what_window)})
 what_ifs = planner_frames.what_if_frame(plan, int(what_window))

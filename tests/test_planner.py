@@ -475,3 +475,9 @@ def test_page_bandwidth_sentence_follows_the_models_own_bound():
     assert "**kernel launches**" in big and "kernels take to launch" in big  # 61 layers' launches
     assert "Reading and launching take similar time" not in big
     assert "kernels take to launch" not in small  # each page tells its own model's story
+
+
+def test_a_what_if_window_of_one_token_is_one_sentence_not_a_division_by_zero():
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        pf.what_if_frame(make_plan("Gemma-2-9B", bandwidth_bytes_per_s=None, context_tokens=8000), 1)
+    assert len(pf.what_if_frame(make_plan("Gemma-2-9B", bandwidth_bytes_per_s=None, context_tokens=8000), 2))

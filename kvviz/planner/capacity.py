@@ -325,6 +325,9 @@ def what_if_window(model: ModelKV, window: int | None) -> ModelKV:
                       for s in model.specs)
     else:
         _require_positive_int("window", window)
+        if window < 2:
+            raise ValueError("the what-if window must be at least 2 tokens (a window of 1 keeps no "
+                             "past token, so there would be no cache to plan)")
         specs = tuple(replace(s, kind=SLIDING, token_cap=window) if s.kind in ATTENTION_KINDS else s
                       for s in model.specs)
     return replace(model, specs=specs)

@@ -86,6 +86,9 @@ def _weights(model: ModelKV, s: Setup) -> dict:
 
 def _plain(stages: list[ModelKV], budget: int, s: Setup, tokens: int) -> dict:
     per_request = max(capacity.kv_bytes_for_context(m, tokens, s.kv_dtype) for m in stages)
+    if per_request == 0:
+        raise ValueError("this model keeps no past token for a request (every layer's window is 1 "
+                         "token), so there is no KV cache to plan")
     per_replica = budget // per_request
     return {"context_tokens": tokens, "kv_bytes_per_request_per_gpu": per_request,
             "requests_per_replica": per_replica, "requests_total": per_replica * s.par.dp}

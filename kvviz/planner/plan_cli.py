@@ -224,8 +224,8 @@ def resolve_gpu(args: argparse.Namespace) -> dict:
 
 def _apply_what_ifs(model: capacity.ModelKV, args: argparse.Namespace) -> capacity.ModelKV:
     if args.window is not None:
-        if args.window < 1:
-            raise PlanError("--window must be a positive number of tokens")
+        if args.window < 2:
+            raise PlanError("--window must be at least 2 tokens (a window of 1 keeps no past token)")
         model = capacity.what_if_window(model, args.window)
     if args.attention:
         model = capacity.what_if_attention(model, args.attention)
