@@ -110,3 +110,17 @@ def test_without_a_chat_template_the_prompt_gets_bos_as_generate_callers_do():
                                       torch.device("cpu"))
         assert batch.ids[0].tolist() == tok("Hello there")["input_ids"]
         assert batch.ids[0, 0].item() == tok.bos_token_id == 2
+
+
+def test_work_folders_a_killed_conversion_left_are_removed_but_not_a_running_one(tmp_path):
+    import os
+    from kvviz.live.models import STALE_WORK_S, remove_stale_work
+    old, young, other = tmp_path / ".convert-old", tmp_path / ".convert-young", tmp_path / "kept"
+    for folder in (old, young, other):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x")
+    now = os.stat(young).st_mtime
+    os.utime(old, (now - STALE_WORK_S - 1, now - STALE_WORK_S - 1))
+    os.utime(other, (now - STALE_WORK_S - 1, now - STALE_WORK_S - 1))
+    assert remove_stale_work(tmp_path, now=now) == [old]
+    assert not old.exists() and young.exists() and other.exists()

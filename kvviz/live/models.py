@@ -114,6 +114,19 @@ def is_complete(folder: Path) -> bool:
         return False
 
 
+STALE_WORK_S = 3600  # a conversion takes about a minute; an older work folder was cut off (kill -9)
+
+
+def remove_stale_work(parent: Path, now: float | None = None) -> list[Path]:
+    """Remove `.convert-*` folders a killed conversion left behind (older than STALE_WORK_S; a
+    younger one may be another process converting right now). Returns what was removed."""
+    now = time.time() if now is None else now
+    stale = [p for p in parent.glob(".convert-*") if p.is_dir() and now - p.stat().st_mtime > STALE_WORK_S]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
+
+
 def convert_default_model(progress: Progress | None = None) -> Path:
     """Dequantize the embedded GGUF into a safetensors folder, once; reuse it afterwards.
 
@@ -126,6 +139,7 @@ def convert_default_model(progress: Progress | None = None) -> Path:
     report = progress or (lambda msg, frac: None)
     gguf = default_gguf_path()
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_work(target.parent)
     work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         report("Reading the embedded GGUF tokenizer (first run only)", 0.05)
