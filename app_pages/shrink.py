@@ -1,6 +1,8 @@
 """Shrink: the same prompt with the full KV cache and with a shrunk one (a kvpress press or
 transformers' quantized cache), side by side: answers, where they diverge, bytes, step time, and
 which prompt positions each layer kept. Widgets only: kvviz.shrink.shrink runs, kvviz.shrink.shrink_charts draws."""
+import json
+import time
 from contextlib import nullcontext
 
 import streamlit as st
@@ -9,6 +11,7 @@ from kvviz.shrink import presses, quant_cache, shrink, shrink_charts
 from kvviz.app import ui
 from kvviz.errors import UserError
 
+DRAW_EVERY_S = 0.15  # redraw both answers at most this often while the runs take turns
 PRESS, QUANT = "Press (evict positions)", "Quantized cache"
 PROMPT = ("The lighthouse on Gull Rock was kept by Ada Morgan for thirty years. Every night she "
           "climbed the 114 steps, trimmed the wick and wrote the weather in a green logbook. "
@@ -48,29 +51,61 @@ prompt = st.sidebar.text_area("Prompt", PROMPT, max_chars=rules.cap("prompt_char
 new_tokens = st.sidebar.slider("New tokens", 2, rules.cap("new_tokens", 64), 24, key="shrink_new")
 per_head = st.sidebar.toggle("Kept map per KV head", value=False, key="shrink_per_head")
 status = st.empty()
+run_clicked = st.button("Run full and shrunk", type="primary", key="shrink_run")
+heading = st.empty()
+slots = [column.empty() for column in st.columns(2)]
 
-if st.button("Run full and shrunk", type="primary", key="shrink_run"):
+
+def draw_answers(runs: list[shrink.ShrinkRun], final: bool) -> None:
+    """Each side's label, text so far and measured figures, in its column's slot."""
+    for slot, run in zip(slots, runs):
+        with slot.container():
+            st.caption(run.label)
+            st.code(run.text or " ", language=None, wrap_lines=True)
+            if run.steps:
+                st.metric("KV cache now (measured)" if not final else "KV cache at the end (measured)",
+                          f"{run.steps[-1].kv_bytes:,} B")
+                st.metric("Decode step (median)", f"{run.decode_ms():.1f} ms")
+
+
+def run_both(ids, deadline: float) -> shrink.Comparison:
+    """The two runs taking turns, each side's column filled as its tokens arrive."""
+    runs = shrink.new_pair(mode)
+    drawn = 0.0
+    for turn in shrink.take_turns(lm, ids, new_tokens, mode, should_stop=lambda: time.monotonic() > deadline):
+        shrink.add_turn(runs, turn, lm.tokenizer)
+        if turn.side == shrink.SHRUNK and time.monotonic() - drawn > DRAW_EVERY_S:
+            heading.caption(f"Both runs take turns on the device: step {turn.step.step + 1} of {new_tokens}…")
+            draw_answers([runs[shrink.FULL], runs[shrink.SHRUNK]], final=False)
+            drawn = time.monotonic()
+    if time.monotonic() > deadline:
+        status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
+    return shrink.comparison(runs)
+
+
+settings = (spec.name, mode, prompt, new_tokens)
+if run_clicked:
     try:
         rules.check_limits(spec.name, new_tokens=new_tokens, prompt_chars=len(prompt))
         ids = shrink.prompt_ids(lm.tokenizer, prompt)
         rules.check_prompt_tokens(ids.shape[1])
-        with ui.device_turn(status) if rules.enabled else nullcontext(), st.spinner("Running both…"):
-            result = shrink.compare(lm, ids, new_tokens, mode)
-        st.session_state["shrink"] = (result, lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()]))
+        st.session_state.pop("shrink", None)  # a new run: the old result is not this one's
+        with ui.device_turn(status) if rules.enabled else nullcontext():
+            deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
+            result = run_both(ids, deadline)
+        st.session_state["shrink"] = (result, lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()]), settings)
     except (UserError, ValueError) as exc:
         st.error(f"Cannot run: {ui.inert(exc)}")
 
 if "shrink" not in st.session_state:
     status.info("Pick a press or a quantized cache in the sidebar, then press **Run full and shrunk**.")
     st.stop()
-result, pieces = st.session_state["shrink"]
-st.subheader(result.caption())
-left, right = st.columns(2)
-for column, run in ((left, result.full), (right, result.shrunk)):
-    column.caption(run.label)
-    column.code(run.text, language=None, wrap_lines=True)
-    column.metric("KV cache at the end (measured)", f"{run.steps[-1].kv_bytes:,} B")
-    column.metric("Decode step (median)", f"{run.decode_ms():.1f} ms")
+result, pieces, ran_with = st.session_state["shrink"]
+if ran_with != settings:
+    status.warning("These results are from the previous settings (model, shrink mode, prompt or "
+                   "tokens changed since): press **Run full and shrunk** to run the current ones.")
+heading.subheader(result.caption())
+draw_answers([result.full, result.shrunk], final=True)
 if result.diverged_at is not None:
     common = lm.tokenizer.decode(result.full.tokens[:result.diverged_at], skip_special_tokens=True)
     st.caption(f"Shared text before the first difference (token {result.diverged_at + 1}):")
@@ -88,3 +123,5 @@ if result.shrunk.kept:
     st.caption("Which prompt positions each layer kept (hover a cell for its token)")
     kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(pieces), pieces, per_head)
     st.altair_chart(shrink_charts.kept_map_chart(kept), key="shrink_map")
+st.download_button("Download both runs (JSON)", json.dumps(shrink.as_record(result, pieces), indent=1),
+                   file_name="kvviz-shrink.json", mime="application/json", key="shrink_download")

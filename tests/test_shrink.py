@@ -149,3 +149,41 @@ def test_default_model_press_and_quantized(default_lm):
     assert all(positions.shape[-1] == kept for positions in snap.kept.values())
     quant = shrink.run(default_lm, ids, 6, shrink.ShrinkMode(backend="hqq", nbits=8, residual_length=16))
     assert quant.steps[0].kv_bytes < full.steps[0].kv_bytes / 2
+
+
+@pytest.mark.parametrize("mode", [shrink.ShrinkMode(press="SnapKV", ratio=0.5),
+                                  shrink.ShrinkMode(backend="quanto", nbits=4, residual_length=4)])
+def test_taking_turns_gives_each_side_the_tokens_and_bytes_it_gives_alone(mode):
+    """full 0, shrunk 0, full 1, ...: interleaving changes neither side's tokens nor its bytes."""
+    lm = tiny_lm("llama")
+    turns = list(shrink.take_turns(lm, prompt(), NEW_TOKENS, mode))
+    assert [t.side for t in turns] == [shrink.FULL, shrink.SHRUNK] * NEW_TOKENS
+    assert [t.step.step for t in turns] == [i for i in range(NEW_TOKENS) for _ in (0, 1)]
+    alone = {shrink.FULL: shrink.run(lm, prompt(), NEW_TOKENS, shrink.ShrinkMode()),
+             shrink.SHRUNK: shrink.run(lm, prompt(), NEW_TOKENS, mode)}
+    for side, run in alone.items():
+        mine = [t.step for t in turns if t.side == side]
+        assert [s.token_id for s in mine] == run.tokens
+        assert [s.kv_bytes for s in mine] == [s.kv_bytes for s in run.steps]
+
+
+def test_a_stop_ends_both_sides_after_the_same_step():
+    lm = tiny_lm("llama")
+    asked = []
+
+    def stop_after_three():
+        asked.append(1)
+        return len(asked) >= 3
+    result = shrink.compare(lm, prompt(), NEW_TOKENS, shrink.ShrinkMode(press="Knorm"), stop_after_three)
+    assert len(result.full.steps) == len(result.shrunk.steps) == 3
+
+
+def test_the_record_holds_what_the_page_shows():
+    lm = tiny_lm("llama")
+    result = shrink.compare(lm, prompt(), 4, shrink.ShrinkMode(press="StreamingLLM"))
+    record = shrink.as_record(result, [f"t{i}" for i in range(PROMPT_TOKENS)])
+    import json
+    back = json.loads(json.dumps(record))
+    assert back["shrunk"]["steps"][-1]["kv_bytes"] == result.shrunk.steps[-1].kv_bytes
+    assert back["full"]["text"] == result.full.text and back["diverged_at"] == result.diverged_at
+    assert {len(heads[0]) for heads in back["shrunk"]["kept"].values()} == {PROMPT_TOKENS // 2}

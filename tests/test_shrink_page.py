@@ -56,3 +56,14 @@ def test_empty_prompt_is_a_plain_message(at):
     at.button(key="shrink_run").click().run()
     assert not at.exception
     assert any("prompt is empty" in e.value for e in at.error)
+
+
+def test_changed_settings_mark_the_old_result(at):
+    at.selectbox(key="shrink_press").set_value("Knorm")
+    at.button(key="shrink_run").click().run()
+    assert not at.warning
+    shown = {m.label: m.value for m in at.metric}
+    assert "KV cache at the end (measured)" in shown
+    at.slider(key="shrink_new").set_value(5).run()
+    assert any("previous settings" in w.value for w in at.warning)
+    assert answers(at)  # the old answers stay, marked

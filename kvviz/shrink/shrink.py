@@ -13,7 +13,7 @@ the ones each run gives alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 import torch
@@ -218,8 +218,15 @@ def compare(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
     """Both runs, taking turns step by step (`take_turns`); both have the same number of steps."""
     runs = new_pair(mode)
     for turn in take_turns(lm, ids, max_new_tokens, mode, should_stop):
-        runs[turn.side].steps.append(turn.step)
-        runs[turn.side].kept = turn.kept
-    for out in runs.values():
-        out.text = lm.tokenizer.decode(out.tokens, skip_special_tokens=True)
+        add_turn(runs, turn, lm.tokenizer)
     return comparison(runs)
+
+
+def as_record(result: Comparison, pieces: list[str]) -> dict:
+    """Both runs as plain JSON data: labels, texts, every step's measured record, the kept
+    positions per layer and KV head, and the prompt's token texts (for the kept map)."""
+    def side(run: ShrinkRun) -> dict:
+        return {"label": run.label, "text": run.text, "steps": [asdict(s) for s in run.steps],
+                "kept": {str(layer): pos.tolist() for layer, pos in run.kept.items()}}
+    return {"format": "kvviz-shrink", "version": 1, "prompt_tokens": pieces,
+            "diverged_at": result.diverged_at, "full": side(result.full), "shrunk": side(result.shrunk)}
