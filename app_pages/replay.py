@@ -1,8 +1,7 @@
 """Replay: play a recorded run through the live panels. Needs no model and no GPU."""
 import streamlit as st
 
-from kvviz.app import panels, ui
-from kvviz.app import vllm_panels
+from kvviz.app import panels, shrink_panels, ui, vllm_panels
 from kvviz.live.trace import TraceError
 
 presenting = ui.presenter_mode()
@@ -26,6 +25,10 @@ try:
     watch = vllm_panels.read_watch(examples.get(source), upload)  # a vLLM watch: its own panels
     if watch is not None:
         vllm_panels.replay_page(watch)
+        st.stop()
+    compared = shrink_panels.read_record(examples.get(source), upload)  # a shrink comparison
+    if compared is not None:
+        shrink_panels.replay_page(compared)
         st.stop()
     trace = ui.read_trace(examples.get(source), upload)
 except TraceError as exc:

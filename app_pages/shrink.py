@@ -1,14 +1,13 @@
 """Shrink: the same prompt with the full KV cache and with a shrunk one (a kvpress press or
 transformers' quantized cache), side by side: answers, where they diverge, bytes, step time, and
-which prompt positions each layer kept. Widgets only: kvviz.shrink.shrink runs, kvviz.shrink.shrink_charts draws."""
-import json
+which prompt positions each layer kept. Widgets only: kvviz.shrink.shrink runs, kvviz.app.shrink_panels draws."""
 import time
 from contextlib import nullcontext
 
 import streamlit as st
 
-from kvviz.shrink import presses, quant_cache, shrink, shrink_charts
-from kvviz.app import ui
+from kvviz.app import shrink_panels, ui
+from kvviz.shrink import presses, quant_cache, shrink
 from kvviz.errors import UserError
 
 DRAW_EVERY_S = 0.15  # redraw both answers at most this often while the runs take turns
@@ -52,20 +51,7 @@ new_tokens = st.sidebar.slider("New tokens", 2, rules.cap("new_tokens", 64), 24,
 per_head = st.sidebar.toggle("Kept map per KV head", value=False, key="shrink_per_head")
 status = st.empty()
 run_clicked = st.button("Run full and shrunk", type="primary", key="shrink_run")
-heading = st.empty()
-slots = [column.empty() for column in st.columns(2)]
-
-
-def draw_answers(runs: list[shrink.ShrinkRun], final: bool) -> None:
-    """Each side's label, text so far and measured figures, in its column's slot."""
-    for slot, run in zip(slots, runs):
-        with slot.container():
-            st.caption(run.label)
-            st.code(run.text or " ", language=None, wrap_lines=True)
-            if run.steps:
-                st.metric("KV cache now (measured)" if not final else "KV cache at the end (measured)",
-                          f"{run.steps[-1].kv_bytes:,} B")
-                st.metric("Decode step (median)", f"{run.decode_ms():.1f} ms")
+stage = shrink_panels.Stage.make()
 
 
 def run_both(ids, deadline: float) -> shrink.Comparison:
@@ -75,8 +61,8 @@ def run_both(ids, deadline: float) -> shrink.Comparison:
     for turn in shrink.take_turns(lm, ids, new_tokens, mode, should_stop=lambda: time.monotonic() > deadline):
         shrink.add_turn(runs, turn, lm.tokenizer)
         if turn.side == shrink.SHRUNK and time.monotonic() - drawn > DRAW_EVERY_S:
-            heading.caption(f"Both runs take turns on the device: step {turn.step.step + 1} of {new_tokens}…")
-            draw_answers([runs[shrink.FULL], runs[shrink.SHRUNK]], final=False)
+            stage.heading.caption(f"Both runs take turns on the device: step {turn.step.step + 1} of {new_tokens}…")
+            shrink_panels.draw_answers(stage, [runs[shrink.FULL], runs[shrink.SHRUNK]], final=False)
             drawn = time.monotonic()
     if time.monotonic() > deadline:
         status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
@@ -100,28 +86,9 @@ if run_clicked:
 if "shrink" not in st.session_state:
     status.info("Pick a press or a quantized cache in the sidebar, then press **Run full and shrunk**.")
     st.stop()
-result, pieces, ran_with = st.session_state["shrink"]
+result, prompt_pieces, ran_with = st.session_state["shrink"]
 if ran_with != settings:
     status.warning("These results are from the previous settings (model, shrink mode, prompt or "
                    "tokens changed since): press **Run full and shrunk** to run the current ones.")
-heading.subheader(result.caption())
-draw_answers([result.full, result.shrunk], final=True)
-if result.diverged_at is not None:
-    common = lm.tokenizer.decode(result.full.tokens[:result.diverged_at], skip_special_tokens=True)
-    st.caption(f"Shared text before the first difference (token {result.diverged_at + 1}):")
-    st.text(common)
-last = result.shrunk.steps[-1]
-if last.payload_bytes:
-    st.caption(f"Quantized cache: payload {last.payload_bytes:,} B + scales and zero points "
-               f"{last.scale_bytes:,} B + full-precision residual {last.residual_bytes:,} B")
-st.caption(f"Shrunk ÷ full: bytes {result.bytes_ratio():.2f}, decode step time {result.step_time_ratio():.2f}")
-frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
-a, b = st.columns(2)
-a.altair_chart(shrink_charts.steps_chart(frame, "kv_bytes", "cache bytes (measured)"), key="shrink_bytes")
-b.altair_chart(shrink_charts.steps_chart(frame, "step_ms", "step time (ms)"), key="shrink_ms")
-if result.shrunk.kept:
-    st.caption("Which prompt positions each layer kept (hover a cell for its token)")
-    kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(pieces), pieces, per_head)
-    st.altair_chart(shrink_charts.kept_map_chart(kept), key="shrink_map")
-st.download_button("Download both runs (JSON)", json.dumps(shrink.as_record(result, pieces), indent=1),
-                   file_name="kvviz-shrink.json", mime="application/json", key="shrink_download")
+shrink_panels.draw_result(stage, result, prompt_pieces, per_head, key="shrink")
+shrink_panels.downloads(result, prompt_pieces, ran_with[0], key="shrink")

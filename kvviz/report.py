@@ -68,7 +68,7 @@ _NOT_SETTINGS = ("prompts", "system")  # config keys shown in the prompt section
 Svg = Callable[[dict], str]  # a Vega-Lite spec -> an SVG document
 
 
-def _utf8(text: str) -> str:
+def utf8_safe(text: str) -> str:
     """`text` with lone surrogates (valid in a JSON string, not in UTF-8) replaced by "?"."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
@@ -301,7 +301,7 @@ def _steps_table(trace: Trace) -> Markup | None:
         return None
     df = frames.steps_frame(trace.events)
     # the text each step added to sequence 0, quoted so whitespace shows (escaped by to_html)
-    df["text"] = [_utf8(json.dumps(ev.texts[0] if ev.texts else "", ensure_ascii=False))
+    df["text"] = [utf8_safe(json.dumps(ev.texts[0] if ev.texts else "", ensure_ascii=False))
                   for ev in trace.events]
     return Markup(df.to_html(index=False, escape=True, na_rep="–", border=0, classes="steps",
                              float_format=lambda x: f"{x:,.1f}"))
@@ -365,11 +365,12 @@ def _subtitle(trace: Trace) -> str:
     return "Recorded " + " ".join(b for b in bits if b) if any(bits) else ""
 
 
-@lru_cache(maxsize=1)
-def _template() -> jinja2.Template:
+@lru_cache(maxsize=4)
+def template(name: str = "report.html.j2") -> jinja2.Template:
+    """A report template of kvviz/templates, autoescaping everything it is given."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("kvviz", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
-    return env.get_template("report.html.j2")
+    return env.get_template(name)
 
 
 def html_report(trace: Trace, svg: Svg | None = None) -> str:
@@ -379,9 +380,9 @@ def html_report(trace: Trace, svg: Svg | None = None) -> str:
     is not installed, the report says so in place of the charts).
     """
     sums = summary(trace)
-    doc = _template().render(
+    doc = template().render(
         csp=CSP, css=Markup(CSS), name=_model_name(trace.meta), subtitle=_subtitle(trace),
         headline=_headline(trace, sums), prompt=_prompt(trace.meta), outputs=_outputs(trace),
         charts=_charts(trace, svg), summary=_summary(sums), facts=_facts(trace.meta),
         settings=_settings(trace.meta), steps_table=_steps_table(trace), version=VERSION)
-    return _utf8(doc)  # a lone surrogate anywhere would break the caller's encode
+    return utf8_safe(doc)  # a lone surrogate anywhere would break the caller's encode

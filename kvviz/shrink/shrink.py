@@ -13,7 +13,7 @@ the ones each run gives alone.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
@@ -61,6 +61,7 @@ class ShrinkRun:
     steps: list[StepRecord] = field(default_factory=list)
     kept: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (kv_heads, kept) positions
     text: str = ""
+    pieces: list[str] = field(default_factory=list)  # each new token's own text, for a replay's steps
 
     @property
     def tokens(self) -> list[int]:
@@ -136,6 +137,7 @@ def run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[i
         out.steps.append(step)
         out.kept = kept
     out.text = lm.tokenizer.decode(out.tokens, skip_special_tokens=True)
+    out.pieces = [lm.tokenizer.decode([t], skip_special_tokens=True) for t in out.tokens]
     return out
 
 
@@ -165,6 +167,15 @@ class Comparison:
     def step_time_ratio(self) -> float:
         full = self.full.decode_ms()
         return self.shrunk.decode_ms() / full if full else 0.0
+
+    def upto(self, steps: int) -> "Comparison":
+        """The comparison as it stood after `steps` steps of each side (a replay's scrubber)."""
+        def cut(run: ShrinkRun) -> ShrinkRun:
+            done = steps >= len(run.steps)
+            text = run.text if done or not run.pieces else "".join(run.pieces[:steps])
+            return ShrinkRun(run.label, run.steps[:steps], run.kept, text, run.pieces[:steps])
+        full, shrunk = cut(self.full), cut(self.shrunk)
+        return Comparison(full, shrunk, first_divergence(full.tokens, shrunk.tokens))
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,7 @@ def add_turn(runs: dict[str, ShrinkRun], turn: Turn, tokenizer) -> ShrinkRun:
     out.steps.append(turn.step)
     out.kept = turn.kept
     out.text = tokenizer.decode(out.tokens, skip_special_tokens=True)
+    out.pieces.append(tokenizer.decode([turn.step.token_id], skip_special_tokens=True))
     return out
 
 
@@ -220,13 +232,3 @@ def compare(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
     for turn in take_turns(lm, ids, max_new_tokens, mode, should_stop):
         add_turn(runs, turn, lm.tokenizer)
     return comparison(runs)
-
-
-def as_record(result: Comparison, pieces: list[str]) -> dict:
-    """Both runs as plain JSON data: labels, texts, every step's measured record, the kept
-    positions per layer and KV head, and the prompt's token texts (for the kept map)."""
-    def side(run: ShrinkRun) -> dict:
-        return {"label": run.label, "text": run.text, "steps": [asdict(s) for s in run.steps],
-                "kept": {str(layer): pos.tolist() for layer, pos in run.kept.items()}}
-    return {"format": "kvviz-shrink", "version": 1, "prompt_tokens": pieces,
-            "diverged_at": result.diverged_at, "full": side(result.full), "shrunk": side(result.shrunk)}
