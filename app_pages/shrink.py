@@ -91,4 +91,4 @@ if ran_with != settings:
     status.warning("These results are from the previous settings (model, shrink mode, prompt or "
                    "tokens changed since): press **Run full and shrunk** to run the current ones.")
 shrink_panels.draw_result(stage, result, prompt_pieces, per_head, key="shrink")
-shrink_panels.downloads(result, prompt_pieces, ran_with[0], key="shrink")
+shrink_panels.downloads(result, prompt_pieces, lm.label, key="shrink")

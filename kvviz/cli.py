@@ -1,10 +1,11 @@
-"""`kvviz record`, `kvviz plan`, `kvviz watch`: the headless side of kvviz."""
+"""`kvviz record`, `kvviz plan`, `kvviz shrink`, `kvviz watch`: the headless side of kvviz."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from kvviz.planner import plan_cli
+from kvviz.shrink import shrink_cli
 from kvviz.vllm import cli as vllm_cli
 
 
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_record(sub)
     plan_cli.add_parser(sub)
+    shrink_cli.add_parser(sub)
     vllm_cli.add_parser(sub)
     return parser
 

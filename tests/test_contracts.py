@@ -19,12 +19,12 @@ MAY_IMPORT = {
     "planner": {"errors", "safe_input", "viz", "cache"},
     "sweep": {"errors", "viz", "cache", "live", "planner"},
     "serving": {"errors", "viz", "cache", "live"},
-    "shrink": {"errors", "viz", "cache", "live", "report"},  # its HTML report reuses the run report's page
+    "shrink": {"errors", "files", "viz", "cache", "live", "report"},  # its HTML report reuses the run report's page
     "vllm": {"live"},  # the trace format only (tests/test_imports.py)
     "report": {"errors", "viz", "cache", "live"},
     "app": {"errors", "safe_input", "viz", "cache", "live", "planner", "sweep", "serving", "shrink", "vllm",
             "report"},
-    "cli": {"errors", "viz", "cache", "live", "planner", "vllm", "report"},
+    "cli": {"errors", "viz", "cache", "live", "planner", "shrink", "vllm", "report"},
 }
 # Heavy roots and the files that may import them; nowhere else.
 ONLY_IN = {

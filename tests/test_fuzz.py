@@ -10,10 +10,11 @@ from kvviz.app import links, ui
 from kvviz.planner import planner_frames
 from kvviz import safe_input
 from kvviz.errors import UserError
+from kvviz.shrink import record as shrink_record
 from kvviz.live.trace import Trace, TraceError, check_run_meta
 
-EXAMPLE = json.loads(next((Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json"))
-                     .read_text())
+EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json")
+                          if not shrink_record.is_record(p.read_bytes())).read_text())  # a run trace
 EXAMPLE["events"] = EXAMPLE["events"][:20]  # the meta is what varies: keep each example small
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

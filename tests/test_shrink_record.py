@@ -147,3 +147,45 @@ def test_replay_page_refuses_a_bad_shrink_file_in_words(result, tmp_path, monkey
     at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
     assert not at.exception
     assert any("take turns and stop together" in e.value for e in at.error)
+
+
+def test_the_shipped_example_replays_and_reports():
+    """kvviz/assets/traces/*shrink*.json: real runs of the default model (`kvviz shrink`), read
+    back, their figures computed again, their report drawn."""
+    shipped = [p for p in (ROOT / "kvviz" / "assets" / "traces").glob("*.json") if record.is_record(p.read_bytes())]
+    assert shipped
+    for path in shipped:
+        rec = record.from_json(path.read_bytes())
+        assert rec.model and rec.result.shrunk.kept and len(rec.prompt_pieces) > 40
+        assert 0 < rec.result.bytes_ratio() < 1
+        assert rec.result.caption() in shrink_report.html_report(rec.result, rec.prompt_pieces, rec.model, svg=fake_svg)
+
+
+def test_cli_writes_a_file_replay_reads(tiny_dir, tmp_path, capsys):
+    from kvviz import cli
+    out, html = tmp_path / "s.json", tmp_path / "s.html"
+    code = cli.main(["shrink", "--press", "Knorm", "--ratio", "0.25", "--model", str(tiny_dir), "--prompt",
+                     "the keys and values of every past token " * 4, "--max-new-tokens", "5",
+                     "--out", str(out), "--report", str(html)])
+    assert code == 0, capsys.readouterr().err
+    rec = record.from_json(out.read_bytes())
+    printed = capsys.readouterr().out
+    assert rec.result.caption() in printed and f"× {rec.result.bytes_ratio():.2f}" in printed
+    assert len(rec.result.full.steps) == 5 and rec.result.caption() in html.read_text()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--press", "Knorm", "--ratio", "1.5"], "compression ratio is 1.5"),
+    (["--quant", "quanto", "--nbits", "3"], "not 3"),
+    (["--press", "Knorm", "--max-new-tokens", "0"], "at least 1"),
+    (["--press", "Knorm", "--prompt", "  "], "prompt is empty"),
+])
+def test_cli_bad_input_is_one_line(tiny_dir, tmp_path, capsys, argv, words):
+    from kvviz import cli
+    args = ["shrink", "--model", str(tiny_dir), "--out", str(tmp_path / "s.json")] + argv
+    if "--prompt" not in argv:
+        args += ["--prompt", "the keys and values of every past token " * 4]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvviz shrink: error:") and words in err and err.count("\n") == 1  # before any load
+    assert not (tmp_path / "s.json").exists()

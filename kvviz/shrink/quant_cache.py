@@ -39,17 +39,25 @@ def available() -> tuple[dict[str, tuple], dict[str, str]]:
     return ok, refused
 
 
-def make_cache(config, backend: str, nbits: int = 4, residual_length: int = 16):
-    """A QuantizedCache; ValueError in plain words for a backend / bit width kvviz does not offer."""
-    from transformers import QuantizedCache
+def check(backend: str, nbits: int, residual_length: int) -> None:
+    """ValueError in plain words for a backend, bit width or residual kvviz does not offer (fp8
+    has one width and no residual: those two are not asked)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown quantization backend {backend!r}: pick one of {', '.join(BACKENDS)}")
     if backend == "fp8":
-        return QuantizedCache(backend="fp8", config=config)
+        return
     if nbits not in BACKENDS[backend]:
         raise ValueError(f"{backend} offers {', '.join(map(str, BACKENDS[backend]))} bits, not {nbits}")
     if residual_length < 1:
         raise ValueError("the residual length must be at least 1 token")
+
+
+def make_cache(config, backend: str, nbits: int = 4, residual_length: int = 16):
+    """A QuantizedCache; ValueError in plain words for a backend / bit width kvviz does not offer."""
+    from transformers import QuantizedCache
+    check(backend, nbits, residual_length)
+    if backend == "fp8":
+        return QuantizedCache(backend="fp8", config=config)
     return QuantizedCache(backend=backend, config=config, nbits=nbits, residual_length=residual_length,
                           q_group_size=group_size(head_dim_of(config)))
 

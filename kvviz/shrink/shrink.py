@@ -35,6 +35,13 @@ class ShrinkMode:
     nbits: int = 4
     residual_length: int = 16
 
+    def check(self) -> None:
+        """ValueError in plain words for a mode kvviz cannot run (before any model is loaded)."""
+        if self.backend:
+            quant_cache.check(self.backend, self.nbits, self.residual_length)
+        elif self.press != presses.NONE:
+            presses.check(self.press, self.ratio)
+
     def label(self) -> str:
         if self.backend:
             bits = "" if self.backend == "fp8" else f" {self.nbits}-bit, residual {self.residual_length}"
