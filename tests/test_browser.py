@@ -239,3 +239,82 @@ def test_two_sessions_take_turns_and_see_only_their_own(server, browser_context)
     finally:
         for page in pages:
             page.close()
+
+
+# --- Shrink the cache, live and replayed ---------------------------------------------------------
+
+ANSWERS = "[data-testid=stMain] [data-testid=stCode]"
+
+
+def answers(page) -> list[str]:
+    """The two answer boxes' texts now (full, shrunk); [] while they are being replaced."""
+    try:
+        boxes = page.locator(ANSWERS)
+        return [boxes.nth(i).inner_text(timeout=500).strip() for i in range(boxes.count())]
+    except Exception:  # a slot swapped its element between count and read
+        return []
+
+
+def test_shrink_page_fills_both_answers_as_the_runs_take_turns(server, browser_context):
+    from playwright.sync_api import expect
+
+    page = browser_context.new_page()
+    try:
+        page.goto(f"{server}/shrink")
+        expect(page.get_by_role("button", name="Run full and shrunk")).to_be_enabled(timeout=LOAD_MS)
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        page.get_by_role("button", name="Run full and shrunk").click()
+        page.wait_for_selector(RUNNING, timeout=60_000)
+        seen = []  # (full, shrunk) pairs shown while the runs were going
+        deadline = time.monotonic() + RUN_MS / 1000
+        while is_running(page) and time.monotonic() < deadline:
+            now = answers(page)
+            if len(now) == 2 and all(now) and (not seen or tuple(now) != seen[-1]):
+                seen.append(tuple(now))
+            time.sleep(0.1)
+        page.wait_for_selector(IDLE, timeout=RUN_MS)
+        page.wait_for_timeout(1000)
+        shoot_whole_page(page, "shrink-final")
+        final = answers(page)
+        assert len(seen) >= 2, f"both answers were shown in only {len(seen)} states while running"
+        assert len(final) == 2 and all(final)
+        for full, shrunk in seen:  # each state is a beginning of the answer that came out
+            assert final[0].startswith(full) and final[1].startswith(shrunk), (full, shrunk, final)
+        heading = page.locator("[data-testid=stMain] h3").first.inner_text()
+        assert heading.startswith("identical") or heading.startswith("diverged at token")
+        assert page.get_by_test_id("stVegaLiteChart").count() == 3  # bytes, step time, the kept map
+        assert page.get_by_test_id("stDownloadButton").count() == 2
+        assert page.get_by_test_id("stException").count() == 0
+        assert page.get_by_test_id("stAlertContentError").count() == 0
+    finally:
+        page.close()
+
+
+def test_replay_plays_the_shipped_shrink_comparison(server, browser_context):
+    from kvviz.shrink import record
+
+    path = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-shrink-snapkv.json"
+    rec = record.from_json(path.read_bytes())
+    page = browser_context.new_page()
+    try:
+        page.goto(f"{server}/replay?replay_source={path.stem}")
+        page.wait_for_selector("[data-testid=stMain] h3", timeout=LOAD_MS)
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        page.wait_for_timeout(1000)
+        assert page.locator("[data-testid=stMain] h3").first.inner_text() == rec.result.caption()
+        assert answers(page) == [rec.result.full.text.strip(), rec.result.shrunk.text.strip()]
+        page.get_by_role("button", name="Play").click()
+        page.wait_for_selector(RUNNING, timeout=60_000)
+        seen, deadline = set(), time.monotonic() + RUN_MS / 1000
+        while is_running(page) and time.monotonic() < deadline:
+            now = answers(page)
+            if len(now) == 2:
+                seen.add(now[1])
+            time.sleep(0.05)
+        page.wait_for_selector(IDLE, timeout=RUN_MS)
+        assert len(seen) >= 3, "the replay did not show the answers growing"
+        assert answers(page) == [rec.result.full.text.strip(), rec.result.shrunk.text.strip()]
+        assert page.get_by_test_id("stVegaLiteChart").count() == 3
+        assert page.get_by_test_id("stException").count() == 0
+    finally:
+        page.close()

@@ -207,6 +207,7 @@ def test_serving_grid_changes_while_its_run_is_going(server, browser):
 def page_states(server):
     """(name, url, button to press first or None) for every page of the app."""
     return [("live", f"{server}/", "Generate"), ("replay", f"{server}/replay", None),
+            ("replay-shrink", f"{server}/replay?replay_source=smollm2-135m-shrink-snapkv", None),
             ("shrink", f"{server}/shrink", "Run full and shrunk"),
             ("sweep", f"{server}/sweep", "Run sweep"), ("serving", f"{server}/serving", "Run"),
             ("planner", f"{server}/planner", None), ("engine", f"{server}/engine", None)]
