@@ -256,3 +256,23 @@ def test_the_layout_probe_runs_while_this_session_holds_the_device(at, monkeypat
     generate(at)
     assert seen == [True]
     assert not ui.device_queue().held  # given back after the run
+
+
+def test_a_hosts_time_limit_ends_slow_motion_drawing_too(monkeypatch):
+    """Slow motion draws after the tokens are made, while the session holds the device: the
+    host's limit must end the drawing, not only the generation (else others wait on a replay)."""
+    from types import SimpleNamespace
+
+    from kvviz.app import panels, ui
+
+    delays, clock = [], {"t": 0.0}
+    monkeypatch.setattr(ui, "pace_delay", lambda step_ms, pace: (delays.append(step_ms),
+                                                                 clock.__setitem__("t", clock["t"] + 1.0)))
+    events = [SimpleNamespace(mode="cached", step_ms=1.0, phase="decode") for _ in range(50)]
+    pump = SimpleNamespace(done=lambda: False, take=lambda timeout: [events.pop() for _ in range(len(events))],
+                           running=None)
+    view = SimpleNamespace(update=lambda trace, final=False: None, show_wait=lambda *a: None, work=None)
+    trace = SimpleNamespace(events=[], append=lambda e: trace.events.append(e))
+    panels.drive(pump, trace, view, 30.0, None, out_of_time=lambda: clock["t"] >= 3)
+    assert len(delays) == 3  # three slow steps fit the limit; the rest are kept, not drawn slowly
+    assert len(trace.events) == 50

@@ -75,7 +75,9 @@ def test_the_cache_map_renders_and_gains_columns_during_a_run(page):
         time.sleep(0.2)
     page.wait_for_selector(IDLE, timeout=RUN_MS)
     final = rect_count(page)
-    assert len(seen) >= 3, f"the map grew only through {seen} rectangles while the run was going"
+    # two growing counts seen while the run was going prove it draws live; how many depends on the
+    # machine's load (CI ran it beside the whole suite: 101 then 188, then the run ended)
+    assert len(seen) >= 2, f"the map grew only through {seen} rectangles while the run was going"
     assert final >= seen[-1] and final > 40, final  # one hover column per cached position at least
     box = page.locator(MAP).first.bounding_box()
     assert box and box["width"] > 600 and box["height"] > 200

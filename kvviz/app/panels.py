@@ -414,7 +414,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
     try:
         pump.start(race.interleave(pump.tracked(cached, "cached"),
                                    pump.tracked(recompute, "recompute") if recompute is not None else None))
-        drive(pump, trace, view, opts.pace, st.session_state.get(f"seconds_per_flop:{lm.name}"))
+        drive(pump, trace, view, opts.pace, st.session_state.get(f"seconds_per_flop:{lm.name}"), out_of_time)
     except Exception as exc:  # e.g. out of memory: say so, keep what was produced
         status.error(failure_message(exc, rules.enabled))
     finally:
@@ -429,15 +429,19 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
     return view
 
 
-def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flop: float | None) -> None:
-    """Draw the run from the worker's latest events at a fixed rate, and any long wait's progress."""
+def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flop: float | None,
+          out_of_time=lambda: False) -> None:
+    """Draw the run from the worker's latest events at a fixed rate, and any long wait's progress.
+
+    Ends when the worker is done or, on a host, at its time limit: slow motion draws after the
+    tokens are made, and the drawing holds the device turn too, so the limit bounds it as well."""
     per_flop = known_s_per_flop
-    while not pump.done():
+    while not pump.done() and not out_of_time():
         started = time.monotonic()
         arrived = pump.take(TICK_S)
         for event in arrived:
             trace.append(event)
-            if pace > 1.0:  # slow motion: each step drawn on its own, stretched
+            if pace > 1.0 and not out_of_time():  # slow motion: each step drawn on its own, stretched
                 view.update(trace)
                 if event.mode == "cached":
                     ui.pace_delay(event.step_ms, pace)
