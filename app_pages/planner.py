@@ -172,7 +172,7 @@ else:
             if params_b:
                 model = planner_frames.model_from_pasted_config(pasted, int(params_b * 1e9))
     except planner_frames.ConfigError as err:
-        st.error(inert(str(err)))  # plain text built by kvviz; never the pasted text
+        st.error(ui.visitor_text(err, "planner"))  # plain text built by kvviz; never the pasted text
         st.stop()
 
 setup = deployment.Setup(gpu_name, gpu_bytes, bandwidth or None,
@@ -183,7 +183,7 @@ plan = planner_frames.Plan(model, setup)
 try:
     result = plan.result
 except ValueError as err:
-    st.error(inert(str(err)))
+    st.error(ui.visitor_text(err, "planner"))
     st.stop()
 
 st.caption(inert(

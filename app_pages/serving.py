@@ -82,7 +82,7 @@ def execute(view: "StepView") -> serving.ServingResult | None:
         status.empty()
         return result
     except ValueError as exc:
-        status.error(ui.inert(exc))
+        status.error(ui.visitor_text(exc, "serving run"))
     except TimeoutError as exc:
         status.warning(f"Stopped: the run {exc}. Steps drawn so far stay above.")
     except RuntimeError as exc:

@@ -8,7 +8,6 @@ import streamlit as st
 
 from kvviz.app import shrink_panels, ui
 from kvviz.shrink import presses, quant_cache, shrink
-from kvviz.errors import UserError
 
 DRAW_EVERY_S = 0.15  # redraw both answers at most this often while the runs take turns
 PRESS, QUANT = "Press (evict positions)", "Quantized cache"
@@ -80,8 +79,8 @@ if run_clicked:
             deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
             result = run_both(ids, deadline)
         st.session_state["shrink"] = (result, lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()]), settings)
-    except (UserError, ValueError) as exc:
-        st.error(f"Cannot run: {ui.inert(exc)}")
+    except ValueError as exc:
+        st.error(f"Cannot run: {ui.visitor_text(exc, 'shrink run')}")
 
 if "shrink" not in st.session_state:
     status.info("Pick a press or a quantized cache in the sidebar, then press **Run full and shrunk**.")

@@ -20,7 +20,7 @@ MAY_IMPORT = {
     "sweep": {"errors", "viz", "cache", "live", "planner"},
     "serving": {"errors", "viz", "cache", "live"},
     "shrink": {"errors", "files", "viz", "cache", "live", "report"},  # its HTML report reuses the run report's page
-    "vllm": {"live"},  # the trace format only (tests/test_imports.py)
+    "vllm": {"errors", "live"},  # kvviz's error base and the trace format only (tests/test_imports.py)
     "report": {"errors", "viz", "cache", "live"},
     "app": {"errors", "safe_input", "viz", "cache", "live", "planner", "sweep", "serving", "shrink", "vllm",
             "report"},
@@ -80,3 +80,25 @@ def test_the_rules_catch_a_violation(tmp_path, monkeypatch):
         test_wings_import_only_the_wings_below_them("viz/bad.py")
     with pytest.raises(AssertionError, match="torch"):
         test_heavy_libraries_only_where_allowed("viz/bad.py")
+
+
+def test_kvviz_raises_no_bare_value_error():
+    """Bad input is a UserError (kvviz.errors): only those reach a hosted visitor in their words."""
+    found = [f"{rel}:{node.lineno}" for rel in FILES for node in ast.walk(ast.parse((KVVIZ / rel).read_text()))
+             if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+             and getattr(node.exc.func, "id", None) in {"ValueError", "Exception", "RuntimeError"}]
+    assert not found, found
+
+
+def test_every_exception_class_is_on_the_kvviz_base():
+    import importlib
+    import inspect
+
+    from kvviz.errors import KvvizError
+    outside = []
+    for rel in FILES:
+        module = importlib.import_module("kvviz." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__"))
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and issubclass(cls, BaseException) and not issubclass(cls, KvvizError):
+                outside.append(f"{rel}: {name}")
+    assert not outside, outside

@@ -37,9 +37,9 @@ def kvviz_modules(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("path", sorted((KVVIZ / "vllm").glob("*.py")), ids=lambda p: p.stem)
-def test_the_vllm_reader_needs_of_the_rest_of_kvviz_only_the_trace_format(path):
+def test_the_vllm_reader_needs_of_the_rest_of_kvviz_only_the_trace_format_and_errors(path):
     """(Which wings and libraries every module may import at all: tests/test_contracts.py.)"""
-    assert kvviz_modules(path) <= {"kvviz.live.trace"}, kvviz_modules(path)
+    assert kvviz_modules(path) <= {"kvviz.live.trace", "kvviz.errors"}, kvviz_modules(path)
 
 
 def modules_loaded_by(name: str) -> set[str]:

@@ -114,9 +114,9 @@ def parse_models(spec: str) -> dict[str, str | None]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         name, _, revision = item.partition("@")
         if name != DEFAULT_MODEL and not revision:
-            raise ValueError(f"KVVIZ_HOSTED_MODELS: {name!r} needs a pinned revision (name@revision)")
+            raise UserError(f"KVVIZ_HOSTED_MODELS: {name!r} needs a pinned revision (name@revision)")
         if name.startswith((".", "/", "~")):
-            raise ValueError(f"KVVIZ_HOSTED_MODELS: {name!r} is a local path; hosted mode allows Hub ids")
+            raise UserError(f"KVVIZ_HOSTED_MODELS: {name!r} is a local path; hosted mode allows Hub ids")
         models[name] = revision or None
     return models or {DEFAULT_MODEL: None}
 
@@ -137,9 +137,9 @@ def parse_run_s(text: str) -> float:
     try:
         seconds = float(text)
     except ValueError:
-        raise ValueError(f"KVVIZ_HOSTED_MAX_RUN_S: {text[:40]!r} is not a number of seconds") from None
+        raise UserError(f"KVVIZ_HOSTED_MAX_RUN_S: {text[:40]!r} is not a number of seconds") from None
     if not 0 < seconds <= 24 * 3600:
-        raise ValueError(f"KVVIZ_HOSTED_MAX_RUN_S: {text[:40]!r} must be between 0 and 86400 seconds")
+        raise UserError(f"KVVIZ_HOSTED_MAX_RUN_S: {text[:40]!r} must be between 0 and 86400 seconds")
     return seconds
 
 

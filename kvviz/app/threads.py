@@ -13,6 +13,7 @@ clock with this policy (1 thread) against 0.55 with torch's default (2), compute
 from __future__ import annotations
 
 import os
+from kvviz.errors import UserError
 
 ENV = "KVVIZ_TORCH_THREADS"
 
@@ -26,7 +27,7 @@ def torch_threads(cores: int, torch_default: int, env: dict | None = None) -> in
     raw = env.get(ENV, "").strip()
     if raw:
         if not raw.isdigit():
-            raise ValueError(f"{ENV}={raw!r}: expected a whole number of threads (0 = torch's default)")
+            raise UserError(f"{ENV}={raw!r}: expected a whole number of threads (0 = torch's default)")
         return int(raw) or torch_default
     return max(1, min(torch_default, cores - 1))
 

@@ -67,7 +67,7 @@ def configure_server() -> None:
     try:
         threads.apply_torch_threads()
     except ValueError as exc:
-        st.warning(f"Ignoring a setting: {inert(exc)}")
+        st.warning(f"Ignoring a setting: {visitor_text(exc, 'url settings')}")
     if policy().enabled and st.get_option("client.showErrorDetails") != "none":
         st.set_option("client.showErrorDetails", "none")
 
@@ -116,7 +116,7 @@ def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
     try:
         policy().check_model(spec.name)
     except ValueError as exc:
-        st.error(f"Cannot load this model: {inert(exc)}")
+        st.error(f"Cannot load this model: {visitor_text(exc, 'model settings')}")
         return None
     if spec.name != host_default_model() and not ask_to_load(spec.name):
         return None

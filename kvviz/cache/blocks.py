@@ -12,6 +12,7 @@ occupy there. Invariants, checked by the tests after every operation:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from kvviz.errors import UserError
 
 
 def cdiv(a: int, b: int) -> int:
@@ -37,7 +38,7 @@ class BlockPool:
 
     def __post_init__(self) -> None:
         if self.num_blocks < 0 or self.block_size < 1:
-            raise ValueError("num_blocks must be >= 0 and block_size >= 1")
+            raise UserError("num_blocks must be >= 0 and block_size >= 1")
         self.blocks = [KVCacheBlock(i) for i in range(self.num_blocks)]
         self.free_ids = list(range(self.num_blocks))
         self.owned, self.tokens = {}, {}

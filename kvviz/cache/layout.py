@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from kvviz.errors import UserError
 
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED = "full", "sliding", "chunked", "latent", "state", "shared"
@@ -84,19 +85,19 @@ def config_from_dict(d: dict):
     config class refuses.
     """
     if not isinstance(d, dict):
-        raise ValueError(f"a model config must be a JSON object, got {type(d).__name__}")
+        raise UserError(f"a model config must be a JSON object, got {type(d).__name__}")
     fields = dict(d)
     model_type = fields.pop("model_type", None)
     if not isinstance(model_type, str) or not model_type:
-        raise ValueError("the config has no 'model_type' (e.g. \"llama\"): kvviz cannot tell the architecture")
+        raise UserError("the config has no 'model_type' (e.g. \"llama\"): kvviz cannot tell the architecture")
     fields.pop("auto_map", None)  # remote code is never run
     from transformers import AutoConfig
     try:
         return AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - config classes raise many types; all mean "bad input"
         if "Unrecognized model identifier" in str(exc):
-            raise ValueError(f"unknown model_type {model_type!r}: transformers has no such architecture") from None
-        raise ValueError(f"{model_type} config: {_config_problem(exc)}") from None
+            raise UserError(f"unknown model_type {model_type!r}: transformers has no such architecture") from None
+        raise UserError(f"{model_type} config: {_config_problem(exc)}") from None
 
 
 def _config_problem(exc: Exception) -> str:
@@ -118,7 +119,7 @@ def layer_specs(config) -> tuple[LayerSpec, ...]:
         return _layer_specs(config)
     except (AttributeError, KeyError, TypeError) as exc:
         model_type = getattr(config, "model_type", "this model")
-        raise ValueError(f"{model_type}: cache sizes not modelled ({type(exc).__name__}: {exc})") from None
+        raise UserError(f"{model_type}: cache sizes not modelled ({type(exc).__name__}: {exc})") from None
 
 
 def _layer_specs(config) -> tuple[LayerSpec, ...]:
@@ -144,7 +145,7 @@ def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None)
     if layer_type == "indexed_attention":  # DSA (DeepSeek-V3.2, GLM-5): K/V plus indexer keys
         base, index = _attention_spec(layer_config, "full_attention", kwargs), layer_config.index_head_dim
         return replace(base, values_per_token=base.values_per_token + index, index_values=index)
-    raise ValueError(f"{text.model_type}: layer type {layer_type!r} is not modelled by kvviz")
+    raise UserError(f"{text.model_type}: layer type {layer_type!r} is not modelled by kvviz")
 
 
 def _attention_spec(c, layer_type: str, kwargs: dict) -> LayerSpec:

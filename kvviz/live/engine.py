@@ -26,6 +26,7 @@ from kvviz.live.config import RunConfig
 from kvviz.live.events import BlockStat, StepEvent
 from kvviz.live.hooks import attention_rows, device_sync, find_decoder_layers, timed_layers
 from kvviz.live.models import LoadedModel
+from kvviz.errors import UserError
 
 MODES = ("cached", "recompute")
 
@@ -60,7 +61,7 @@ def render_prompts(tokenizer, cfg: RunConfig) -> list[str]:
 def encode_prompts(tokenizer, cfg: RunConfig, device: torch.device) -> Batch:
     """Tokenize the batch's prompts, left-padded to one length."""
     if any(not p.strip() for p in cfg.prompt_list()):
-        raise ValueError("the prompt is empty: type something for the model to continue")
+        raise UserError("the prompt is empty: type something for the model to continue")
     texts = render_prompts(tokenizer, cfg)
     # A chat template writes its own special tokens; plain text gets the tokenizer's (BOS), as
     # `model.generate` callers' `tokenizer(text)` would.
@@ -83,10 +84,10 @@ def make_cache(model, backend: str, max_len: int):
     """The cache the model's forward expects: its own class when its module ships one (MiniMax's
     `MiniMaxCache`), else a DynamicCache laid out from the config (sliding, shared, linear layers)."""
     if backend not in ("dynamic", "static"):
-        raise ValueError(f"unknown cache backend {backend!r}: use 'dynamic' or 'static'")
+        raise UserError(f"unknown cache backend {backend!r}: use 'dynamic' or 'static'")
     own = model_cache_class(model)
     if backend == "static" and own is not None:
-        raise ValueError(f"{type(model).__name__} keeps its own cache ({own.__name__}); the static "
+        raise UserError(f"{type(model).__name__} keeps its own cache ({own.__name__}); the static "
                          "backend cannot replace it: choose the dynamic cache")
     if backend == "static":
         return StaticCache(config=model.config, max_cache_len=max_len)
@@ -347,15 +348,15 @@ def attention_implementation(model) -> str:
 def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
     """Tokenize and check the request against the model's limits."""
     if cfg.max_new_tokens < 1:
-        raise ValueError("max new tokens must be at least 1")
+        raise UserError("max new tokens must be at least 1")
     batch = encode_prompts(lm.tokenizer, cfg, lm.device)
     max_len = batch.prompt_len + cfg.max_new_tokens
     limit = getattr(lm.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit and max_len > limit:
-        raise ValueError(f"prompt ({batch.prompt_len} tokens) + max new tokens ({cfg.max_new_tokens})"
+        raise UserError(f"prompt ({batch.prompt_len} tokens) + max new tokens ({cfg.max_new_tokens})"
                          f" = {max_len} exceeds this model's context of {limit} tokens")
     if cfg.attention and attention_implementation(lm.model) != "eager":
-        raise ValueError("attention over the cache needs the model loaded with eager attention; this "
+        raise UserError("attention over the cache needs the model loaded with eager attention; this "
                          f"one uses {attention_implementation(lm.model)}, which returns no weights")
     elem = torch.finfo(lm.dtype).bits // 8
     specs, num_layers, note = plan_layout(lm.model.config)
@@ -441,7 +442,7 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     step, before its event is yielded: tests walk it to count storage independently of the probe.
     """
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}: use one of {MODES}")
+        raise UserError(f"unknown mode {mode!r}: use one of {MODES}")
     plan = plan_run(lm, cfg)
     model, batch, size = lm.model, plan.batch, len(plan.batch.generated)
     keeps_cache = mode == "cached" and not plan.recompute_only

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
+from kvviz.errors import UserError
 
 
 def find_decoder_layers(model: torch.nn.Module, num_layers: int) -> torch.nn.ModuleList:
@@ -19,7 +20,7 @@ def find_decoder_layers(model: torch.nn.Module, num_layers: int) -> torch.nn.Mod
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == num_layers:
             return module
-    raise ValueError(f"no list of {num_layers} decoder layers found in {type(model).__name__}")
+    raise UserError(f"no list of {num_layers} decoder layers found in {type(model).__name__}")
 
 
 def device_sync(device: torch.device) -> Callable[[], None] | None:

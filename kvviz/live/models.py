@@ -23,6 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from kvviz import files
 from kvviz.live.config import DEFAULT_MODEL, ModelSpec
+from kvviz.errors import KvvizError
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_FOLDER = "SmolLM2-135M-Instruct"
@@ -36,7 +37,7 @@ ENCODERS = {"bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "el
 Progress = Callable[[str, float], None]  # (message, fraction done 0..1)
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(KvvizError):
     """A model that cannot be loaded, with a message fit to show a user as is."""
 
 

@@ -33,6 +33,7 @@ from transformers.cache_utils import (CacheLayerMixin, DummyLayer, DynamicIndexe
 
 from kvviz.cache import layout
 from kvviz.live.events import LayerStat
+from kvviz.errors import KvvizError
 
 
 # Exactly these classes: a subclass (a model's own layer, a quantized or indexed layer) may keep
@@ -43,7 +44,7 @@ READABLE = (DynamicLayer, DynamicSlidingWindowLayer, DynamicIndexedLayer, Static
             LinearAttentionAndStaticSlidingWindowAttentionLayer, DummyLayer)
 
 
-class UnreadableCache(Exception):
+class UnreadableCache(KvvizError):
     """A cache layer class kvviz cannot read; the message names the class."""
 
 

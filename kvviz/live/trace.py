@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from kvviz.files import write_atomic  # also the vLLM watch's writer (kvviz.vllm reads only this module)
 from kvviz.live.events import StepEvent
+from kvviz.errors import KvvizError, UserError
 
 FORMAT = "kvviz-trace"
 VERSION = 2  # 2: LayerStat state_bytes/storage_bytes/formula_bytes, StepEvent storage_bytes/cache_note
@@ -29,7 +30,7 @@ _CHOICES = {"mode": MODES, "phase": PHASES}  # StepEvent fields restricted to a 
 _TOP_KEYS = ("format", "version", "meta", "events")
 
 
-class TraceError(ValueError):
+class TraceError(UserError):
     """A trace that cannot be saved or loaded; the message is written for the user."""
 
 
@@ -205,7 +206,7 @@ def _check_event(event: StepEvent, where: str) -> None:
                          f"per sequence, got {counts}")
 
 
-class _Invalid(Exception):
+class _Invalid(KvvizError):
     """A field-level problem; the caller prefixes where (which event)."""
 
 
@@ -325,7 +326,7 @@ def replay(events: Iterable[StepEvent], speed: float = 1.0,
     replay one mode: a trace stores each mode's run as its own consecutive sequence.
     """
     if math.isnan(speed) or speed < 0:
-        raise ValueError(f"replay speed must be >= 0, got {speed}")
+        raise UserError(f"replay speed must be >= 0, got {speed}")
     pace = speed not in (0, math.inf)
     for event in events:
         if pace and event.step_ms > 0:

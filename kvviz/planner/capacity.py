@@ -30,6 +30,7 @@ from pathlib import Path
 
 from kvviz.cache.layout import CHUNKED, FULL, LATENT, SLIDING, LayerSpec, kinds_summary
 from kvviz.cache.layout import layer_tokens_held
+from kvviz.errors import UserError
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
@@ -71,7 +72,7 @@ class ModelKV:
 
     def __post_init__(self) -> None:
         if not self.specs:
-            raise ValueError("a model needs at least one layer")
+            raise UserError("a model needs at least one layer")
         _require_positive_int("num_attention_heads", self.num_attention_heads)
 
     @property
@@ -126,7 +127,7 @@ class ModelKV:
 
 def _require_positive_int(field_name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{field_name} must be a positive integer, got {value!r}")
+        raise UserError(f"{field_name} must be a positive integer, got {value!r}")
 
 
 def uniform_model(num_layers: int, num_kv_heads: int, head_dim: int, num_attention_heads: int | None = None,
@@ -149,7 +150,7 @@ def normalize_dtype(dtype: str) -> str:
     key = str(dtype).strip().lower().removeprefix("torch.")
     key = _DTYPE_ALIASES.get(key, key)
     if key not in _PAYLOAD_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(KV_DTYPES)}")
+        raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(KV_DTYPES)}")
     return key
 
 
@@ -209,7 +210,7 @@ def kv_bytes_for_context(model: ModelKV, tokens: int, kv_dtype: str = "bf16", ba
     Without windows or states this is 2 × layers × kv_heads × head_dim × tokens × batch × bytes.
     """
     if tokens < 0 or batch < 0:
-        raise ValueError("tokens and batch must be >= 0")
+        raise UserError("tokens and batch must be >= 0")
     kv = math.ceil(cached_layer_tokens(model, tokens) * batch * kv_bytes_per_element(kv_dtype))
     return kv + (state_bytes_per_request(model, kv_dtype) * batch if tokens else 0)
 
@@ -225,7 +226,7 @@ def shareable_prefix_bytes(model: ModelKV, prefix_tokens: int, kv_dtype: str = "
 def weight_bytes(params: int, weight_dtype: str = "bf16") -> int:
     """params × bytes per parameter (int8/int4 counted with the same per-group overhead)."""
     if params < 0:
-        raise ValueError("params must be >= 0")
+        raise UserError("params must be >= 0")
     return math.ceil(params * kv_bytes_per_element(weight_dtype))
 
 
@@ -239,7 +240,7 @@ def runtime_overhead_bytes(gpu_bytes: int, overhead_fraction: float = DEFAULT_OV
     if overhead_bytes is not None:
         return overhead_bytes
     if not 0 <= overhead_fraction < 1:
-        raise ValueError("overhead_fraction must be in [0, 1)")
+        raise UserError("overhead_fraction must be in [0, 1)")
     return math.ceil(gpu_bytes * overhead_fraction)
 
 
@@ -261,7 +262,7 @@ def max_concurrent_requests(model: ModelKV, context_tokens: int, gpu_bytes: int,
     context (no prefix sharing between requests).
     """
     if context_tokens < 1:
-        raise ValueError("context_tokens must be >= 1")
+        raise UserError("context_tokens must be >= 1")
     budget = kv_budget_bytes(gpu_bytes, weight_bytes, overhead_fraction, overhead_bytes)
     return budget // kv_bytes_for_context(model, context_tokens, kv_dtype)
 
@@ -271,7 +272,7 @@ def requests_with_shared_prefix(budget_bytes: int, per_request_bytes: int, share
     floor((budget − shared) / (per request − shared))."""
     own = per_request_bytes - shared_bytes
     if own <= 0:
-        raise ValueError("the shared prefix must be shorter than the context")
+        raise UserError("the shared prefix must be shorter than the context")
     return 0 if budget_bytes < shared_bytes else (budget_bytes - shared_bytes) // own
 
 
@@ -281,7 +282,7 @@ def requests_with_shared_prefix(budget_bytes: int, per_request_bytes: int, share
 def decode_step_floor_s(weight_bytes: int, cache_bytes_read: int, bandwidth_bytes_per_s: float) -> float:
     """(weights + cache read) / bandwidth: no decode step can be faster than reading them once."""
     if bandwidth_bytes_per_s <= 0:
-        raise ValueError("bandwidth_bytes_per_s must be > 0")
+        raise UserError("bandwidth_bytes_per_s must be > 0")
     return (weight_bytes + cache_bytes_read) / bandwidth_bytes_per_s
 
 
@@ -308,7 +309,7 @@ def what_if_attention(model: ModelKV, variant: str) -> ModelKV:
     every full / sliding / chunked layer (latent, state and shared layers are left as they are)."""
     kind = variant.strip().lower()
     if kind not in ATTENTION_VARIANTS:
-        raise ValueError(f"unknown attention variant {variant!r}; use mha, gqa or mqa")
+        raise UserError(f"unknown attention variant {variant!r}; use mha, gqa or mqa")
     if kind == "gqa":
         return model
     heads = model.num_attention_heads if kind == "mha" else 1
@@ -326,7 +327,7 @@ def what_if_window(model: ModelKV, window: int | None) -> ModelKV:
     else:
         _require_positive_int("window", window)
         if window < 2:
-            raise ValueError("the what-if window must be at least 2 tokens (a window of 1 keeps no "
+            raise UserError("the what-if window must be at least 2 tokens (a window of 1 keeps no "
                              "past token, so there would be no cache to plan)")
         specs = tuple(replace(s, kind=SLIDING, token_cap=window) if s.kind in ATTENTION_KINDS else s
                       for s in model.specs)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from kvviz.planner import capacity, parallel, serving_plan
 from kvviz.planner.capacity import ModelKV
+from kvviz.errors import UserError
 
 CHECKPOINT = "checkpoint"  # weight_dtype: as the checkpoint stores them (quantization_config)
 PCIE_BYTES_PER_S = 64e9  # assumed host link for the offload what-if: PCIe 5.0 x16, one way
@@ -40,15 +41,15 @@ def check_setup(model: ModelKV, s: Setup) -> None:
     for name, value in (("context", s.context_tokens), ("batch", s.batch),
                         ("block size", s.block_size), ("max batched tokens", s.max_num_batched_tokens)):
         if value < 1:
-            raise ValueError(f"{name} must be at least 1")
+            raise UserError(f"{name} must be at least 1")
     if not 0 <= s.overhead_fraction < 1:
-        raise ValueError("the overhead is a fraction of GPU memory, in [0, 1)")
+        raise UserError("the overhead is a fraction of GPU memory, in [0, 1)")
     if s.prefix_tokens < 0 or s.prefix_tokens >= s.context_tokens:
-        raise ValueError("the shared prefix must be shorter than the context (0 for none)")
+        raise UserError("the shared prefix must be shorter than the context (0 for none)")
     if s.max_model_len is not None and s.max_model_len < 1:
-        raise ValueError("max model length must be at least 1")
+        raise UserError("max model length must be at least 1")
     if s.offload_bytes < 0:
-        raise ValueError("the CPU offload tier cannot be negative")
+        raise UserError("the CPU offload tier cannot be negative")
     capacity.normalize_dtype(s.kv_dtype)
     if s.weight_dtype != CHECKPOINT:
         capacity.normalize_dtype(s.weight_dtype)
@@ -87,7 +88,7 @@ def _weights(model: ModelKV, s: Setup) -> dict:
 def _plain(stages: list[ModelKV], budget: int, s: Setup, tokens: int) -> dict:
     per_request = max(capacity.kv_bytes_for_context(m, tokens, s.kv_dtype) for m in stages)
     if per_request == 0:
-        raise ValueError("this model keeps no past token for a request (every layer's window is 1 "
+        raise UserError("this model keeps no past token for a request (every layer's window is 1 "
                          "token), so there is no KV cache to plan")
     per_replica = budget // per_request
     return {"context_tokens": tokens, "kv_bytes_per_request_per_gpu": per_request,

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 
 from kvviz.cache.layout import CHUNKED, FULL, SLIDING, LayerSpec
+from kvviz.errors import UserError
 
 _SPLIT_BY_HEAD = (FULL, SLIDING, CHUNKED)
 
@@ -51,18 +52,18 @@ def check_parallel(par: Parallel, specs, num_attention_heads: int) -> None:
     """ValueError, in plain words, for a split vLLM would refuse."""
     for name, value in (("TP", par.tp), ("PP", par.pp), ("DP", par.dp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number ≥ 1 (got {value!r})")
+            raise UserError(f"{name} must be a whole number ≥ 1 (got {value!r})")
     if num_attention_heads % par.tp:
-        raise ValueError(f"TP {par.tp} does not divide the model's {num_attention_heads} attention "
+        raise UserError(f"TP {par.tp} does not divide the model's {num_attention_heads} attention "
                          f"heads: pick a TP size that does")
     for kv_heads in sorted({s.kv_heads for s in specs if s.kind in _SPLIT_BY_HEAD and s.kv_heads}):
         if kv_heads >= par.tp and kv_heads % par.tp:
-            raise ValueError(f"TP {par.tp} does not divide the model's {kv_heads} KV heads")
+            raise UserError(f"TP {par.tp} does not divide the model's {kv_heads} KV heads")
         if kv_heads < par.tp and par.tp % kv_heads:
-            raise ValueError(f"TP {par.tp} is not a multiple of the model's {kv_heads} KV heads, "
+            raise UserError(f"TP {par.tp} is not a multiple of the model's {kv_heads} KV heads, "
                              f"so they cannot be replicated evenly")
     if par.pp > len(specs):
-        raise ValueError(f"PP {par.pp} asks for more stages than the model's {len(specs)} layers")
+        raise UserError(f"PP {par.pp} asks for more stages than the model's {len(specs)} layers")
 
 
 def kv_heads_per_rank(kv_heads: int, tp: int) -> int:

@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from kvviz.errors import UserError
 
 # Config fields naming the routed experts (E) and the experts each token uses (k), by family:
 # DeepSeek / Kimi `n_routed_experts`, Qwen MoE `num_experts`, Mixtral / Llama 4 / gpt-oss /
@@ -27,7 +28,7 @@ EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk"
 _ROUTED_NAME = re.compile(r"(^|\.)experts\.")
 
 
-class UnknownArchitecture(ValueError):
+class UnknownArchitecture(UserError):
     """transformers cannot build this config (unknown model_type or architecture)."""
 
 

@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 
 from kvviz.planner import capacity, deployment, parallel, plan_models, serving_plan
+from kvviz.errors import UserError
 
 DEFAULT_CONTEXTS = (500, 2000, 8000)
 DEFAULT_GPU = "H100 SXM"
 
 
-class PlanError(ValueError):
+class PlanError(UserError):
     """Bad input to `kvviz plan`; its message is the one line the user sees."""
 
 

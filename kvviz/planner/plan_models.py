@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from kvviz.planner import capacity, checkpoint_weights, params
 from kvviz.cache import layout
+from kvviz.errors import UserError
 
 
 def _known_model_type(model_type: str) -> bool:
@@ -87,7 +88,7 @@ def _first_int(fields: dict, *keys: str) -> int | None:
         value = fields.get(key)
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive integer")
+                raise UserError(f"{key} must be a positive integer")
             return value
     return None
 
@@ -101,13 +102,13 @@ def generic_model(cfg: dict, name: str, given_params: int | None) -> capacity.Mo
     heads = _first_int(fields, "num_attention_heads", "n_head")
     for field_name, value in (("num_hidden_layers", layers), ("num_attention_heads", heads)):
         if value is None:
-            raise ValueError(f"config has no {field_name}")
+            raise UserError(f"config has no {field_name}")
     kv_heads = 1 if fields.get("multi_query") is True else (
         _first_int(fields, "num_key_value_heads", "num_kv_heads") or heads)
     hidden = _first_int(fields, "hidden_size", "n_embd", "d_model")
     head_dim = _first_int(fields, "head_dim") or (hidden // heads if hidden else None)
     if head_dim is None:
-        raise ValueError("config has no head_dim, and no hidden_size to derive it from")
+        raise UserError("config has no head_dim, and no hidden_size to derive it from")
     model = capacity.uniform_model(layers, kv_heads, head_dim, heads, name, given_params)
     model_type = fields.get("model_type")
     what = f"model_type {model_type!r}" if isinstance(model_type, str) else "a config without model_type"
@@ -163,7 +164,7 @@ def model_from_config(cfg: dict, name: str = "", given_params: int | None = None
     `given_params` replaces the meta-device count (a user's figure for an unknown architecture).
     """
     if not isinstance(cfg, dict):
-        raise ValueError("a model config must be a JSON object")
+        raise UserError("a model config must be a JSON object")
     cfg = decode_saved_floats(cfg)
     key = json.dumps(cfg, sort_keys=True, default=str)
     return _model_from_json(key, name or str(cfg.get("_name_or_path") or ""), given_params or None)
@@ -174,5 +175,5 @@ def catalog_model(name: str) -> capacity.ModelKV:
     entry = capacity.find_catalog_entry(name)
     if entry is None:
         names = ", ".join(e["name"] for e in capacity.load_catalog())
-        raise ValueError(f"no catalog model named {name!r}; known: {names}")
+        raise UserError(f"no catalog model named {name!r}; known: {names}")
     return model_from_config(capacity.catalog_config(entry), entry["name"])

@@ -53,7 +53,7 @@ _JSON_TYPE_NAMES = {str: "a string", bool: "true/false", float: "a fractional nu
 PASTED_NAME = "pasted config"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A pasted config.json that cannot be planned. str(err) is plain text built by kvviz
     (field names and numbers only, never the pasted text), safe to show as it is."""
 

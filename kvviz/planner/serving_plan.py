@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kvviz.cache.layout import CHUNKED, FULL, LATENT, SLIDING, STATE
+from kvviz.errors import UserError
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (128 on CPU)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` default on GPUs with ≥ 70 GiB (2,048 below)
@@ -43,7 +44,7 @@ VLLM_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 INT8_SCALE_BYTES = 4
 
 
-class NotServable(ValueError):
+class NotServable(UserError):
     """vLLM would refuse this setting (e.g. an int4 KV cache)."""
 
 

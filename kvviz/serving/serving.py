@@ -41,6 +41,7 @@ from kvviz.cache.blocks import BlockPool, cdiv
 from kvviz.live.config import RunConfig
 from kvviz.live.engine import eos_token_ids, render_prompts
 from kvviz.live.models import LoadedModel
+from kvviz.errors import KvvizError, UserError
 
 FREE, SHARED, CACHED = "free", "shared", "cached"  # block owners that are not a request
 FULL_ATTENTION = "full_attention"  # transformers' allocator name for full-attention layers
@@ -169,16 +170,16 @@ def parse_requests(text: str, limit: int = MAX_REQUESTS) -> list[str]:
     """One request per non-empty line, at most `limit` of them."""
     prompts = [line.strip() for line in text.splitlines() if line.strip()]
     if not prompts:
-        raise ValueError("type at least one request, one per line")
+        raise UserError("type at least one request, one per line")
     if len(prompts) > limit:
-        raise ValueError(f"at most {limit} requests, one per line (got {len(prompts)})")
+        raise UserError(f"at most {limit} requests, one per line (got {len(prompts)})")
     return prompts
 
 
 def encode_requests(tokenizer, prompts: list[str], system: str = "", chat: bool = True) -> list[list[int]]:
     """Token ids of each request, read as the live page reads a prompt (chat template if any)."""
     if not prompts or any(not p.strip() for p in prompts):
-        raise ValueError("every request needs a non-empty prompt")
+        raise UserError("every request needs a non-empty prompt")
     texts = render_prompts(tokenizer, RunConfig(prompts=tuple(prompts), system=system, chat_template=chat))
     return [tokenizer(t, add_special_tokens=not chat)["input_ids"] for t in texts]
 
@@ -186,13 +187,13 @@ def encode_requests(tokenizer, prompts: list[str], system: str = "", chat: bool 
 def check_fits(token_ids: list[list[int]], cfg: ServingConfig) -> None:
     """Refuse requests that could never fit the pool, which would stall the real scheduler."""
     if cfg.block_size < MIN_BLOCK_SIZE:
-        raise ValueError(f"block size must be at least {MIN_BLOCK_SIZE} tokens (transformers' minimum)")
+        raise UserError(f"block size must be at least {MIN_BLOCK_SIZE} tokens (transformers' minimum)")
     if cfg.num_blocks < 1 or cfg.max_new_tokens < 1:
-        raise ValueError("the pool needs at least one block and each request one new token")
+        raise UserError("the pool needs at least one block and each request one new token")
     for i, ids in enumerate(token_ids):
         need = cdiv(len(ids) + cfg.max_new_tokens, cfg.block_size)
         if need > cfg.num_blocks:
-            raise ValueError(f"request {i} alone needs {need} blocks ({len(ids)} prompt + "
+            raise UserError(f"request {i} alone needs {need} blocks ({len(ids)} prompt + "
                              f"{cfg.max_new_tokens} new tokens, {cfg.block_size} per block) but the "
                              f"pool has {cfg.num_blocks}: enlarge the pool or shorten the prompt")
 
@@ -430,22 +431,26 @@ def check_time(cfg: ServingConfig, start: float) -> None:
         raise TimeoutError(f"stopped at the limit of {cfg.time_limit_s:.0f} s per run")
 
 
+class ServingFailed(KvvizError, RuntimeError):
+    """Continuous batching failed inside transformers; the message may quote it (never shown hosted)."""
+
+
 def collect_output(manager, outputs: dict) -> None:
     """Wait briefly for one finished request; raise if it failed or the loop died."""
     result = manager.get_result(timeout=0.05)
     if result is not None and result.is_finished():
         if result.error is not None:
-            raise RuntimeError(f"request {result.request_id} failed in continuous batching: {result.error}")
+            raise ServingFailed(f"request {result.request_id} failed in continuous batching: {result.error}")
         outputs[result.request_id] = result
     elif result is None and not manager.is_running():
-        raise RuntimeError("the continuous-batching loop stopped before every request finished")
+        raise ServingFailed("the continuous-batching loop stopped before every request finished")
 
 
 def take_snapshots(out: queue.Queue, snapshots: list) -> list[StepSnapshot]:
     new = drain(out)
     for item in new:
         if isinstance(item, Exception):
-            raise RuntimeError(f"could not read the paged cache after a step: {item!r}") from item
+            raise ServingFailed(f"could not read the paged cache after a step: {item!r}") from item
     snapshots.extend(new)
     return new
 

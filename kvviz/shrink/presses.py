@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from kvviz.errors import UserError
 
 # name -> (kvpress class, one plain sentence on what it keeps and why)
 PRESSES = {
@@ -54,16 +55,16 @@ def offered() -> tuple[dict[str, str], dict[str, str]]:
 def check(name: str, ratio: float) -> None:
     """ValueError in plain words for a press kvviz does not offer or a ratio outside (0, 1)."""
     if name not in PRESSES:
-        raise ValueError(f"unknown press {name!r}: pick one of {', '.join(PRESSES)}")
+        raise UserError(f"unknown press {name!r}: pick one of {', '.join(PRESSES)}")
     if not 0 < ratio < 1:
-        raise ValueError(f"the compression ratio is {ratio}; it must be above 0 and below 1")
+        raise UserError(f"the compression ratio is {ratio}; it must be above 0 and below 1")
 
 
 def make_press(name: str, ratio: float, prompt_tokens: int):
     """A kvpress press that evicts `ratio` of the prompt's positions; ValueError in plain words."""
     check(name, ratio)
     if prompt_tokens < 8:
-        raise ValueError(f"the prompt is {prompt_tokens} tokens; a press needs at least 8 to choose from")
+        raise UserError(f"the prompt is {prompt_tokens} tokens; a press needs at least 8 to choose from")
     cls = getattr(kvpress_module(), PRESSES[name][0])
     if name == "SnapKV":  # its window must be shorter than the prompt
         return cls(compression_ratio=ratio, window_size=min(SNAPKV_WINDOW, prompt_tokens // 2))

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from kvviz.errors import UserError
 
 # backend -> the bit widths whose packing kvviz counts (hqq's 1/3-bit packings are not offered)
 BACKENDS = {"quanto": (2, 4), "hqq": (2, 4, 8), "fp8": (8,)}
@@ -43,13 +44,13 @@ def check(backend: str, nbits: int, residual_length: int) -> None:
     """ValueError in plain words for a backend, bit width or residual kvviz does not offer (fp8
     has one width and no residual: those two are not asked)."""
     if backend not in BACKENDS:
-        raise ValueError(f"unknown quantization backend {backend!r}: pick one of {', '.join(BACKENDS)}")
+        raise UserError(f"unknown quantization backend {backend!r}: pick one of {', '.join(BACKENDS)}")
     if backend == "fp8":
         return
     if nbits not in BACKENDS[backend]:
-        raise ValueError(f"{backend} offers {', '.join(map(str, BACKENDS[backend]))} bits, not {nbits}")
+        raise UserError(f"{backend} offers {', '.join(map(str, BACKENDS[backend]))} bits, not {nbits}")
     if residual_length < 1:
-        raise ValueError("the residual length must be at least 1 token")
+        raise UserError("the residual length must be at least 1 token")
 
 
 def make_cache(config, backend: str, nbits: int = 4, residual_length: int = 16):

@@ -21,6 +21,7 @@ from transformers import DynamicCache
 
 from kvviz.live import engine
 from kvviz.shrink import presses, quant_cache
+from kvviz.errors import UserError
 
 FULL, SHRUNK = "full", "shrunk"
 
@@ -83,7 +84,7 @@ class ShrinkRun:
 def prompt_ids(tokenizer, prompt: str, chat: bool = True) -> torch.Tensor:
     """(1, T) token ids of `prompt`, through the chat template when the tokenizer has one."""
     if not prompt.strip():
-        raise ValueError("the prompt is empty: type something for the model to continue")
+        raise UserError("the prompt is empty: type something for the model to continue")
     if chat and getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                              add_generation_prompt=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from kvviz.shrink import presses, quant_cache
+from kvviz.errors import UserError
 
 
 def add_parser(subparsers) -> None:
@@ -43,9 +44,9 @@ def run(args) -> int:
     try:
         mode.check()
         if args.max_new_tokens < 1:
-            raise ValueError("--max-new-tokens must be at least 1")
+            raise UserError("--max-new-tokens must be at least 1")
         if not args.prompt.strip():
-            raise ValueError("the prompt is empty: type something for the model to continue")
+            raise UserError("the prompt is empty: type something for the model to continue")
         lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
         ids = shrink.prompt_ids(lm.tokenizer, args.prompt, chat=not args.no_chat_template)
         result = shrink.compare(lm, ids, args.max_new_tokens, mode)

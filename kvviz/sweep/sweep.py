@@ -30,6 +30,7 @@ from kvviz.live.config import RunConfig
 from kvviz.live.events import StepEvent
 from kvviz.live.models import LoadedModel
 from kvviz.live.trace import mode_summary, percentile
+from kvviz.errors import UserError
 
 STATUSES = ("ok", "oom", "skipped", "error")
 MIN_PROMPT_TOKENS = 64  # first default prompt length
@@ -100,7 +101,7 @@ def exact_prompt(tokenizer, num_tokens: int, text: str | None = None) -> str:
         found = _fit_cut(tokenizer, ids[start:], num_tokens)
         if found is not None:
             return found
-    raise ValueError(f"cannot build a prompt of exactly {num_tokens} tokens with this tokenizer")
+    raise UserError(f"cannot build a prompt of exactly {num_tokens} tokens with this tokenizer")
 
 
 def _fit_cut(tokenizer, ids: list[int], num_tokens: int) -> str | None:
@@ -133,7 +134,7 @@ def run_sweep(lm: LoadedModel, settings: SweepSettings, done: Iterable[SweepRow]
     Stops early, without a row for the point in progress, once `should_stop()` is true.
     """
     if settings.new_tokens < 2:
-        raise ValueError("new tokens per point must be at least 2 (a prefill and a decode step)")
+        raise UserError("new tokens per point must be at least 2 (a prefill and a decode step)")
     done = list(done)
     failed = [(r.prompt_tokens, r.batch) for r in done if r.status == "oom"]
     points = pending_points(settings, done)

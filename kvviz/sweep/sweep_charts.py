@@ -12,6 +12,7 @@ import altair as alt
 import pandas as pd
 
 from kvviz.viz.charts import MODE_COLORS, STATE_COLORS, _rules, bytes_expr, power_of_two_ticks
+from kvviz.errors import UserError
 
 FORMULA_SERIES = "formula (the caption above)"  # short: a long label was cut at the chart edge at 1280 px
 OOM_COLOR = MODE_COLORS["recompute"]  # the palette's red
@@ -123,7 +124,7 @@ def heatmap_chart(df: pd.DataFrame, metric: str) -> alt.LayerChart:
     without a measurement grey and labelled with their status; cells the capacity formula
     predicts will not fit (predicted_oom) outlined in red, dashed."""
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+        raise UserError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
     base = alt.Chart().encode(
         x=alt.X("prompt_tokens:O", title="prompt tokens", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("batch:O", title="batch", sort="descending"))

@@ -11,13 +11,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from kvviz.errors import UserError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_S = 3.0
 MAX_BYTES = 16 * 2**20  # a /metrics page is ~60 KB; anything this big is not one
 
 
-class EngineError(Exception):
+class EngineError(UserError):
     """Something about an engine URL that stops kvviz reading it; the message is for the user."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 import msgspec
+from kvviz.errors import UserError
 
 # A block hash: the low 64 bits of a sha256 as an int by default, raw bytes in some configurations.
 BlockHash = Union[int, bytes]
@@ -67,7 +68,7 @@ class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True):
     data_parallel_rank: int | None = None
 
 
-class SchemaMismatch(ValueError):
+class SchemaMismatch(UserError):
     """A payload that is not vLLM 0.32's KV event schema; the message is fit to show a user."""
 
 

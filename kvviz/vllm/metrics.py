@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+from kvviz.errors import UserError
 
 PREFIX = "vllm:"
 SCALARS = {  # field -> sample name
@@ -28,7 +29,7 @@ HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_tok
               "e2e": "vllm:e2e_request_latency_seconds"}
 
 
-class NotVllmMetrics(ValueError):
+class NotVllmMetrics(UserError):
     """Text that is not Prometheus, or has no vllm: series; the message is fit to show a user."""
 
 
