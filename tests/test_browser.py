@@ -290,6 +290,36 @@ def test_shrink_page_fills_both_answers_as_the_runs_take_turns(server, browser_c
         page.close()
 
 
+def test_shrink_page_runs_a_quantized_cache(server, browser_context):
+    from playwright.sync_api import expect
+
+    page = browser_context.new_page()
+    try:
+        page.goto(f"{server}/shrink")
+        expect(page.get_by_role("button", name="Run full and shrunk")).to_be_enabled(timeout=LOAD_MS)
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        page.get_by_test_id("stSidebar").get_by_text("Quantized cache", exact=True).click()
+        page.wait_for_timeout(1000)
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        expect(page.get_by_text("Backend", exact=True)).to_be_visible(timeout=30_000)
+        page.get_by_role("button", name="Run full and shrunk").click()
+        page.wait_for_selector(RUNNING, timeout=60_000)
+        page.wait_for_selector(IDLE, timeout=RUN_MS)
+        page.wait_for_timeout(1000)
+        shoot_whole_page(page, "shrink-quantized")
+        final = answers(page)
+        assert len(final) == 2 and all(final)
+        expect(page.get_by_text("Quantized cache: payload").first).to_be_visible()
+        heading = page.locator("[data-testid=stMain] h3").first.inner_text()
+        assert heading.startswith("identical") or heading.startswith("diverged at token")
+        assert "quantized cache" in heading or heading.startswith("identical")
+        assert page.get_by_test_id("stVegaLiteChart").count() == 2  # nothing evicted: no kept map
+        assert page.get_by_test_id("stException").count() == 0
+        assert page.get_by_test_id("stAlertContentError").count() == 0
+    finally:
+        page.close()
+
+
 def test_replay_plays_the_shipped_shrink_comparison(server, browser_context):
     from kvviz.shrink import record
 
