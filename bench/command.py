@@ -60,6 +60,11 @@ def soak(s: Settings, ctx: dict):
     return measure(s)
 
 
+def shrink_modes(s: Settings, ctx: dict):
+    from bench.shrink_modes import shrink_modes as measure
+    return measure(default_lm(ctx), s)
+
+
 BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(settings, context))
     "hooks": ("Hook overhead", engine_bench("hook_overhead")),
     "generate": ("Engine vs model.generate", engine_bench("engine_vs_generate")),
@@ -70,6 +75,7 @@ BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(s
     "live-threads": ("Torch thread policy on the live page", live_threads),
     "load": ("Default model load", model_load),
     "soak": ("Soak", soak),
+    "shrink": ("Shrink modes vs the full cache", shrink_modes),
 }
 
 
