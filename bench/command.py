@@ -65,6 +65,11 @@ def shrink_modes(s: Settings, ctx: dict):
     return measure(default_lm(ctx), s)
 
 
+def suite_load(s: Settings, ctx: dict):
+    from bench.suite_load import suite_load as measure
+    return measure(s)
+
+
 BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(settings, context))
     "hooks": ("Hook overhead", engine_bench("hook_overhead")),
     "generate": ("Engine vs model.generate", engine_bench("engine_vs_generate")),
@@ -76,6 +81,7 @@ BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(s
     "load": ("Default model load", model_load),
     "soak": ("Soak", soak),
     "shrink": ("Shrink modes vs the full cache", shrink_modes),
+    "suite-load": ("Tests that start processes, quiet and under load", suite_load),
 }
 
 

@@ -1,6 +1,8 @@
 """The benchmarks (bench/): the pure helpers on fake numbers, and one tiny measurement for its structure only."""
 import argparse
+import contextlib
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +218,29 @@ def test_thread_policy_rows_compare_the_policy_with_torchs_default():
     wall, compute = thread_policy.thread_rows(runs)
     assert wall.ratio == pytest.approx(9.5 / 4.5) and compute.ratio == pytest.approx(11.5 / 12.0)
     assert wall.verdict == compute.verdict == "info"
+
+
+def test_suite_load_busy_cores_are_stopped_when_the_block_ends_even_on_an_error():
+    from bench import suite_load
+    with pytest.raises(RuntimeError):
+        with suite_load.busy_cores(2) as hogs:
+            assert all(h.poll() is None for h in hogs)
+            raise RuntimeError("a failing run")
+    assert all(h.returncode is not None for h in hogs)
+
+
+def test_suite_load_reads_pytest_summaries_and_fails_a_loaded_run_that_did_not_pass(monkeypatch):
+    from bench import suite_load
+    from bench.settings import FULL, QUICK
+    assert suite_load.summary_line("..\n==== 3 passed, 1 failed in 9.1s ====\n") == "3 passed, 1 failed in 9.1s"
+    assert suite_load.summary_line("") == "no summary (killed at the bound)"
+    assert "tests/test_vllm_integration.py" in suite_load.process_test_files(FULL)
+    assert "tests/test_vllm_integration.py" not in suite_load.process_test_files(QUICK)
+    assert all(Path(f).exists() for f in suite_load.process_test_files(FULL))
+    runs = iter([{"seconds": 10.0, "rc": 0, "summary": "3 passed"}, {"seconds": 25.0, "rc": None,
+                 "summary": "no summary (killed at the bound)"}])
+    monkeypatch.setattr(suite_load, "pytest_run", lambda files, bound: next(runs))
+    monkeypatch.setattr(suite_load, "busy_cores", lambda n: contextlib.nullcontext())
+    (ratio, passed), _ = suite_load.suite_load(QUICK)
+    assert ratio.ratio == 2.5 and ratio.passed
+    assert passed.measured == "killed at the bound" and passed.passed is False
