@@ -30,6 +30,7 @@ VIEWPORT = {"width": 1600, "height": 1200}
 LOAD_MS = 600_000  # the page's first model load, on a busy machine
 RUN_MS = 900_000  # one run with the race on
 COMPUTE_TARGET, WALL_TARGET, RACE_TARGET = 0.9, 0.8, 1.10
+OWN_WALL_TARGET = 0.9  # the page's wall-clock tokens/s over its own compute-only tokens/s, race off
 FRAME_S = 1 / 60  # one display frame
 
 # Notes every change of the cached panel's text length and the script's run state, with the
@@ -243,6 +244,9 @@ def browser_rows(samples: dict) -> list[Result]:
         Result("Live page in Chromium / headless: wall-clock decode tokens/s (text on screen / "
                "events yielded)", f"{page['wall']:.2f} tok/s", f"{alone['wall']:.2f} tok/s",
                page["wall"] / alone["wall"], ">=", WALL_TARGET),
+        Result("Live page in Chromium, race off: wall-clock / its own compute-only decode tokens/s "
+               "(drawing never holds back the model)", f"{page['wall']:.2f} tok/s", f"{page['compute']:.2f} tok/s",
+               page["wall"] / page["compute"], ">=", OWN_WALL_TARGET),
         Result("Live page, race on / race off: cached decode step (median)", f"{race['step_ms']:.1f} ms",
                f"{page['step_ms']:.1f} ms", race["step_ms"] / page["step_ms"], "<=", RACE_TARGET),
         Result("Live page click → page finished / headless whole run", f"{page['click_to_idle_s']:.2f} s",
