@@ -22,9 +22,9 @@ def chromium():
 
 def test_browser_benchmark_measures_page_and_headless_on_a_tiny_model(chromium, tiny_dir):
     rows, method = browser_page.browser_vs_headless(Settings(browser_reps=1, new_tokens=6), str(tiny_dir))
-    assert [r.op for r in rows] == [">=", ">=", "<=", None]
-    assert [r.limit for r in rows[:3]] == [browser_page.COMPUTE_TARGET, browser_page.WALL_TARGET,
-                                          browser_page.RACE_TARGET]
+    assert [r.op for r in rows] == [">=", ">=", ">=", "<=", None]
+    assert [r.limit for r in rows[:4]] == [browser_page.COMPUTE_TARGET, browser_page.WALL_TARGET,
+                                          browser_page.OWN_WALL_TARGET, browser_page.RACE_TARGET]
     for row in rows:
         assert row.ratio > 0 and row.measured.split()[0] != "0.00"
         assert row.passed == (None if row.op is None else OPS[row.op](row.ratio, row.limit))
