@@ -72,8 +72,10 @@ def test_generate_shows_text_figures_and_charts(at):
     assert not at.error
     assert not any("Press **Generate**" in i.value for i in at.info)
     cached, recompute = [c.value for c in at.main.code]
-    assert cached.strip() and recompute.strip()
-    assert cached.startswith(recompute)  # the same tokens, the recompute run behind
+    # The recompute run is behind, by how far depends on the machine's load: after its prefill
+    # it may hold one token that decodes to nothing yet (a partial UTF-8 byte), shown as " ".
+    assert cached.strip()
+    assert cached.startswith(recompute.strip())  # the same tokens, the recompute run behind
     figures = metrics(at)
     assert list(figures) == ["Tokens", "KV cache (measured)", "Formula (computed)", "Time to first token",
                              "Decode step (median)", "Tokens/s (compute)", "Tokens/s (wall clock)",
