@@ -150,6 +150,14 @@ with st.expander("Serving setup: parallelism, vLLM's settings, what-ifs", expand
                                           key="plan_offload_gb", bind=URL,
                                           help="What-if: M GB of host memory per replica holds "
                                                "evicted KV blocks.")
+    platform_col, caching_col, _ = st.columns([2, 2, 3])
+    platform = platform_col.radio("vLLM platform", ("cuda", "cpu"), horizontal=True, key="plan_platform",
+                                  bind=URL, format_func=str.upper,
+                                  help="A Mamba hybrid's block alignment (CUDA 16, CPU 32 tokens) and "
+                                       "its recurrent state's dtype (CUDA: the model's; CPU: float32).")
+    prefix_caching = caching_col.toggle("Prefix caching (vLLM's default)", True, key="plan_prefix_caching",
+                                        bind=URL, help="On, a Mamba hybrid holds 2–3 state pages per "
+                                                       "request (vLLM's 'align' mode); off, one.")
 
 within_caps(plan_tokens={"context T": int(context), "max_model_len": int(max_len),
                          "the shared prompt S": int(prefix)},
@@ -178,7 +186,8 @@ else:
 setup = deployment.Setup(gpu_name, gpu_bytes, bandwidth or None,
                          parallel.Parallel(int(tp), int(pp), int(dp)), kv_dtype, weight_dtype,
                          overhead, int(context), int(batch), int(block_size), int(max_len) or None,
-                         prefix_tokens=int(prefix), offload_bytes=int(offload_gb * 1e9))
+                         prefix_tokens=int(prefix), offload_bytes=int(offload_gb * 1e9),
+                         platform=platform, prefix_caching=bool(prefix_caching))
 plan = planner_frames.Plan(model, setup)
 try:
     result = plan.result

@@ -74,17 +74,25 @@ def test_chunked_plus_full_hybrid_llama4_scout():
 
 
 def test_mamba_hybrid_pads_the_state_page_qwen3_next():
-    # Gated DeltaNet state per layer: conv (2 × 16 × 128 + 32 × 128) × 4 = 32,768 values × 2 B
-    # + 32 × 128 × 128 float32 = 2,097,152 B → 2,162,688 B. Attention: 2 × 2 × 256 × 2 = 2,048 B
-    # per token, so the block grows to 16 × cdiv(2,162,688, 16 × 2,048) = 1,056 tokens.
+    # Gated DeltaNet state per layer on CUDA: conv (2 × 16 × 128 + 32 × 128) = 8,192 channels ×
+    # (4 − 1) columns × 2 B = 49,152 B + 32 × 128 × 128 recurrent values in bf16 ("auto": the model's
+    # dtype) = 1,048,576 B → 1,097,728 B. Attention: 2 × 2 × 256 × 2 = 2,048 B per token, so the
+    # block grows to 16 × cdiv(1,097,728, 16 × 2,048) = 544 tokens, a page of 1,114,112 B.
+    # (The rules are checked against a real vLLM in tests/test_vllm_hybrid.py.)
+    specs = plan_models.catalog_model("Qwen3-Next-80B-A3B").specs
+    state = [s for s in specs if s.has_state][0]
+    assert sp._state_page(state, "bf16", sp.CUDA) == 1_097_728
     hybrid = pages("Qwen3-Next-80B-A3B")
-    assert max(p.page_bytes for p in hybrid if p.kind == "state") == 2_162_688
-    alloc = sp.allocate(hybrid, 2_162_688 * 12 * 1000, max_model_len=8192)
-    assert alloc.block_size == 1056 and alloc.page_bytes == 2_162_688
+    assert {p.page_bytes for p in hybrid} == {1_114_112}
+    alloc = sp.allocate(hybrid, 1_114_112 * 12 * 1000, max_model_len=8192)
+    assert alloc.block_size == 544 and alloc.page_bytes == 1_114_112
     assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (4, 12, 1000)  # 3 state + 1 full
-    assert alloc.num_tokens == int(1000 / 11 * 8192)
-    assert alloc.blocks_per_request == 8 + 3  # cdiv(8,192, 1,056) = 8 full; one page per state group
-    assert alloc.max_concurrency == pytest.approx(1000 / 11)
+    # cdiv(8,192, 544) = 16 full pages; prefix caching on ("align"): 2 pages per state group
+    assert alloc.blocks_per_request == 16 + 3 * 2
+    assert alloc.num_tokens == int(1000 / 22 * 8192)
+    off = sp.allocate(sp.page_specs(specs, "bf16", 16, prefix_caching=False), 1_114_112 * 12 * 1000, 8192)
+    assert off.blocks_per_request == 16 + 3  # one state page per request and group
+    assert off.max_concurrency == pytest.approx(1000 / 19)
 
 
 def test_group_size_takes_the_larger_count_within_one_and_a_half():

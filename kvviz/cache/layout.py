@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 from kvviz.errors import UserError
 
 
@@ -58,6 +59,10 @@ class LayerSpec:
     state_known: bool = True  # False: a state layer of a family whose state size kvviz does not know
     latent_rope: int = 0  # LATENT: the rope-key part of values_per_token (the rest is kv_lora_rank)
     index_values: int = 0  # sparse-attention indexer keys per token, part of values_per_token (DSA)
+    conv_values: int = 0  # of state_values, a convolution window of conv_kernel columns
+    conv_kernel: int = 0
+    state_family: str = ""  # the state's mixer in vLLM's terms (mamba1, mamba2, gated_delta, …)
+    state_pinned: bool = False  # the config pins the float32 state's dtype (else vLLM uses the model's)
 
     def label(self) -> str:
         """"full", "sliding 4096", "chunked 8192", "latent 512+64", "state", "shared ← 18"."""
@@ -179,75 +184,93 @@ def _shared_sources(text, types: list[str]) -> dict[int, int]:
 
 # --- recurrent state sizes -----------------------------------------------------------------------
 
+class StateSize(NamedTuple):
+    """One layer's recurrent state: what transformers keeps, and the parts vLLM sizes its own way."""
+
+    plain: int  # values in the model's dtype
+    float32: int  # values transformers keeps in float32 whatever the dtype
+    conv: int = 0  # of `plain`, a convolution window of `kernel` columns (vLLM keeps kernel − 1)
+    kernel: int = 0
+    family: str = ""  # vLLM's mixer: mamba1, mamba2, gated_delta, short_conv, linear_attention
+    pinned: bool = False  # the config pins the float32 part's dtype (vLLM honours it; else model dtype)
+
+
 def _state_spec(text, attention: LayerSpec | None) -> LayerSpec:
-    sizes = _STATE_SIZES.get(text.model_type)
-    plain, f32 = sizes(text) if sizes else (0, 0)
+    rule = _STATE_SIZES.get(text.model_type)
+    size = rule(text) if rule else StateSize(0, 0)
+    parts = dict(state_known=rule is not None, conv_values=size.conv, conv_kernel=size.kernel,
+                 state_family=size.family, state_pinned=size.pinned)
     if attention is None:
-        return LayerSpec(STATE, 0, 0, None, plain, None, f32, sizes is not None)
+        return LayerSpec(STATE, 0, 0, None, size.plain, None, size.float32, **parts)
     return LayerSpec(attention.kind, attention.kv_heads, attention.values_per_token, attention.token_cap,
-                     plain, None, f32, sizes is not None)
+                     size.plain, None, size.float32, **parts)
 
 
-def _mamba1(inner: int, d_conv: int, d_state: int) -> tuple[int, int]:
+def _mamba1(inner: int, d_conv: int, d_state: int) -> StateSize:
     """Mamba: conv (inner × d_conv) in the model's dtype + a float32 SSM state (inner × d_state)."""
-    return inner * d_conv, inner * d_state
+    return StateSize(inner * d_conv, inner * d_state, inner * d_conv, d_conv, "mamba1")
 
 
-def _mamba2(inner: int, groups: int, d_state: int, d_conv: int, heads: int, d_head: int) -> tuple[int, int]:
+def _mamba2(inner: int, groups: int, d_state: int, d_conv: int, heads: int, d_head: int) -> StateSize:
     """Mamba-2: conv ((inner + 2 × groups × d_state) × d_conv) in the model's dtype + a float32
     SSM state (heads × d_head × d_state)."""
-    return (inner + 2 * groups * d_state) * d_conv, heads * d_head * d_state
+    conv = (inner + 2 * groups * d_state) * d_conv
+    return StateSize(conv, heads * d_head * d_state, conv, d_conv, "mamba2")
 
 
-def _jamba_state(c) -> tuple[int, int]:
+def _jamba_state(c) -> StateSize:
     return _mamba1(c.mamba_expand * c.hidden_size, c.mamba_d_conv, c.mamba_d_state)
 
 
-def _mamba_state(c) -> tuple[int, int]:  # mamba, falcon_mamba
+def _mamba_state(c) -> StateSize:  # mamba, falcon_mamba
     return _mamba1(c.intermediate_size, c.conv_kernel, c.state_size)
 
 
-def _bamba_state(c) -> tuple[int, int]:  # bamba, granitemoehybrid
+def _bamba_state(c) -> StateSize:  # bamba, granitemoehybrid
     return _mamba2(int(c.mamba_expand * c.hidden_size), c.mamba_n_groups, c.mamba_d_state, c.mamba_d_conv,
                    c.mamba_n_heads, c.mamba_d_head)
 
 
-def _falcon_h1_state(c) -> tuple[int, int]:
+def _falcon_h1_state(c) -> StateSize:
     inner = c.mamba_d_ssm if c.mamba_d_ssm is not None else int(c.mamba_expand * c.hidden_size)
     return _mamba2(inner, c.mamba_n_groups, c.mamba_d_state, c.mamba_d_conv, c.mamba_n_heads, c.mamba_d_head)
 
 
-def _mamba2_state(c) -> tuple[int, int]:
+def _mamba2_state(c) -> StateSize:
     return _mamba2(int(c.expand * c.hidden_size), c.n_groups, c.state_size, c.conv_kernel, c.num_heads,
                    c.head_dim)
 
 
-def _nemotron_h_state(c) -> tuple[int, int]:
-    conv, ssm = _mamba2(c.mamba_num_heads * c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel,
-                        c.mamba_num_heads, c.mamba_head_dim)
+def _nemotron_h_state(c) -> StateSize:
+    """The SSM cache's dtype is the config's `mamba_ssm_cache_dtype` (float32 when absent)."""
+    size = _mamba2(c.mamba_num_heads * c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel,
+                   c.mamba_num_heads, c.mamba_head_dim)
     if getattr(c, "mamba_ssm_cache_dtype", "float32") != "float32":
-        return conv + ssm, 0  # an SSM cache in the model's dtype
-    return conv, ssm
+        return size._replace(plain=size.plain + size.float32, float32=0)  # an SSM cache in the model's dtype
+    return size._replace(pinned=True)
 
 
-def _gated_delta_state(c) -> tuple[int, int]:
+def _gated_delta_state(c) -> StateSize:
     """Gated DeltaNet (Qwen3-Next, Qwen3.5, OLMo hybrid): conv over q, k, v (× kernel) + a float32
-    state per value head."""
+    state per value head (Qwen3.5's `mamba_ssm_dtype`, when given, pins it for vLLM)."""
     key_dim = c.linear_num_key_heads * c.linear_key_head_dim
     value_dim = c.linear_num_value_heads * c.linear_value_head_dim
     conv = (2 * key_dim + value_dim) * c.linear_conv_kernel_dim
-    return conv, c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim
+    pinned = getattr(c, "mamba_ssm_dtype", None) == "float32"
+    return StateSize(conv, c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim,
+                     conv, c.linear_conv_kernel_dim, "gated_delta", pinned)
 
 
-def _short_conv_state(c) -> tuple[int, int]:
+def _short_conv_state(c) -> StateSize:
     """LFM2's short convolution: hidden × conv_L_cache."""
-    return c.hidden_size * c.conv_L_cache, 0
+    return StateSize(c.hidden_size * c.conv_L_cache, 0, c.hidden_size * c.conv_L_cache, c.conv_L_cache,
+                     "short_conv")
 
 
-def _lightning_state(c) -> tuple[int, int]:
+def _lightning_state(c) -> StateSize:
     """MiniMax's lightning attention: one head_dim × head_dim state per head."""
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return c.num_attention_heads * head_dim * head_dim, 0
+    return StateSize(c.num_attention_heads * head_dim * head_dim, 0, family="linear_attention")
 
 
 # Measured on tiny models in fp32 and bf16 (tests/test_architectures.py): conv states follow the

@@ -34,6 +34,8 @@ class Setup:
     max_num_batched_tokens: int = serving_plan.DEFAULT_MAX_NUM_BATCHED_TOKENS
     prefix_tokens: int = 0  # system prompt shared by every request (what-if)
     offload_bytes: int = 0  # CPU memory per replica holding evicted blocks (what-if)
+    platform: str = "cuda"  # vLLM's platform: "cuda" or "cpu" (hybrids' block sizes, state dtype)
+    prefix_caching: bool = True  # vLLM's default; a Mamba hybrid then holds more state pages
 
 
 def check_setup(model: ModelKV, s: Setup) -> None:
@@ -50,6 +52,8 @@ def check_setup(model: ModelKV, s: Setup) -> None:
         raise UserError("max model length must be at least 1")
     if s.offload_bytes < 0:
         raise UserError("the CPU offload tier cannot be negative")
+    if s.platform not in serving_plan.PLATFORMS:
+        raise UserError(f"the platform is one of {', '.join(serving_plan.PLATFORMS)}")
     capacity.normalize_dtype(s.kv_dtype)
     if s.weight_dtype != CHECKPOINT:
         capacity.normalize_dtype(s.weight_dtype)
@@ -97,8 +101,9 @@ def _plain(stages: list[ModelKV], budget: int, s: Setup, tokens: int) -> dict:
 
 def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> dict:
     try:
-        pages = [serving_plan.page_specs(m.specs, capacity.normalize_dtype(s.kv_dtype), s.block_size)
-                 for m in stages]
+        platform = serving_plan.PLATFORMS[s.platform]
+        pages = [serving_plan.page_specs(m.specs, capacity.normalize_dtype(s.kv_dtype), s.block_size,
+                                         platform, s.prefix_caching) for m in stages]
         length = max_model_len(model, s)
         allocs = [serving_plan.allocate(p, budget, length, s.max_num_batched_tokens) for p in pages]
         at_t = min(serving_plan.requests_at(p, budget, s.context_tokens, s.max_num_batched_tokens)
@@ -109,7 +114,9 @@ def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> dict:
     starts = serving_plan.starts(a)  # vLLM refuses to start otherwise
     longest = length if starts else min(serving_plan.longest_model_len(
         p, budget, length, s.max_num_batched_tokens) for p in pages)
-    return {"starts": starts, "longest_max_model_len": longest,"gpu_memory_utilization": round(1 - s.overhead_fraction, 6), "block_size": a.block_size,
+    return {"starts": starts, "longest_max_model_len": longest, "platform": platform.name,
+            "prefix_caching": s.prefix_caching,
+            "gpu_memory_utilization": round(1 - s.overhead_fraction, 6), "block_size": a.block_size,
             "max_model_len": length, "max_num_batched_tokens": s.max_num_batched_tokens,
             "num_blocks": a.num_blocks, "num_tokens": a.num_tokens,
             "max_concurrency": a.max_concurrency, "blocks_per_request": a.blocks_per_request,

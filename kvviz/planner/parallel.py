@@ -73,15 +73,16 @@ def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
 
 def rank_spec(spec: LayerSpec, tp: int) -> LayerSpec:
     """What one TP rank caches for this layer."""
-    state = math.ceil(spec.state_values / tp), math.ceil(spec.state_float32_values / tp)
+    state = dict(state_values=math.ceil(spec.state_values / tp),
+                 state_float32_values=math.ceil(spec.state_float32_values / tp),
+                 conv_values=math.ceil(spec.conv_values / tp))  # states are split by head / channel
     if spec.kind in _SPLIT_BY_HEAD and spec.kv_heads:
         head_values = spec.values_per_token // spec.kv_heads  # K and V of one head
         heads = kv_heads_per_rank(spec.kv_heads, tp)
-        return replace(spec, kv_heads=heads, values_per_token=heads * head_values,
-                       state_values=state[0], state_float32_values=state[1])
+        return replace(spec, kv_heads=heads, values_per_token=heads * head_values, **state)
     if not spec.has_state:
         return spec  # a latent (MLA) layer: every rank caches all of it
-    return replace(spec, state_values=state[0], state_float32_values=state[1])
+    return replace(spec, **state)
 
 
 def pp_layer_counts(num_layers: int, pp: int) -> list[int]:

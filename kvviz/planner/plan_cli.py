@@ -95,6 +95,11 @@ def _add_serving_options(p: argparse.ArgumentParser) -> None:
                    help="tokens in flight that sliding/chunked layers reserve for (default 8192; "
                         "vLLM 0.32 reserves concurrent batches × max_num_batched_tokens: pass "
                         "2 × it with async scheduling)")
+    g.add_argument("--platform", choices=sorted(serving_plan.PLATFORMS), default="cuda",
+                   help="vLLM's platform (default cuda): hybrids' block alignment and state dtype")
+    g.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
+                   help="as `vllm serve --no-enable-prefix-caching` (a Mamba hybrid then holds one "
+                        "state page per request, not its 'align' mode's two or three)")
     g.add_argument("--prefix-tokens", type=int, default=0,
                    help="what-if: every request starts with the same S-token system prompt")
     g.add_argument("--offload-gb", type=float, default=0.0,
@@ -259,7 +264,7 @@ def _setup(args: argparse.Namespace, gpu: dict, context: int) -> deployment.Setu
         parallel.Parallel(args.tp, args.pp, args.dp), capacity.normalize_dtype(args.kv_dtype),
         _weight_dtype(args), args.overhead, context, args.batch,
         args.block_size, args.max_model_len, args.max_num_batched_tokens, args.prefix_tokens,
-        int(args.offload_gb * 1e9))
+        int(args.offload_gb * 1e9), args.platform, args.prefix_caching)
 
 
 def _weight_dtype(args: argparse.Namespace) -> str:
@@ -379,8 +384,9 @@ def _vllm_lines(plan: dict) -> list[str]:
     if "error" in v:
         return [f"as vLLM would allocate it: not available ({v['error']})"]
     return [
-        f"as vLLM would allocate it (gpu_memory_utilization {v['gpu_memory_utilization']:g}, "
-        f"block size {v['block_size']}, max_model_len {v['max_model_len']:,}):",
+        f"as vLLM would allocate it on {v['platform']} (gpu_memory_utilization "
+        f"{v['gpu_memory_utilization']:g}, block size {v['block_size']}, max_model_len "
+        f"{v['max_model_len']:,}, prefix caching {'on' if v['prefix_caching'] else 'off'}):",
         f"  {v['num_blocks']:,} blocks per GPU ({v['layout']}, {v['num_groups']} KV cache "
         f"group(s) of {v['group_size']} layers) → KV cache size {v['num_tokens']:,} tokens; "
         f"maximum concurrency for {v['max_model_len']:,} tokens per request: "

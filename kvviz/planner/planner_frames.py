@@ -220,7 +220,7 @@ def vllm_metrics(plan: Plan) -> list[Metric]:
         return []
     return [
         Metric("KV blocks per GPU", fmt_count(v["num_blocks"]),
-               f"Memory for KV ÷ page size ÷ layers per group (block size {v['block_size']}, "
+               f"Memory for KV ÷ page size ÷ layers per group, on {v['platform']} (block size {v['block_size']}, "
                f"{v['num_groups']} group(s) of {v['group_size']} layers, {v['layout']})."),
         Metric("Tokens that fit (vLLM)", fmt_count(v["num_tokens"]),
                "What vLLM logs as \"KV cache size\": max concurrency × max_model_len."),

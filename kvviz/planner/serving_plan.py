@@ -37,7 +37,6 @@ from kvviz.errors import UserError
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (128 on CPU)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` default on GPUs with ≥ 70 GiB (2,048 below)
-KERNEL_BLOCK_ALIGNMENT = 16  # tokens: attention block sizes vLLM picks for hybrids are multiples
 # Element bytes of vLLM's cache dtypes ("auto" = the model's dtype). vLLM has no int4 KV cache;
 # int8 is its per-token-head format with one float32 scale per token, head, K and V.
 VLLM_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -49,6 +48,25 @@ class NotServable(UserError):
 
 
 @dataclass(frozen=True)
+class Platform:
+    """What of vLLM's allocation depends on the machine it serves on."""
+
+    name: str
+    kernel_block: int  # tokens: the attention kernel's block sizes are multiples of this
+    ssm_float32: bool  # the recurrent state is float32 whatever the model's dtype ("auto" resets)
+
+
+# CUDA (FlashAttention / Triton: MultipleOf(16); mamba_ssm_cache_dtype "auto" = the model's dtype).
+CUDA = Platform("CUDA", 16, False)
+# vLLM's CPU backend (MultipleOf(32)); with AVX-512 BF16 it resets the SSM state to float32
+# (vllm/platforms/cpu.py) — the machine kvviz's tests check against.
+CPU = Platform("CPU", 32, True)
+PLATFORMS = {"cuda": CUDA, "cpu": CPU}
+# Prefill checkpoint pages a mixer keeps in "align" mode (prefix caching on): Mamba-2's one.
+_CHECKPOINT_PAGES = {"mamba2": 1}
+
+
+@dataclass(frozen=True)
 class PageSpec:
     """One layer as vLLM's KVCacheSpec sees it."""
 
@@ -56,10 +74,11 @@ class PageSpec:
     block_size: int  # tokens per block
     page_bytes: int  # bytes of one block of this layer
     window: int | None = None  # sliding window / chunk size
+    request_pages: int = 1  # STATE: pages one request holds (more with prefix caching)
 
     @property
     def key(self) -> tuple:
-        return (self.kind, self.block_size, self.page_bytes, self.window)
+        return (self.kind, self.block_size, self.page_bytes, self.window, self.request_pages)
 
 
 @dataclass(frozen=True)
@@ -87,12 +106,25 @@ def _attention_page(values_per_token: int, kv_heads: int, block_size: int, kv_dt
     return page
 
 
-def _state_page(spec, kv_dtype: str) -> int:
-    per_value = 4 if kv_dtype == "fp32" else 2  # mamba_ssm_cache_dtype "auto": the model dtype
-    return spec.state_values * per_value + spec.state_float32_values * 4
+def _state_page(spec, kv_dtype: str, platform: Platform) -> int:
+    """vLLM's state page: the conv window keeps kernel − 1 columns (transformers keeps kernel),
+    in the model's dtype; the recurrent state is in the model's dtype unless the config pins
+    float32 or the platform resets it."""
+    model_bytes = 4 if kv_dtype == "fp32" else 2  # the KV dtype stands for the model's ("auto")
+    conv = spec.conv_values // spec.conv_kernel * (spec.conv_kernel - 1) if spec.conv_kernel else 0
+    state_bytes = 4 if spec.state_pinned or platform.ssm_float32 else model_bytes
+    return ((conv + spec.state_values - spec.conv_values) * model_bytes
+            + spec.state_float32_values * state_bytes)
 
 
-def page_specs(specs, kv_dtype: str, block_size: int) -> list[PageSpec]:
+def _state_request_pages(spec, prefix_caching: bool) -> int:
+    """Pages one request holds: its state; with prefix caching ("align" mode) two plus the
+    mixer's prefill checkpoints (vLLM's MambaSpec.max_memory_usage_bytes)."""
+    return 2 + _CHECKPOINT_PAGES.get(spec.state_family, 0) if prefix_caching else 1
+
+
+def page_specs(specs, kv_dtype: str, block_size: int, platform: Platform = CUDA,
+               prefix_caching: bool = True) -> list[PageSpec]:
     """The vLLM spec of every layer that caches something (KV-sharing layers allocate nothing;
     a layer with attention and a recurrent state gives one spec for each)."""
     pages = []
@@ -102,16 +134,17 @@ def page_specs(specs, kv_dtype: str, block_size: int) -> list[PageSpec]:
             pages.append(PageSpec(s.kind, block_size, _attention_page(
                 s.values_per_token, s.kv_heads, block_size, kv_dtype), window))
         if s.has_state:
-            pages.append(PageSpec(STATE, block_size, _state_page(s, kv_dtype)))
+            pages.append(PageSpec(STATE, block_size, _state_page(s, kv_dtype, platform),
+                                  request_pages=_state_request_pages(s, prefix_caching)))
         elif s.kind == STATE:
             pages.append(PageSpec(STATE, block_size, 0))
-    return [p for p in pages if p.page_bytes > 0 or p.kind != STATE]
+    return _pad_states([p for p in pages if p.page_bytes > 0 or p.kind != STATE], platform.kernel_block)
 
 
 def max_memory_bytes(p: PageSpec, max_model_len: int, max_num_batched_tokens: int) -> int:
     """Most memory one request can hold in one layer of this spec (vLLM's max_memory_usage_bytes)."""
     if p.kind == STATE:
-        return p.page_bytes
+        return p.request_pages * p.page_bytes
     if p.kind == SLIDING:
         tokens = min(p.window - 1 + max_num_batched_tokens, max_model_len)
         return (math.ceil(tokens / p.block_size) + 1) * p.page_bytes
@@ -126,9 +159,10 @@ def _slots_kind(p: PageSpec) -> tuple:
     return ("full",) if p.kind in (FULL, LATENT) else (p.kind, p.window)
 
 
-def _pad_states(pages: list[PageSpec]) -> list[PageSpec]:
-    """Mamba hybrids: raise the attention block size until a page holds a state, then pad every
-    state page to the attention page (vLLM's HybridAttentionMambaModelConfig)."""
+def _pad_states(pages: list[PageSpec], kernel_block: int) -> list[PageSpec]:
+    """Mamba hybrids: raise the attention block size, in steps of the larger of the kernel's
+    block and the requested one, until a page holds a state, then pad every state page to the
+    attention page (vLLM's `_align_hybrid_block_size`)."""
     states = [p for p in pages if p.kind == STATE]
     attention = [p for p in pages if p.kind != STATE]
     if not states or not attention:
@@ -136,12 +170,13 @@ def _pad_states(pages: list[PageSpec]) -> list[PageSpec]:
     state_page = max(p.page_bytes for p in states)
     per_token = max(p.page_bytes // p.block_size for p in attention)
     block = attention[0].block_size
-    needed = KERNEL_BLOCK_ALIGNMENT * math.ceil(state_page / (KERNEL_BLOCK_ALIGNMENT * per_token))
-    block = max(block, needed)
+    step = max(kernel_block, block)
+    needed = step * math.ceil(state_page / (step * per_token))
+    block = max(block, kernel_block * math.ceil(needed / kernel_block))
     resized = [PageSpec(p.kind, block, p.page_bytes // p.block_size * block, p.window)
                for p in attention]
     top = max(p.page_bytes for p in resized)
-    return resized + [PageSpec(STATE, block, top) for _ in states]
+    return resized + [PageSpec(STATE, block, top, request_pages=p.request_pages) for p in states]
 
 
 def _unify_pages(pages: list[PageSpec]) -> list[PageSpec]:
@@ -152,7 +187,7 @@ def _unify_pages(pages: list[PageSpec]) -> list[PageSpec]:
         if top % p.page_bytes:
             raise NotServable("vLLM cannot unify this model's page sizes (not multiples)")
         ratio = top // p.page_bytes
-        out.append(PageSpec(p.kind, p.block_size * ratio, top, p.window))
+        out.append(PageSpec(p.kind, p.block_size * ratio, top, p.window, p.request_pages))
     return out
 
 
@@ -201,7 +236,7 @@ def _uniform_type(pages, available_bytes, max_model_len, batched) -> Allocation:
 
 
 def _hybrid(pages, available_bytes, max_model_len, batched) -> Allocation:
-    pages = _unify_pages(_pad_states(pages))
+    pages = _unify_pages(pages)
     counts = Counter(p.key for p in pages)
     group_size = _group_size(counts)
     groups = {key: math.ceil(n / group_size) for key, n in counts.items()}
