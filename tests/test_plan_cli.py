@@ -213,6 +213,24 @@ def test_json_mla_and_hybrid(capsys):
     assert plan["model"]["bytes_per_token_by_kind"] == {"chunked": 36 * 4096, "full": 12 * 4096}
 
 
+def test_platform_and_prefix_caching_flags_reach_the_mamba_hybrid_plan(capsys):
+    base = ("Qwen3-Next-80B-A3B", "--gpu", "H200", "--max-model-len", "8192")
+    cuda = run_json(capsys, *base)["deployment"]["vllm"]
+    cpu = run_json(capsys, *base, "--platform", "cpu")["deployment"]["vllm"]
+    off = run_json(capsys, *base, "--no-prefix-caching")["deployment"]["vllm"]
+    assert (cuda["platform"], cuda["prefix_caching"], off["prefix_caching"]) == ("CUDA", True, False)
+    assert cpu["platform"] == "CPU"
+    # bf16 state on CUDA: 544-token blocks (tests/test_serving_plan.py); a float32 state on the CPU
+    # backend: 32 × cdiv(2,146,304, 32 × 2,048) = 1,056
+    assert (cuda["block_size"], cpu["block_size"]) == (544, 1056)
+    # prefix caching holds 2 pages per state group per request, off 1: 16 + 3 × 2 vs 16 + 3
+    assert (cuda["blocks_per_request"], off["blocks_per_request"]) == (22, 19)
+    assert off["num_blocks"] == cuda["num_blocks"]
+    assert plan_cli.run(parse(*base, "--platform", "cpu")) == 0
+    text = capsys.readouterr().out
+    assert "as vLLM would allocate it on CPU" in text and "prefix caching on" in text
+
+
 def test_json_int4_has_no_vllm_figures(capsys):
     plan = run_json(capsys, "SmolLM2-135M", "--kv-dtype", "int4")
     assert "int4" in plan["deployment"]["vllm"]["error"]
