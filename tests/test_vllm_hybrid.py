@@ -7,6 +7,10 @@ of KV cache, max model length 8,192, prefix caching on (vLLM's default: "align" 
 nothing generated) and prints what it allocated; kvviz.planner.serving_plan, on vLLM's CPU
 platform, must give the same block size, blocks, tokens and concurrency.
 
+DeepSeek-V3.2's sparse-attention indexer keys are a cache of their own in vLLM, fp8 + one float32
+scale per 128 values (132 B per token and layer, not bf16's 256): `scripts/vllm_indexer_check.py`
+runs vLLM's own grouping and capacity functions on those specs.
+
 The MEASURED numbers (2026-12-04, this machine) are checked without vLLM too, so the arithmetic
 stays pinned where .venv-vllm is absent; the `slow` test re-measures them on the real engine.
 In CI a vLLM that cannot build the engine is a failure (never a skip).
@@ -20,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from transformers import GraniteMoeHybridConfig, Qwen3NextConfig
+from transformers import DeepseekV32Config, GraniteMoeHybridConfig, Qwen3NextConfig
 
 from kvviz.planner import plan_models
 from kvviz.planner import serving_plan as sp
@@ -94,10 +98,32 @@ def test_hand_count_of_the_qwen3_next_state_page():
             if p.kind == "state"} == {1}
 
 
-def vllm_allocation(config_dir: Path, block: int, prefix: bool) -> dict:
-    """Run the check script on the real engine: bounded, its whole process group killed after."""
-    args = [str(VLLM_PYTHON), str(ROOT / "scripts" / "vllm_hybrid_check.py"), str(config_dir), str(KV_BYTES),
-            str(block), str(MAX_LEN), "1" if prefix else "0", "bfloat16"]
+def v32_plan() -> tuple:
+    """A 4-layer DeepSeek-V3.2-style model: latent 512 + rope 64, indexer keys of 128."""
+    c = DeepseekV32Config(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, num_key_value_heads=4,
+                          kv_lora_rank=512, q_lora_rank=64, qk_rope_head_dim=64, qk_nope_head_dim=32,
+                          v_head_dim=32, index_head_dim=128, index_n_heads=2, index_topk=4, n_routed_experts=4,
+                          num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=32,
+                          first_k_dense_replace=1, vocab_size=1024)
+    pages = sp.page_specs(plan_models.model_from_config(c.to_dict(), "v32").specs, "bf16", 64)
+    a = sp.allocate(pages, 64 * 2**20, 8192)
+    return sorted({p.page_bytes for p in pages}), a.layout, a.num_blocks, a.num_tokens, a.max_concurrency
+
+
+def test_the_v32_indexer_is_fp8_with_scales_in_its_own_pages():
+    # 64 tokens × 576 × 2 B = 73,728 B; indexer 64 × (128 + 4) = 8,448 B; one group ("uniform type"):
+    # 64 MiB // (4 × 82,176) = 204 blocks; cdiv(8,192, 64) = 128 per request → 204 / 128 = 1.59375×
+    # (what vLLM 0.32's own functions gave: the slow test below re-runs them).
+    assert v32_plan() == ([8_448, 73_728], "uniform type", 204, 13_056, 1.59375)
+
+
+def run_vllm_script(script: str, *args) -> dict:
+    """Run a check script under .venv-vllm: bounded, its whole process group killed after."""
+    if not VLLM_PYTHON.exists():
+        if os.environ.get("CI"):
+            pytest.fail(".venv-vllm is missing in CI (make test installs it)")
+        pytest.skip(".venv-vllm is not installed (make test installs it)")
+    args = [str(VLLM_PYTHON), str(ROOT / "scripts" / script), *map(str, args)]
     env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # it overrides KV_BYTES
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -117,14 +143,17 @@ def vllm_allocation(config_dir: Path, block: int, prefix: bool) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(MEASURED), ids=lambda c: f"{c[0]}-block{c[1]}-prefix{int(c[2])}")
 def test_the_real_vllm_allocates_what_kvviz_plans(case, tmp_path):
-    if not VLLM_PYTHON.exists():
-        if os.environ.get("CI"):
-            pytest.fail(".venv-vllm is missing in CI (make test installs it)")
-        pytest.skip(".venv-vllm is not installed (make test installs it)")
     name, block, prefix = case
     CONFIGS[name]().save_pretrained(tmp_path)
-    got = vllm_allocation(tmp_path, block, prefix)
+    got = run_vllm_script("vllm_hybrid_check.py", tmp_path, KV_BYTES, block, MAX_LEN, int(prefix), "bfloat16")
     assert got["mamba_cache_mode"] == ("align" if prefix else "none")
     assert got["max_num_batched_tokens"] == MAX_BATCHED
     real = (got["block_size"], got["num_blocks"], got["num_tokens"], got["max_concurrency"])
     assert kvviz_plan(*case) == (real[0], real[1], real[2], pytest.approx(real[3], rel=1e-12))
+
+
+@pytest.mark.slow
+def test_vllms_own_arithmetic_on_the_v32_indexer_specs():
+    got = run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192)
+    assert got["groups"] == [["UniformTypeKVCacheSpecs", 8]]  # latent + indexer of 4 layers, one group
+    assert v32_plan()[1:] == ("uniform type", got["num_blocks"], got["num_tokens"], got["max_concurrency"])

@@ -41,6 +41,9 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` default on GPUs with ≥ 7
 # int8 is its per-token-head format with one float32 scale per token, head, K and V.
 VLLM_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 INT8_SCALE_BYTES = 4
+# DeepSeek-V3.2's indexer keys: vLLM stores them as fp8 with one float32 scale per 128 values, in
+# a cache of their own (an MLA spec of uint8; vllm/model_executor/models/deepseek_v2.py).
+INDEXER_QUANT_BLOCK = 128
 
 
 class NotServable(UserError):
@@ -117,6 +120,11 @@ def _state_page(spec, kv_dtype: str, platform: Platform) -> int:
             + spec.state_float32_values * state_bytes)
 
 
+def _indexer_bytes(index_values: int) -> int:
+    """One token's indexer key in vLLM: fp8 values + a float32 scale per quantization block."""
+    return index_values + index_values // INDEXER_QUANT_BLOCK * 4
+
+
 def _state_request_pages(spec, prefix_caching: bool) -> int:
     """Pages one request holds: its state; with prefix caching ("align" mode) two plus the
     mixer's prefill checkpoints (vLLM's MambaSpec.max_memory_usage_bytes)."""
@@ -132,7 +140,9 @@ def page_specs(specs, kv_dtype: str, block_size: int, platform: Platform = CUDA,
         if s.kind in (FULL, SLIDING, CHUNKED, LATENT):
             window = s.token_cap if s.kind in (SLIDING, CHUNKED) else None
             pages.append(PageSpec(s.kind, block_size, _attention_page(
-                s.values_per_token, s.kv_heads, block_size, kv_dtype), window))
+                s.values_per_token - s.index_values, s.kv_heads, block_size, kv_dtype), window))
+        if s.index_values:
+            pages.append(PageSpec(s.kind, block_size, block_size * _indexer_bytes(s.index_values), window))
         if s.has_state:
             pages.append(PageSpec(STATE, block_size, _state_page(s, kv_dtype, platform),
                                   request_pages=_state_request_pages(s, prefix_caching)))
