@@ -37,6 +37,8 @@ def allocation(model_dir: str, kv_bytes: int, block_size: int, max_len: int, pre
             "mamba_cache_mode": cache.mamba_cache_mode, "mamba_page_size_padded": cache.mamba_page_size_padded,
             "mamba_cache_dtype": cache.mamba_cache_dtype, "mamba_ssm_cache_dtype": cache.mamba_ssm_cache_dtype,
             "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens,
+            "async_scheduling": engine.vllm_config.scheduler_config.async_scheduling,
+            "max_in_flight_tokens": engine.vllm_config.max_in_flight_tokens,
             "groups": [group_summary(g) for g in kv_config.kv_cache_groups]}
 
 

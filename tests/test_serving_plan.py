@@ -53,7 +53,7 @@ def test_mla_page_is_the_latent_only():
 def test_sliding_plus_full_hybrid_gemma2():
     # Gemma-2-9B: 21 sliding (4,096) + 21 full, page 16 × 2 × 8 × 256 × 2 = 131,072 B; groups of 21
     alloc = sp.allocate(pages("Gemma-2-9B"), 131_072 * 21 * 1000, max_model_len=8192,
-                        max_num_batched_tokens=8192)
+                        in_flight=8192)
     assert (alloc.layout, alloc.num_groups, alloc.group_size) == ("hybrid", 2, 21)
     assert alloc.num_blocks == 1000
     assert alloc.num_tokens == int(1000 / 1025 * 8192) == 7992  # vLLM 0.32: concurrency × length
@@ -65,7 +65,7 @@ def test_sliding_plus_full_hybrid_gemma2():
 def test_chunked_plus_full_hybrid_llama4_scout():
     # 36 chunked (8,192) + 12 full, page 16 × 2 × 8 × 128 × 2 = 65,536 B; group size 12 → 3 + 1 groups
     alloc = sp.allocate(pages("Llama-4-Scout"), 65_536 * 12 * 1000, max_model_len=32_768,
-                        max_num_batched_tokens=8192)
+                        in_flight=8192)
     assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (4, 12, 1000)
     assert alloc.num_tokens == int(1000 / 5120 * 32_768) == 6400
     # chunked: cdiv(min(8,192 + 8,192, 32,768), 16) = 1,024 per group × 3; full: 2,048
@@ -136,3 +136,18 @@ def test_longest_max_model_len_when_one_request_does_not_fit():
     gemma = pages("Gemma-2-9B")
     assert sp.longest_model_len(gemma, 131_072 * 21 * 1000, 8192) == 7984
     assert sp.longest_model_len(smol, 0, 32_768) == 0
+
+
+def test_sliding_layers_reserve_for_every_batch_in_flight():
+    # vLLM 0.32's max_in_flight_tokens: concurrent batches × max_num_batched_tokens. CUDA schedules
+    # asynchronously by default (2 batches); the V1 runner turns it off with PP (one per stage);
+    # the CPU backend schedules synchronously (async_scheduling False, 4,096 in flight, measured
+    # by scripts/vllm_hybrid_check.py on this machine).
+    assert sp.in_flight_tokens(sp.CUDA, 8192) == 16_384
+    assert sp.in_flight_tokens(sp.CUDA, 8192, pp=4) == 4 * 8192
+    assert sp.in_flight_tokens(sp.CPU, 4096) == 4096
+    # Gemma-2-9B's sliding layers: cdiv(min(4,095 + 16,384, 32,768), 16) + 1 = 1,281 blocks, not 769
+    gemma = pages("Gemma-2-9B")
+    sliding = [p for p in gemma if p.kind == "sliding"][0]
+    assert sp.max_memory_bytes(sliding, 32_768, 16_384) == 1281 * sliding.page_bytes
+    assert sp.max_memory_bytes(sliding, 32_768, 8192) == 769 * sliding.page_bytes

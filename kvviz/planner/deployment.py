@@ -105,19 +105,20 @@ def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> dict:
         pages = [serving_plan.page_specs(m.specs, capacity.normalize_dtype(s.kv_dtype), s.block_size,
                                          platform, s.prefix_caching) for m in stages]
         length = max_model_len(model, s)
-        allocs = [serving_plan.allocate(p, budget, length, s.max_num_batched_tokens) for p in pages]
-        at_t = min(serving_plan.requests_at(p, budget, s.context_tokens, s.max_num_batched_tokens)
-                   for p in pages)
+        in_flight = serving_plan.in_flight_tokens(platform, s.max_num_batched_tokens, s.par.pp)
+        allocs = [serving_plan.allocate(p, budget, length, in_flight) for p in pages]
+        at_t = min(serving_plan.requests_at(p, budget, s.context_tokens, in_flight) for p in pages)
     except serving_plan.NotServable as err:
         return {"error": str(err)}
     a = serving_plan.min_over_stages(allocs)
     starts = serving_plan.starts(a)  # vLLM refuses to start otherwise
     longest = length if starts else min(serving_plan.longest_model_len(
-        p, budget, length, s.max_num_batched_tokens) for p in pages)
+        p, budget, length, in_flight) for p in pages)
     return {"starts": starts, "longest_max_model_len": longest, "platform": platform.name,
             "prefix_caching": s.prefix_caching,
             "gpu_memory_utilization": round(1 - s.overhead_fraction, 6), "block_size": a.block_size,
             "max_model_len": length, "max_num_batched_tokens": s.max_num_batched_tokens,
+            "in_flight_tokens": in_flight,
             "num_blocks": a.num_blocks, "num_tokens": a.num_tokens,
             "max_concurrency": a.max_concurrency, "blocks_per_request": a.blocks_per_request,
             "page_bytes": a.page_bytes, "num_groups": a.num_groups, "group_size": a.group_size,

@@ -92,9 +92,9 @@ def _add_serving_options(p: argparse.ArgumentParser) -> None:
                    help="longest request vLLM admits (default: the model's max position)")
     g.add_argument("--max-num-batched-tokens", type=int,
                    default=serving_plan.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                   help="tokens in flight that sliding/chunked layers reserve for (default 8192; "
-                        "vLLM 0.32 reserves concurrent batches × max_num_batched_tokens: pass "
-                        "2 × it with async scheduling)")
+                   help="tokens per scheduled batch (default 8192); sliding / chunked layers reserve "
+                        "for every batch in flight: two with CUDA's asynchronous scheduling (vLLM "
+                        "0.32's default), one per stage with PP or on CPU")
     g.add_argument("--platform", choices=sorted(serving_plan.PLATFORMS), default="cuda",
                    help="vLLM's platform (default cuda): hybrids' block alignment and state dtype")
     g.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",

