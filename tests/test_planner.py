@@ -7,7 +7,9 @@ Hand arithmetic used below (GB = 1e9 B):
   80e9 − 16,060,522,496 − 8e9 = 55,939,477,504 B. At T tokens a request needs 131,072·T B:
   T = 500 → 65,536,000 B → 853 requests; 2,000 → 262,144,000 B → 213; 8,000 → 1,048,576,000 B
   → 53; 1,024 → 416; 4,096 → 104 (= 416 / 4: quadruple the context, quarter the users).
-  Decode step floor at T = 2,000, batch 1: (16,060,522,496 + 262,144,000) / 3.35e12 = 4.8724 ms.
+  A decode step reads every weight but the untied embedding table (128,256 × 4,096 = 525,336,576
+  params; a token reads one row): 7,504,924,672 × 2 B = 15,009,849,344 B.
+  Decode step floor at T = 2,000, batch 1: (15,009,849,344 + 262,144,000) / 3.35e12 = 4.5588 ms.
 """
 import json
 from pathlib import Path
@@ -56,8 +58,8 @@ def test_context_table_and_sentence():
     # vLLM: pages of 16 tokens × 2,048 values × 2 B = 65,536 B; 55,939,477,504 // 65,536 // 32
     # = 26,674 blocks; a request holds cdiv(T, 16) blocks: 500 → 32, 2,000 → 125, 8,000 → 500
     assert list(table["vllm_requests_per_replica"]) == [833, 213, 53]
-    assert table["decode_step_floor_ms"][1] == pytest.approx(4.8724, abs=1e-4)
-    assert table["tokens_per_s_per_request_ceiling"][1] == pytest.approx(1 / 4.8724e-3, rel=1e-4)
+    assert table["decode_step_floor_ms"][1] == pytest.approx(4.5588, abs=1e-4)
+    assert table["tokens_per_s_per_request_ceiling"][1] == pytest.approx(1 / 4.5588e-3, rel=1e-4)
     assert pf.context_sentence(table) == "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."
 
 
@@ -133,7 +135,7 @@ def test_headline_metrics():
     values = {m.label: m.value for m in pf.headline_metrics(llama8b_plan(batch=4), fmt_bytes)}
     assert values["KV per token"] == "128 KiB" and values["Requests that fit at 2,000 tokens"] == "213"
     assert values["Decode step ≥ (batch 4)"] == pf.fmt_seconds(
-        (16_060_522_496 + 4 * 262_144_000) / 3.35e12)
+        (15_009_849_344 + 4 * 262_144_000) / 3.35e12)
     # vLLM: 55,939,477,504 // 65,536 B pages // 32 layers = 26,674 blocks of 16 tokens
     assert values["KV blocks per GPU"] == "26,674"
     assert values["Tokens that fit (vLLM)"] == "426,784"
@@ -320,7 +322,7 @@ def test_page_default_catalog_model():
     values = metrics(at)
     assert values["Requests that fit at 2,000 tokens"] == "213"
     assert values["KV per token"] == "128 KiB"
-    assert values["Decode step ≥ (batch 1)"] == "4.87 ms"
+    assert values["Decode step ≥ (batch 1)"] == "4.56 ms"
     assert values["Requests of 2,000 tokens (whole blocks)"] == "213"
     assert any(h.value == "As vLLM would allocate it" for h in at.subheader)
     sentence = "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."

@@ -223,6 +223,6 @@ def checkpoint_weights(cfg: dict) -> CheckpointWeights:
         else:
             size = t.numel * dtype_bytes
         total += size
-        active += size * per_token // num if (t.routed and num) else size
+        active += params.active_share(t, num, per_token, size)
     return CheckpointWeights(total, active, format_label(qcfg, dtype_bytes), quantized,
                              sum(t.numel for t in tensors))

@@ -4,7 +4,10 @@ The architecture is instantiated on PyTorch's meta device: every tensor has a sh
 storage, so nothing is allocated and nothing is downloaded. `sum(p.numel())` over the model's
 parameters (tied embeddings counted once) is the total; for a mixture of experts the routed
 experts' parameters count `num_experts_per_tok / num_experts` of their size in the active count
-(shared experts, attention, embeddings, routers and any vision tower count in full).
+(shared experts, attention, routers and any vision tower count in full). An input embedding
+table that is not tied to the output head is not active: a token reads one row of it (the
+published convention — gpt-oss-20b "3.6B active" is 4.19 B less its 0.58 B embedding table);
+tied to the head, the head reads all of it each step, so it counts.
 
 Results are cached per config (an lru_cache keyed on the config's canonical JSON): building a
 big MoE on meta takes a second or two, and the planner asks again on every rerun.
@@ -39,6 +42,7 @@ class ParamCount:
     num_experts: int | None = None  # routed experts per MoE layer, None for dense
     experts_per_token: int | None = None  # routed experts each token uses
     architecture: str = ""  # the transformers class that was instantiated
+    lookup: int = 0  # of total, an untied input embedding table (not in `active`: one row per token)
 
     @property
     def is_moe(self) -> bool:
@@ -117,6 +121,7 @@ class Tensor:
     name: str  # as transformers names it, e.g. "model.layers.0.mlp.experts.gate_up_proj"
     shape: tuple[int, ...]
     routed: bool  # a routed expert's weight (counted k / E of its size as active)
+    lookup: bool = False  # an input embedding table not tied to the head (one row read per token)
 
     @property
     def numel(self) -> int:
@@ -143,9 +148,27 @@ def _tensors_from_json(config_json: str) -> tuple[str, tuple[Tensor, ...]]:
         raise UnknownArchitecture(str(err)) from err
     num, _ = moe_counts(cfg)
     model = instantiate_on_meta(config)
-    tensors = tuple(Tensor(name, tuple(p.shape), _is_routed(name, tuple(p.shape), num))
+    lookup = _untied_input_embedding(model)
+    tensors = tuple(Tensor(name, tuple(p.shape), _is_routed(name, tuple(p.shape), num), p is lookup)
                     for name, p in model.named_parameters())  # tied tensors yielded once
     return type(model).__name__, tensors
+
+
+def _untied_input_embedding(model):
+    """The input embedding weight when the output head does not share it, else None."""
+    try:
+        table = model.get_input_embeddings().weight
+        head = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    return None if head is not None and getattr(head, "weight", None) is table else table
+
+
+def active_share(t: Tensor, num: int | None, per_token: int | None, size: int) -> int:
+    """Of `size` (the tensor's parameters or bytes), what one token reads."""
+    if t.lookup:
+        return 0
+    return size * per_token // num if (t.routed and num) else size
 
 
 def parameter_tensors(cfg: dict) -> tuple[Tensor, ...]:
@@ -164,7 +187,8 @@ def _count_from_json(config_json: str) -> ParamCount:
     total = sum(t.numel for t in tensors)
     routed = sum(t.numel for t in tensors if t.routed)
     active = total - (routed - routed * per_token // num) if routed else total
-    return ParamCount(total, active, num, per_token, architecture)
+    lookup = sum(t.numel for t in tensors if t.lookup)
+    return ParamCount(total, active - lookup, num, per_token, architecture, lookup)
 
 
 def parameter_count(cfg: dict) -> ParamCount:

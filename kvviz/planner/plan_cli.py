@@ -331,7 +331,8 @@ def _weights_line(plan: dict) -> str:
             f"{plan['weight_dtype']} = {format_bytes(plan['weight_bytes'])}")
     if plan["active_params"] != plan["weight_params"]:
         line += (f"; {plan['active_params']:,} active per token = "
-                 f"{format_bytes(plan['active_weight_bytes'])} read per decode step")
+                 f"{format_bytes(plan['active_weight_bytes'])} read per decode step (routed experts "
+                 f"k of E; an untied embedding table not counted: a token reads one row of it)")
     return line
 
 

@@ -209,7 +209,9 @@ def _weights_help(plan: Plan) -> str:
     text = (f"{w['params_total'] / 1e9:,.2f} B parameters ({w['params_source']}) × "
             f"{w['weight_dtype']}, split over the {r['tp'] * r['pp']} GPU(s) of a replica.")
     if w["params_active"] != w["params_total"]:
-        text += f" {w['params_active'] / 1e9:,.2f} B are active per token (read each step)."
+        text += (f" {w['params_active'] / 1e9:,.2f} B are active per token, read each decode step: "
+                 "k of E routed experts; an untied embedding table is left out (a token reads "
+                 "one row), as gpt-oss and Llama 4 publish it (Qwen counts the table in).")
     return text
 
 
