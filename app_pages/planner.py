@@ -10,7 +10,7 @@ size over a cap, typed or carried by a link, is answered in one sentence, not si
 """
 import streamlit as st
 
-from kvviz.planner import capacity, deployment, parallel, plan_cli, plan_models, planner_charts, planner_frames
+from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames
 from kvviz.app import panels
 from kvviz.viz import units
 from kvviz.app import ui
@@ -206,7 +206,7 @@ for note in model.notes:
 # ---------------------------------------------------------------- headline figures
 metric_row(planner_frames.memory_metrics(plan, units.fmt_bytes))
 per_gpu = result["per_gpu"]
-gb = plan_cli.format_bytes  # the CLI's unit (GB = 1e9 B, like the GPU presets) for this line
+gb = units.fmt_bytes_si  # GPU memory and weights in GB (1e9 B), as the CLI and the GPU presets
 st.caption(inert(f"Per GPU: {gb(gpu_bytes)} − weights {gb(per_gpu['weight_bytes'])} "
                  f"({result['weights']['weight_dtype']}) − overhead {gb(per_gpu['overhead_bytes'])} "
                  f"→ {gb(per_gpu['kv_budget_bytes'])} for KV caches."))
@@ -230,9 +230,10 @@ else:
                "modelled here.")
     metric_row(planner_frames.vllm_metrics(plan))
     if any(spec.has_state for spec in model.specs):
-        st.caption("Recurrent-state (Mamba-style) layers: modelled with vLLM's page padding; "
-                   "vLLM 0.32 may pack such layers differently, so read these figures as "
-                   "approximate (see docs/planner.md).")
+        st.caption(inert(f"Recurrent-state (Mamba-style) layers on {result['vllm']['platform']}: vLLM's "
+                         "state page (conv kernel − 1 columns), block alignment and, with prefix "
+                         "caching, its 2–3 state pages per request — checked against a real vLLM "
+                         "0.32 on tiny Granite-4, Qwen3-Next and LFM2 hybrids (docs/planner.md)."))
     if not result["vllm"]["starts"]:
         st.warning(deployment.refusal_sentence(result["vllm"], deployment.fit_advice(model, setup)))
     with st.expander("vLLM's figures as a table"):

@@ -483,3 +483,24 @@ def test_a_what_if_window_of_one_token_is_one_sentence_not_a_division_by_zero():
     with pytest.raises(ValueError, match="at least 2 tokens"):
         pf.what_if_frame(make_plan("Gemma-2-9B", bandwidth_bytes_per_s=None, context_tokens=8000), 1)
     assert len(pf.what_if_frame(make_plan("Gemma-2-9B", bandwidth_bytes_per_s=None, context_tokens=8000), 2))
+
+
+def test_page_and_cli_show_memory_figures_in_one_unit(capsys):
+    """Weights and the KV budget in GB on the page's metrics, its per-GPU line and the CLI alike;
+    cache sizes in KiB / MiB on both (kvviz.viz.units' policy)."""
+    import argparse
+
+    from kvviz.planner import plan_cli
+    from kvviz.viz import units
+
+    plan = llama8b_plan()
+    values = {m.label: m for m in pf.memory_metrics(plan, fmt_bytes)}
+    weights = values["Weights per GPU"].value
+    assert weights == "16.06 GB" == units.fmt_bytes_si(plan.result["per_gpu"]["weight_bytes"])
+    assert "KV budget 55.94 GB per GPU" in values["Requests that fit at 2,000 tokens"].help
+    parser = argparse.ArgumentParser(prog="kvviz")
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    assert plan_cli.run(parser.parse_args(["plan", "Llama-3.1-8B", "--gpu", "H100", "--context", "2000"])) == 0
+    out = capsys.readouterr().out
+    assert f"− weights {weights}" in out and "55.94 GB for KV caches" in out
+    assert f" {values['KV per request at 2,000 tokens'].value} " in out  # 250 MiB on both

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kvviz.planner import capacity, deployment, parallel, plan_models, serving_plan
 from kvviz.errors import UserError
+from kvviz.viz import units
 
 DEFAULT_CONTEXTS = (500, 2000, 8000)
 DEFAULT_GPU = "H100 SXM"
@@ -315,12 +316,7 @@ def build_plan(args: argparse.Namespace) -> dict:
 # ---------------------------------------------------------------- text output
 
 
-def format_bytes(num_bytes: float) -> str:
-    """Decimal units, like the GPU presets: 1 GB = 1e9 bytes."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(num_bytes) >= size:
-            return f"{num_bytes / size:.2f} {unit}"
-    return f"{num_bytes:.0f} B"
+format_bytes = units.fmt_bytes_si  # GPU memory and weights (kvviz.viz.units' policy)
 
 
 def _weights_line(plan: dict) -> str:
@@ -338,7 +334,7 @@ def _weights_line(plan: dict) -> str:
 
 def _header_lines(plan: dict) -> list[str]:
     m, d = plan["model"], plan["deployment"]
-    kinds = ", ".join(f"{kind} {format_bytes(b)}" for kind, b in m["bytes_per_token_by_kind"].items())
+    kinds = ", ".join(f"{kind} {units.fmt_bytes(b)}" for kind, b in m["bytes_per_token_by_kind"].items())
     per_gpu = d["per_gpu"]
     return [
         f"model   {m['name'] or 'custom'}: {m['num_layers']} layers ({m['layer_kinds']}), "
@@ -364,7 +360,7 @@ def _table_lines(plan: dict) -> list[str]:
     lines = [head]
     for r in rows:
         vllm = r["vllm_requests_per_replica"]
-        line = (f"{r['context_tokens']:>9,} {format_bytes(r['kv_bytes_per_request']):>15} "
+        line = (f"{r['context_tokens']:>9,} {units.fmt_bytes(r['kv_bytes_per_request']):>15} "
                 f"{r['max_concurrent_requests']:>18,} {'–' if vllm is None else f'{vllm:,}':>17} "
                 f"{r['requests_total']:>8,}")
         if timed:

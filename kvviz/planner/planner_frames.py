@@ -192,13 +192,13 @@ def memory_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric
                f"One request of {t:,} tokens on one GPU{split}: windowed layers keep only their "
                "window, recurrent layers a fixed state."),
         Metric(f"Requests that fit at {t:,} tokens", fmt_count(plain["requests_per_replica"]),
-               f"Per replica: KV budget {fmt_bytes(per_gpu['kv_budget_bytes'])} per GPU ÷ KV per "
+               f"Per replica: KV budget {units.fmt_bytes_si(per_gpu['kv_budget_bytes'])} per GPU ÷ KV per "
                "request, rounded down; no prefix sharing."),
     ]
     if r["gpus"] > 1:
         out.append(Metric(f"Whole deployment ({r['label']})", fmt_count(plain["requests_total"]),
                           f"{r['dp']} replica(s) × {plain['requests_per_replica']:,} requests."))
-    out.append(Metric("Weights per GPU", fmt_bytes(per_gpu["weight_bytes"]), _weights_help(plan)))
+    out.append(Metric("Weights per GPU", units.fmt_bytes_si(per_gpu["weight_bytes"]), _weights_help(plan)))
     return out
 
 
@@ -271,7 +271,7 @@ def what_if_sentences(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[str
                    f"replica instead of {r['plain']['requests_per_replica']:,}.")
     if "offload" in r:
         o = r["offload"]
-        out.append(f"Modelled: a {fmt_bytes(o['offload_bytes'])} CPU tier keeps "
+        out.append(f"Modelled: a {units.fmt_bytes_si(o['offload_bytes'])} CPU tier keeps "
                    f"{o['requests_kept_per_replica']:,} requests' caches per replica; "
                    f"{o['requests_decoding_per_replica']:,} of them decode at once on the GPUs, "
                    f"and bringing one back takes ≈ {fmt_seconds(o['swap_in_s_per_request'])} "
