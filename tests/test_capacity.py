@@ -205,16 +205,16 @@ def test_decode_step_floor_and_ceilings():
         capacity.decode_step_floor_s(1, 1, 0)
 
 
-def test_capacity_table_reads_active_weights():
+def test_capacity_row_reads_active_weights():
     weights = capacity.weight_bytes(LLAMA_8B.weight_params)
-    rows = capacity.capacity_table(LLAMA_8B, (500, 2_000, 8_000), 80 * GB, weights)
+    rows = [capacity.capacity_row(LLAMA_8B, t, 80 * GB, weights) for t in (500, 2_000, 8_000)]
     assert [r["max_concurrent_requests"] for r in rows] == [853, 213, 53]
     assert "decode_step_floor_s" not in rows[0]
-    timed = capacity.capacity_table(LLAMA_8B, [8_000], 80 * GB, weights, bandwidth_bytes_per_s=3.35e12)
-    assert timed[0]["decode_step_floor_s"] == pytest.approx(17_109_098_496 / 3.35e12)
-    moe = capacity.capacity_table(LLAMA_8B, [8_000], 80 * GB, weights, bandwidth_bytes_per_s=3.35e12,
-                                  read_weight_bytes=10**9)  # only 1 GB of active weights read
-    assert moe[0]["decode_step_floor_s"] == pytest.approx((10**9 + 1_048_576_000) / 3.35e12)
+    timed = capacity.capacity_row(LLAMA_8B, 8_000, 80 * GB, weights, bandwidth_bytes_per_s=3.35e12)
+    assert timed["decode_step_floor_s"] == pytest.approx(17_109_098_496 / 3.35e12)
+    moe = capacity.capacity_row(LLAMA_8B, 8_000, 80 * GB, weights, bandwidth_bytes_per_s=3.35e12,
+                                read_weight_bytes=10**9)  # only 1 GB of active weights read
+    assert moe["decode_step_floor_s"] == pytest.approx((10**9 + 1_048_576_000) / 3.35e12)
 
 
 # ---------------------------------------------------------------- catalogs

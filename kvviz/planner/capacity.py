@@ -369,23 +369,6 @@ def _bandwidth_columns(weight_bytes: int, per_request_bytes: int, batch: int, fi
                 tokens_per_s_ceiling_aggregate(full_s, fit) if fit else 0.0}
 
 
-def capacity_table(model: ModelKV, contexts=(500, 2000, 8000), gpu_bytes: int = 80 * 10**9,
-                   weight_bytes: int = 0, kv_dtype: str = "bf16",
-                   overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
-                   overhead_bytes: int | None = None, bandwidth_bytes_per_s: float | None = None,
-                   batch: int = 1, read_weight_bytes: int | None = None) -> list[dict]:
-    """One `capacity_row` per context length: "at 500 / 2,000 / 8,000 tokens, N requests fit".
-
-    Columns: context_tokens, kv_bytes_per_request, batch, kv_bytes_for_batch,
-    max_concurrent_requests; with a bandwidth also decode_step_floor_s (for `batch` requests),
-    tokens_per_s_per_request_ceiling, tokens_per_s_aggregate_ceiling, and the same step floor and
-    aggregate ceiling with max_concurrent_requests running (…_at_max).
-    """
-    return [capacity_row(model, t, gpu_bytes, weight_bytes, kv_dtype, overhead_fraction,
-                         overhead_bytes, bandwidth_bytes_per_s, batch, read_weight_bytes)
-            for t in contexts]
-
-
 # ---------------------------------------------------------------- shipped catalogs
 
 
