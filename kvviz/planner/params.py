@@ -101,19 +101,6 @@ def _is_routed(name: str, shape: tuple, num_experts: int | None) -> bool:
     return len(shape) == 3 and shape[0] == num_experts  # fused experts under another name
 
 
-def count_model(model, num_experts: int | None, experts_per_token: int | None) -> tuple[int, int]:
-    """(total, active) parameters of an instantiated model (meta or real)."""
-    total = routed = 0
-    for name, param in model.named_parameters():  # shared (tied) tensors are yielded once
-        total += param.numel()
-        if _is_routed(name, tuple(param.shape), num_experts):
-            routed += param.numel()
-    if not routed:
-        return total, total
-    inactive = routed - routed * experts_per_token // num_experts
-    return total, total - inactive
-
-
 @dataclass(frozen=True)
 class Tensor:
     """One parameter tensor of the architecture (its shape only; nothing is allocated)."""
@@ -185,10 +172,9 @@ def _count_from_json(config_json: str) -> ParamCount:
     num, per_token = moe_counts(cfg)
     architecture, tensors = _tensors_from_json(config_json)
     total = sum(t.numel for t in tensors)
-    routed = sum(t.numel for t in tensors if t.routed)
-    active = total - (routed - routed * per_token // num) if routed else total
+    active = sum(active_share(t, num, per_token, t.numel) for t in tensors)
     lookup = sum(t.numel for t in tensors if t.lookup)
-    return ParamCount(total, active - lookup, num, per_token, architecture, lookup)
+    return ParamCount(total, active, num, per_token, architecture, lookup)
 
 
 def parameter_count(cfg: dict) -> ParamCount:

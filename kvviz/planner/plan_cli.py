@@ -316,18 +316,15 @@ def build_plan(args: argparse.Namespace) -> dict:
 # ---------------------------------------------------------------- text output
 
 
-format_bytes = units.fmt_bytes_si  # GPU memory and weights (kvviz.viz.units' policy)
-
-
 def _weights_line(plan: dict) -> str:
     if not plan["weight_params_known"]:
         return ("weights parameter count unknown (transformers cannot build this architecture), "
                 "counted as 0: use --params")
     line = (f"weights {plan['weight_params']:,} params ({plan['params_source']}) stored as "
-            f"{plan['weight_dtype']} = {format_bytes(plan['weight_bytes'])}")
+            f"{plan['weight_dtype']} = {units.fmt_bytes_si(plan['weight_bytes'])}")
     if plan["active_params"] != plan["weight_params"]:
         line += (f"; {plan['active_params']:,} active per token = "
-                 f"{format_bytes(plan['active_weight_bytes'])} read per decode step (routed experts "
+                 f"{units.fmt_bytes_si(plan['active_weight_bytes'])} read per decode step (routed experts "
                  f"k of E; an untied embedding table not counted: a token reads one row of it)")
     return line
 
@@ -345,9 +342,9 @@ def _header_lines(plan: dict) -> list[str]:
         + (f" + {m['state_bytes_per_request']:,} B of state per request"
            if m["state_bytes_per_request"] else ""),
         _weights_line(plan),
-        f"setup   {d['label']}: per GPU {format_bytes(per_gpu['memory_bytes'])} − weights "
-        f"{format_bytes(per_gpu['weight_bytes'])} − overhead {plan['overhead_fraction']:.0%} → "
-        f"{format_bytes(per_gpu['kv_budget_bytes'])} for KV caches",
+        f"setup   {d['label']}: per GPU {units.fmt_bytes_si(per_gpu['memory_bytes'])} − weights "
+        f"{units.fmt_bytes_si(per_gpu['weight_bytes'])} − overhead {plan['overhead_fraction']:.0%} → "
+        f"{units.fmt_bytes_si(per_gpu['kv_budget_bytes'])} for KV caches",
     ]
 
 
@@ -402,7 +399,7 @@ def _what_if_lines(plan: dict) -> list[str]:
                      f"(vs {d['plain']['requests_per_replica']:,})")
     if "offload" in d:
         o = d["offload"]
-        lines.append(f"modelled: a {format_bytes(o['offload_bytes'])} CPU tier keeps "
+        lines.append(f"modelled: a {units.fmt_bytes_si(o['offload_bytes'])} CPU tier keeps "
                      f"{o['requests_kept_per_replica']:,} requests' caches per replica "
                      f"({o['requests_decoding_per_replica']:,} decode at once on the GPUs); "
                      f"bringing one back ≈ {o['swap_in_s_per_request'] * 1e3:,.0f} ms over "
