@@ -155,8 +155,8 @@ with st.expander("Serving setup: parallelism, vLLM's settings, what-ifs", expand
                                   bind=URL, format_func=str.upper,
                                   help="A Mamba hybrid's block alignment (CUDA 16, CPU 32 tokens) and "
                                        "its recurrent state's dtype (CUDA: the model's; CPU: float32).")
-    prefix_caching = caching_col.toggle("Prefix caching (vLLM's default)", True, key="plan_prefix_caching",
-                                        bind=URL, help="On, a Mamba hybrid holds 2–3 state pages per "
+    prefix_caching = caching_col.toggle("Prefix caching", True, key="plan_prefix_caching",
+                                        bind=URL, help="vLLM's default. On, a Mamba hybrid holds 2–3 state pages per "
                                                        "request (vLLM's 'align' mode); off, one.")
 
 within_caps(plan_tokens={"context T": int(context), "max_model_len": int(max_len),
