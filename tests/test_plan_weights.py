@@ -6,7 +6,11 @@ Published checkpoint sizes (sources in kvviz/assets/models.json):
   include the 14B multi-token-prediction layer vLLM does not load without speculative decoding:
   kvviz counts the 61 served layers, so its total is allowed 3 % below;
 * Kimi-K2-Instruct 958.51 GiB in 61 safetensors files (a public model report listing every
-  tensor's dtype).
+  tensor's dtype);
+* TheBloke/Mistral-7B-v0.1-AWQ 4.15 GB (the model card's "Provided files" table: AutoAWQ int4,
+  group size 128, zero points; GB read as 10^9 B, as Hugging Face lists file sizes). The card
+  rounds to 0.01 GB, so kvviz's count is allowed 0.5 % either way; read as GiB it would be
+  7 % above kvviz's count and fail.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ GIB = 2**30
     ("gpt-oss-20b", 12.8 * GIB, 0.01, 0.01),
     ("Kimi-K2", 958.51 * GIB, 0.01, 0.01),
     ("DeepSeek-V3", 688_586_727_753, 0.03, 0.0),  # the checkpoint also holds the MTP layer
+    ("Mistral-7B-v0.1-AWQ", 4.15e9, 0.005, 0.005),
 ])
 def test_checkpoint_bytes_match_published_sizes(name, published_bytes, rel_below, rel_above):
     model = plan_models.catalog_model(name)
@@ -36,6 +41,21 @@ def test_formats_are_named():
     assert plan_models.catalog_model("gpt-oss-20b").weight_format == "mxfp4 experts + bf16"
     assert plan_models.catalog_model("DeepSeek-V3").weight_format.startswith("fp8 (128×128")
     assert plan_models.catalog_model("Llama-3.1-8B").weight_format == "bf16"
+    assert plan_models.catalog_model("Mistral-7B-v0.1-AWQ").weight_format == "awq int4 g128 + bf16"
+
+
+def test_awq_checkpoint_counts_int4_payload_fp16_scales_and_packed_zeros():
+    """Mistral-7B-v0.1-AWQ by hand: every linear weight of the 32 layers is int4 with one fp16
+    scale and one 4-bit zero per 128 inputs per output row; embeddings, lm_head and norms stay
+    16-bit. The total is the published 4.15 GB to within the card's rounding."""
+    h, kv, inter, layers, vocab = 4096, 1024, 14336, 32, 32000
+    linear = layers * (2 * h * h + 2 * h * kv + 3 * h * inter)
+    groups = linear // 128
+    other = 2 * vocab * h + layers * 2 * h + h  # embed, lm_head, two norms per layer, final norm
+    by_hand = linear // 2 + 2 * groups + groups // 2 + 2 * other
+    model = plan_models.catalog_model("Mistral-7B-v0.1-AWQ")
+    assert model.checkpoint_bytes == by_hand
+    assert abs(by_hand - 4.15e9) < 0.005e9
 
 
 def test_unquantized_checkpoint_is_params_times_dtype():
