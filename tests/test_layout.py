@@ -185,3 +185,67 @@ def test_state_of_an_unmodelled_family_is_flagged():
 def test_bad_configs_get_a_clear_value_error(config, message):
     with pytest.raises(ValueError, match=message):
         layout.config_from_dict(config)
+
+
+# --- the spec classes (kvviz.cache.spec) ----------------------------------------------------------
+
+from dataclasses import replace  # noqa: E402
+
+from kvviz.cache import spec as sp  # noqa: E402
+
+
+def test_each_kind_builds_its_own_class_and_replace_changes_class_with_kind():
+    assert type(layout.LayerSpec(FULL, 8, 2048)) is sp.FullSpec
+    assert type(sp.CacheSpec(SLIDING, 8, 2048, 128)) is sp.SlidingSpec
+    window = sp.SlidingSpec(kv_heads=8, values_per_token=2048, token_cap=128)
+    assert window.kind == SLIDING and window == layout.LayerSpec(SLIDING, 8, 2048, 128, 0, None)
+    full = replace(window, kind=FULL, token_cap=None)  # what the planner's what-if does
+    assert type(full) is sp.FullSpec and full.tokens_held(10_000) == 10_000
+    back = replace(full, kind=SLIDING, token_cap=64)
+    assert type(back) is sp.SlidingSpec and back.tokens_held(10_000) == 63
+
+
+@pytest.mark.parametrize("kind, cap, message", [
+    ("sliding", None, "a sliding layer needs a window of at least 1 token, got None"),
+    ("chunked", 0, "a chunked layer needs a chunk of at least 1 token, got 0"),
+    ("full", 128, "a full layer has no token cap, got 128"),
+    ("moe", None, "unknown cache kind 'moe'"),
+])
+def test_specs_refuse_what_their_kind_cannot_be(kind, cap, message):
+    with pytest.raises(ValueError, match=message):
+        sp.CacheSpec(kind, 8, 2048, cap)
+
+
+def test_k_and_v_are_halves_unless_latent_indexed_or_measured():
+    assert (sp.FullSpec(kv_heads=2, values_per_token=64).k_values_per_token,
+            sp.FullSpec(kv_heads=2, values_per_token=64).v_values_per_token) == (32, 32)
+    mla = sp.LatentSpec(kv_heads=1, values_per_token=576, latent_rope=64)
+    assert (mla.k_values_per_token, mla.v_values_per_token) == (512, 64)
+    dsa = replace(mla, values_per_token=704, index_values=128)  # indexer keys count as keys
+    assert (dsa.k_values_per_token, dsa.v_values_per_token) == (640, 64)
+    measured = sp.FullSpec(kv_heads=1, values_per_token=96, key_values_per_token=64)
+    assert (measured.k_values_per_token, measured.v_values_per_token) == (64, 32)
+    assert measured.tensor_bytes(10, 2) == (64 * 10 * 2, 32 * 10 * 2)
+
+
+def test_bytes_at_n_tokens_hold_the_cap_and_the_state_in_its_own_dtype():
+    hybrid = sp.SlidingSpec(kv_heads=1, values_per_token=8, token_cap=5, state_values=10,
+                            state_float32_values=3)
+    assert hybrid.label() == "sliding 5 + state" and hybrid.cap_label == "window 5"
+    assert hybrid.state_part == sp.StateSpec(state_values=10, state_float32_values=3)
+    assert hybrid.bytes_at(0, 2) == 0
+    assert hybrid.bytes_at(3, 2, batch=2) == 8 * 3 * 2 * 2 + (10 * 2 + 3 * 4) * 2
+    assert hybrid.bytes_at(100, 2) == 8 * 4 * 2 + 10 * 2 + 3 * 4  # window 5 holds 4 tokens
+    assert hybrid.max_tokens_held == 4 and sp.FullSpec().max_tokens_held is None
+    assert hybrid.max_tensor_bytes(100, 2) == 10 * 2 + 3 * 4  # the state outgrows K (4 × 4 × 2)
+    assert sp.SharedSpec(shared_with=3).bytes_at(100, 2) == 0 and sp.StateSpec().max_tokens_held == 0
+
+
+def test_model_figures_from_specs():
+    specs = (sp.FullSpec(kv_heads=2, values_per_token=64), sp.SlidingSpec(kv_heads=2, values_per_token=64,
+             token_cap=4), sp.LatentSpec(kv_heads=1, values_per_token=96, latent_rope=32), sp.SharedSpec(shared_with=0))
+    assert sp.layer_groups(specs) == {"full": [0], "sliding 4": [1], "latent 64+32": [2], "shared ← 0": [3]}
+    assert sp.kinds_summary(specs + specs[:1]) == "2 × full, 1 × sliding 4, 1 × latent 64+32, 1 × shared"
+    assert sp.widest(specs) == (1, 96) and sp.widest(specs[:2]) == (2, 16) and sp.widest(()) == (0, 0)
+    assert sp.largest_tensor_bytes(specs, 10, 2) == 64 * 10 * 2  # the latent's 64 values × 10 tokens
+    assert not sp.is_uniform_full(specs) and sp.is_uniform_full(specs[:1] * 3)

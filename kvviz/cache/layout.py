@@ -1,10 +1,12 @@
 """The only place that knows which cache each decoder layer keeps (transformers 5.24).
 
-A transformers config becomes one `LayerSpec` per decoder layer. The layer kinds come from
+A transformers config becomes one `kvviz.cache.spec.CacheSpec` per decoder layer (the class of its
+kind: FullSpec, SlidingSpec, ChunkedSpec, LatentSpec, StateSpec, SharedSpec). The layer kinds come from
 transformers' own resolution (`cache_utils.get_layer_types_and_kwargs`, the function
 `DynamicCache(config=...)` uses to pick each layer's class, applied after the config class has
 filled in its defaults, e.g. Gemma 3's 5:1 and Cohere2's 3:1 local:global patterns), so kvviz
-never keeps a second set of rules. What this module adds is the size of each kind:
+never keeps a second set of rules. What this module adds is the size of each kind (the arithmetic
+on a spec, tokens held and bytes, is the spec classes' own):
 
 | kind      | vLLM spec                    | transformers layer class       | per token per sequence  |
 |-----------|------------------------------|--------------------------------|-------------------------|
@@ -29,56 +31,15 @@ captions) imports this module without loading transformers.
 """
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple
+
+from kvviz.cache.spec import (CHUNKED, FULL, KINDS, LATENT, SHARED, SLIDING, STATE, CacheSpec, ChunkedSpec,  # noqa: F401 - re-exported
+                              FullSpec, LatentSpec, SharedSpec, SlidingSpec, StateSpec, bytes_per_token,
+                              formula_bytes, kinds_summary, state_bytes, unknown_states)
 from kvviz.errors import UserError
 
-
-FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED = "full", "sliding", "chunked", "latent", "state", "shared"
-KINDS = (FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED)
-
-
-@dataclass(frozen=True)
-class LayerSpec:
-    """What one decoder layer caches, in vLLM's vocabulary.
-
-    full → FullAttentionSpec, sliding → SlidingWindowSpec, chunked → ChunkedLocalAttentionSpec,
-    latent → MLAAttentionSpec, state → MambaSpec, shared → a layer reading another layer's KV.
-    A hybrid layer (attention and a recurrent state in one layer, e.g. Falcon-H1) has an attention
-    kind and `state_values` > 0.
-    """
-
-    kind: str  # one of KINDS
-    kv_heads: int  # heads cached per token (1 for latent; 0 for state/shared)
-    values_per_token: int  # K+V values one token of one sequence adds (0 for state/shared)
-    token_cap: int | None  # sliding window / chunk size; None = grows without bound
-    state_values: int  # fixed values per sequence in the model's dtype (state layers), else 0
-    shared_with: int | None  # SHARED: the layer whose KV it reuses
-    state_float32_values: int = 0  # fixed values per sequence kept in float32 whatever the dtype
-    state_known: bool = True  # False: a state layer of a family whose state size kvviz does not know
-    latent_rope: int = 0  # LATENT: the rope-key part of values_per_token (the rest is kv_lora_rank)
-    index_values: int = 0  # sparse-attention indexer keys per token, part of values_per_token (DSA)
-    conv_values: int = 0  # of state_values, a convolution window of conv_kernel columns
-    conv_kernel: int = 0
-    state_family: str = ""  # the state's mixer in vLLM's terms (mamba1, mamba2, gated_delta, …)
-    state_pinned: bool = False  # the config pins the float32 state's dtype (else vLLM uses the model's)
-
-    def label(self) -> str:
-        """"full", "sliding 4096", "chunked 8192", "latent 512+64", "state", "shared ← 18"."""
-        if self.kind == SHARED:
-            return f"shared ← {self.shared_with}"
-        index = f" + index {self.index_values}" if self.index_values else ""
-        if self.kind == LATENT:
-            rank = self.values_per_token - self.latent_rope - self.index_values
-            return f"latent {rank}+{self.latent_rope}{index}"
-        base = f"{self.kind} {self.token_cap}" if self.kind in (SLIDING, CHUNKED) else self.kind + index
-        hybrid = self.kind != STATE and (self.has_state or not self.state_known)
-        return base + " + state" if hybrid else base
-
-    @property
-    def has_state(self) -> bool:
-        return self.state_values > 0 or self.state_float32_values > 0
+LayerSpec = CacheSpec  # the name the planner and older callers use: `LayerSpec("full", 8, 2048)`
 
 
 # --- building configs ----------------------------------------------------------------------------
@@ -114,7 +75,7 @@ def _config_problem(exc: Exception) -> str:
 
 # --- config → layer specs ------------------------------------------------------------------------
 
-def layer_specs(config) -> tuple[LayerSpec, ...]:
+def layer_specs(config) -> tuple[CacheSpec, ...]:
     """One LayerSpec per decoder layer, from a transformers config (the text config of multimodal ones).
 
     ValueError (naming the missing field) when the config lacks a field a size rule needs, e.g.
@@ -127,7 +88,7 @@ def layer_specs(config) -> tuple[LayerSpec, ...]:
         raise UserError(f"{model_type}: cache sizes not modelled ({type(exc).__name__}: {exc})") from None
 
 
-def _layer_specs(config) -> tuple[LayerSpec, ...]:
+def _layer_specs(config) -> tuple[CacheSpec, ...]:
     text = config.get_text_config(decoder=True)
     from transformers.cache_utils import get_layer_types_and_kwargs
     types, kwargs = get_layer_types_and_kwargs(text)  # what DynamicCache(config=...) builds from
@@ -137,9 +98,9 @@ def _layer_specs(config) -> tuple[LayerSpec, ...]:
                  in enumerate(zip(types, kwargs, layer_configs)))
 
 
-def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None) -> LayerSpec:
+def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None) -> CacheSpec:
     if layer_type == "dummy":
-        return LayerSpec(SHARED, 0, 0, None, 0, source)
+        return SharedSpec(shared_with=source)
     if layer_type in ("linear_attention", "conv"):
         return _state_spec(text, None)
     if layer_type in ("hybrid", "hybrid_sliding"):
@@ -153,18 +114,18 @@ def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None)
     raise UserError(f"{text.model_type}: layer type {layer_type!r} is not modelled by kvviz")
 
 
-def _attention_spec(c, layer_type: str, kwargs: dict) -> LayerSpec:
+def _attention_spec(c, layer_type: str, kwargs: dict) -> CacheSpec:
     cap = kwargs.get("sliding_window")
     kind = {"full_attention": FULL, "sliding_attention": SLIDING, "chunked_attention": CHUNKED}[layer_type]
     if kind == FULL:
         cap = None
     rank, rope = getattr(c, "kv_lora_rank", None), getattr(c, "qk_rope_head_dim", None)
     if rank and rope and kind == FULL:  # MLA: latent as "keys", rope key as "values", one head each
-        return LayerSpec(LATENT, 1, rank + rope, None, 0, None, latent_rope=rope)
+        return LatentSpec(kv_heads=1, values_per_token=rank + rope, latent_rope=rope)
     heads = c.num_attention_heads
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-    return LayerSpec(kind, kv_heads, 2 * kv_heads * head_dim, cap, 0, None)
+    return CacheSpec(kind, kv_heads, 2 * kv_heads * head_dim, cap)
 
 
 def _shared_sources(text, types: list[str]) -> dict[int, int]:
@@ -195,15 +156,14 @@ class StateSize(NamedTuple):
     pinned: bool = False  # the config pins the float32 part's dtype (vLLM honours it; else model dtype)
 
 
-def _state_spec(text, attention: LayerSpec | None) -> LayerSpec:
+def _state_spec(text, attention: CacheSpec | None) -> CacheSpec:
     rule = _STATE_SIZES.get(text.model_type)
     size = rule(text) if rule else StateSize(0, 0)
     parts = dict(state_known=rule is not None, conv_values=size.conv, conv_kernel=size.kernel,
                  state_family=size.family, state_pinned=size.pinned)
     if attention is None:
-        return LayerSpec(STATE, 0, 0, None, size.plain, None, size.float32, **parts)
-    return LayerSpec(attention.kind, attention.kv_heads, attention.values_per_token, attention.token_cap,
-                     size.plain, None, size.float32, **parts)
+        return StateSpec(state_values=size.plain, state_float32_values=size.float32, **parts)
+    return replace(attention, state_values=size.plain, state_float32_values=size.float32, **parts)
 
 
 def _mamba1(inner: int, d_conv: int, d_state: int) -> StateSize:
@@ -283,47 +243,14 @@ _STATE_SIZES = {"jamba": _jamba_state, "mamba": _mamba_state, "falcon_mamba": _m
                 "lfm2": _short_conv_state, "minimax": _lightning_state}
 
 
-# --- arithmetic on specs -------------------------------------------------------------------------
+# --- arithmetic on specs (each rule lives on the spec classes, kvviz.cache.spec) ---------------------
 
-def layer_tokens_held(spec: LayerSpec, tokens: int) -> int:
-    """Tokens transformers' dynamic cache holds for that layer after `tokens` positions.
-
-    A sliding or chunked layer keeps the last `cap - 1` tokens (with the next token that is the
-    window); state and shared layers hold no tokens.
-    """
-    if spec.kind in (STATE, SHARED):
-        return 0
-    return tokens if spec.token_cap is None else min(tokens, spec.token_cap - 1)
+def layer_tokens_held(spec: CacheSpec, tokens: int) -> int:
+    """Tokens transformers' dynamic cache holds for that layer after `tokens` positions
+    (`CacheSpec.tokens_held`: a sliding or chunked layer keeps the last cap − 1)."""
+    return spec.tokens_held(tokens)
 
 
-def layer_formula_bytes(spec: LayerSpec, tokens: int, batch: int, elem_bytes: float) -> int:
-    """One layer's cache after `tokens` positions: held tokens × values × batch × bytes + state."""
-    kv = spec.values_per_token * layer_tokens_held(spec, tokens) * batch * elem_bytes
-    state = (spec.state_values * elem_bytes + spec.state_float32_values * 4) * batch if tokens > 0 else 0
-    return int(kv + state)
-
-
-def formula_bytes(specs, tokens: int, batch: int, elem_bytes: float) -> int:
-    """The live formula, per layer summed (state layers: their fixed state × batch × bytes)."""
-    return sum(layer_formula_bytes(s, tokens, batch, elem_bytes) for s in specs)
-
-
-def bytes_per_token(specs, elem_bytes: float) -> float:
-    """Cache growth per token per sequence across all layers, ignoring caps."""
-    return sum(s.values_per_token for s in specs) * elem_bytes
-
-
-def state_bytes(specs, elem_bytes: float) -> float:
-    """Fixed bytes per sequence that do not grow with tokens (recurrent / conv states)."""
-    return sum(s.state_values * elem_bytes + s.state_float32_values * 4 for s in specs)
-
-
-def kinds_summary(specs) -> str:
-    """"30 × full", "52 × sliding 1024, 10 × full": layer counts per label, most common first."""
-    counts = Counter(s.label() if s.kind != SHARED else "shared" for s in specs)
-    return ", ".join(f"{n} × {label}" for label, n in counts.most_common())
-
-
-def unknown_states(specs) -> bool:
-    """Whether some state layer's size is not modelled (its bytes are missing from the formula)."""
-    return any(not s.state_known for s in specs)
+def layer_formula_bytes(spec: CacheSpec, tokens: int, batch: int, elem_bytes: float) -> int:
+    """One layer's cache after `tokens` positions (`CacheSpec.bytes_at`)."""
+    return spec.bytes_at(tokens, elem_bytes, batch)
