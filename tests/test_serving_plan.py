@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz.planner import plan_models
+from kvviz.planner import capacity, plan_models
 from kvviz.planner import serving_plan as sp
 from kvviz.cache.layout import FULL, SLIDING, LayerSpec
 
@@ -151,3 +151,36 @@ def test_sliding_layers_reserve_for_every_batch_in_flight():
     sliding = [p for p in gemma if p.kind == "sliding"][0]
     assert sp.max_memory_bytes(sliding, 32_768, 16_384) == 1281 * sliding.page_bytes
     assert sp.max_memory_bytes(sliding, 32_768, 8192) == 769 * sliding.page_bytes
+
+
+def _v32_pages(kv_dtype: str) -> list:
+    """A 4-layer DeepSeek-V3.2-style model (latent 512 + rope 64, indexer keys of 128) in vLLM's specs."""
+    from transformers import DeepseekV32Config
+
+    c = DeepseekV32Config(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, num_key_value_heads=4,
+                          kv_lora_rank=512, q_lora_rank=64, qk_rope_head_dim=64, qk_nope_head_dim=32,
+                          v_head_dim=32, index_head_dim=128, index_n_heads=2, index_topk=4, n_routed_experts=4,
+                          num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=32,
+                          first_k_dense_replace=1, vocab_size=1024)
+    specs = plan_models.model_from_config(c.to_dict(), "v32").specs
+    return sp.page_specs(specs, capacity.normalize_dtype(kv_dtype), 64)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8", "fp8_ds_mla"])
+def test_v32_latent_in_fp8_is_vllms_656_byte_fp8_ds_mla_row(kv_dtype):
+    """vLLM 0.32 keeps a sparse-MLA latent in an fp8 cache as "fp8_ds_mla": 512 fp8 NoPE values,
+    4 float32 scales and 64 bf16 RoPE values = 656 B per token and layer
+    (mla_attention.py: state_content_bytes={"fp8_ds_mla": 656}; its FlashMLA-sparse backend maps
+    every quantized dtype to it), not 576 × 1 B. The indexer keeps its 128 fp8 + 4 B of scale."""
+    pages = _v32_pages(kv_dtype)
+    assert sorted({p.page_bytes for p in pages}) == [64 * 132, 64 * 656]
+    a = sp.allocate(pages, 64 * 2**20, 8192)
+    # one group of 8 (latent + indexer × 4 layers): 64 MiB // (4 × (41,984 + 8,448)) = 332 blocks;
+    # cdiv(8,192, 64) = 128 blocks per request → 2.59375×, int(2.59375 × 8,192) = 21,248 tokens
+    assert (a.layout, a.num_blocks, a.max_concurrency, a.num_tokens) == ("uniform type", 332, 2.59375, 21_248)
+
+
+def test_fp8_on_an_mla_model_without_indexer_stays_one_byte_per_value():
+    model = plan_models.catalog_model("DeepSeek-V3")
+    pages = sp.page_specs(model.specs, "fp8", 64)
+    assert {p.page_bytes for p in pages} == {64 * 576}

@@ -46,6 +46,8 @@ _GROUP_QUANTIZED = {"int8", "int4"}  # formats that carry per-group scale + zero
 _DTYPE_ALIASES = {
     "float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
     "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8",
+    # vLLM's name for its fp8 cache of a sparse-MLA latent (DeepSeek-V3.2); serving_plan sizes its page
+    "fp8_ds_mla": "fp8",
     "q8": "int8", "q4": "int4",
 }
 KV_DTYPES = tuple(_PAYLOAD_BYTES)  # ("fp32", "bf16", "fp16", "fp8", "int8", "int4")

