@@ -11,7 +11,8 @@ from kvviz.planner import planner_frames
 from kvviz import safe_input
 from kvviz.errors import UserError
 from kvviz.shrink import record as shrink_record
-from kvviz.live.trace import Trace, TraceError, check_run_meta
+from kvviz.live import cache_map
+from kvviz.live.trace import LayerRecord, Trace, TraceError, check_run_meta
 
 EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json")
                           if not shrink_record.is_record(p.read_bytes())).read_text())  # a run trace
@@ -27,10 +28,11 @@ json_values = st.recursive(st.one_of(numbers, st.text(max_size=20)),
 
 
 def read_trace(data: bytes) -> None:
-    """What the Replay page does with an upload: parse, check the meta, describe the run."""
+    """What the Replay page does with an upload: parse, check the meta, describe the run, read its layout."""
     trace = Trace.from_json(data)
     check_run_meta(trace)
     ui.trace_origin(trace)
+    cache_map.layer_kinds(trace.meta)
 
 
 @FAST
@@ -41,6 +43,22 @@ def test_trace_meta(changes):
         read_trace(json.dumps(doc).encode())
     except TraceError:
         pass  # kvviz's own sentence, shown to the visitor
+
+
+layer_records = st.lists(st.dictionaries(st.sampled_from(list(LayerRecord.__struct_fields__) + ["x"]),
+                                         numbers | st.sampled_from(["full", "sliding", "state", "moe"]),
+                                         max_size=5), max_size=4)
+
+
+@FAST
+@given(st.one_of(layer_records, json_values))
+def test_trace_layers(layers):
+    """A format 3 file's typed layer records: anything a visitor edits in is kvviz's own sentence."""
+    doc = {**EXAMPLE, "version": 3, "meta": {**EXAMPLE["meta"], "num_layers": 4, "layers": layers}}
+    try:
+        read_trace(json.dumps(doc).encode())
+    except TraceError:
+        pass
 
 
 @FAST

@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_file_shape_is_documented_and_one_event_per_line():
     text = sample_trace().to_json()
     d = json.loads(text)
     assert list(d) == ["format", "version", "meta", "events"]
-    assert d["format"] == "kvviz-trace" and d["version"] == tr.VERSION == 2
+    assert d["format"] == "kvviz-trace" and d["version"] == tr.VERSION == 3
     assert len(text.splitlines()) == 2 + 1 + len(d["events"]) + 1
     assert Trace.from_json(text.encode()) == Trace.from_json(text)
 
@@ -176,9 +177,9 @@ def test_oversized_message_in_mib(monkeypatch):
 
 def test_future_version():
     d = doc()
-    d["version"] = 3
-    msg = expect(json.dumps(d), "written by a newer kvviz (format version 3)")
-    assert "this kvviz reads version 2" in msg
+    d["version"] = 4
+    msg = expect(json.dumps(d), "written by a newer kvviz (format version 4)")
+    assert "this kvviz reads version 3" in msg
 
 
 def test_bad_version():
@@ -401,3 +402,62 @@ def test_dataclass_fields_all_checked():
             assert ok, f.name
         except TraceError as exc:
             assert not ok and f.name in str(exc)
+
+
+# --- format 3: the cache layout as typed specs ---------------------------------------------------
+
+from kvviz.cache import spec as sp  # noqa: E402
+
+V3_SPECS = (sp.FullSpec(kv_heads=2, values_per_token=64), sp.SlidingSpec(kv_heads=2, values_per_token=64, token_cap=4),
+            sp.LatentSpec(kv_heads=1, values_per_token=576, latent_rope=64),
+            sp.StateSpec(state_values=30, state_float32_values=8, conv_values=30, conv_kernel=4,
+                         state_family="mamba2", state_pinned=True),
+            sp.SharedSpec(shared_with=1),
+            sp.FullSpec(kv_heads=1, values_per_token=96, state_values=5, key_values_per_token=64))
+
+
+def test_layers_round_trip_as_specs():
+    t = Trace({"num_layers": len(V3_SPECS), "layers": [tr.spec_record(s) for s in V3_SPECS]}, [event()])
+    back = Trace.from_json(t.to_json())
+    assert back == t and tr.layer_specs(back.meta) == V3_SPECS
+    assert back.meta["layers"][0] == {"kind": "full", "kv_heads": 2, "values_per_token": 64}  # defaults left out
+
+
+def test_version_2_meta_loads_as_specs():
+    d = doc()
+    d["version"] = 2
+    d["meta"].update(num_layers=3, elem_bytes=2, num_kv_heads=2, head_dim=16, state_modelled=False,
+                     windows=[None, 4, None], layer_kinds=["full", "sliding", "state"],
+                     layer_labels=["full", "sliding 4", "state"], layer_bytes_per_token=[128, 128, 0],
+                     layer_state_bytes=[0, 0, 500])
+    meta = load_doc(d).meta
+    assert not set(tr.LEGACY_KEYS) & set(meta) and meta["state_modelled"] is False
+    assert tr.layer_specs(meta) == (sp.FullSpec(kv_heads=2, values_per_token=64),
+                                    sp.SlidingSpec(kv_heads=2, values_per_token=64, token_cap=4),
+                                    sp.StateSpec(state_values=250, state_known=False))
+    junk = dict(d["meta"], layer_kinds=["moe", "sliding", 7], windows=[None, "x", None])
+    assert [s.kind for s in tr.legacy_specs(junk)] == ["full", "full", "full"]  # as the older views drew it
+
+
+def test_shipped_version_1_example_loads_as_specs():
+    from pathlib import Path
+    meta = Trace.load(Path(tr.__file__).parents[1] / "assets" / "traces" / "smollm2-135m-cpu-fp32.json").meta
+    specs = tr.layer_specs(meta)
+    assert specs == (sp.FullSpec(kv_heads=3, values_per_token=2 * 3 * 64),) * 30
+    assert sp.bytes_per_token(specs, meta["elem_bytes"]) == meta["bytes_per_token"]
+
+
+@pytest.mark.parametrize("layer, fragment", [
+    ({"kind": "sliding"}, "meta.layers[1]: a sliding layer needs a window of at least 1 token, got None"),
+    ({"kind": "full", "kv_heads": -2}, "meta.layers[1].kv_heads: expected int >= 0"),
+    ({"kind": "moe"}, "meta.layers[1].kind: invalid enum value 'moe'"),
+    ({"kind": "full", "colour": 1}, "meta.layers[1]: object contains unknown field colour"),
+    ({"kind": "full", "values_per_token": True}, "meta.layers[1].values_per_token: expected int, got bool"),
+    ({"values_per_token": 3}, "meta.layers[1]: object missing required field kind"),
+])
+def test_bad_layer_records_are_named(layer, fragment):
+    d = doc()
+    d["meta"]["layers"] = [{"kind": "full"}, layer]
+    expect(json.dumps(d), fragment)
+    with pytest.raises(TraceError, match=re.escape(fragment)):
+        Trace(d["meta"]).to_json()
