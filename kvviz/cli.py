@@ -62,7 +62,8 @@ def layout_lines(trace) -> str:
     meta = trace.meta
     lines = [f"cache layout: {meta.get('layout', '?')}; attention: {meta.get('attn_implementation', '?')}"
              + (f" ({meta['attn_fallback']})" if meta.get("attn_fallback") else "")]
-    notes = dict.fromkeys(e.cache_note for e in trace.events if e.cache_note)
+    notes = dict.fromkeys([*(e.cache_note for e in trace.events if e.cache_note),
+                           *([f"this model: {meta['cache_caveat']}"] if meta.get("cache_caveat") else [])])
     return "\n".join(lines + [f"note: {n}" for n in notes])
 
 

@@ -53,6 +53,7 @@ class CacheSpec:
     state_family: str = ""  # the state's mixer in vLLM's terms (mamba1, mamba2, gated_delta, …)
     state_pinned: bool = False  # the config pins the float32 state's dtype (else vLLM uses the model's)
     key_values_per_token: int | None = None  # of values_per_token, K's part when K and V differ (measured)
+    fixed_tokens: int = 0  # positions the model's own code adds to every sequence (CPM-Ant's prompt; measured)
 
     KIND: ClassVar[str] = ""
     TENSORS: ClassVar[tuple[str, str]] = ("K", "V")  # what its two tensor rows hold (cache map)
@@ -77,7 +78,7 @@ class CacheSpec:
 
     def tokens_held(self, tokens: int) -> int:
         """Tokens transformers' dynamic cache holds for this layer after `tokens` positions."""
-        return tokens
+        return tokens + self.fixed_tokens if tokens > 0 else 0
 
     @property
     def max_tokens_held(self) -> int | None:
@@ -167,7 +168,7 @@ class _Windowed(CacheSpec):
                             f"got {self.token_cap}")
 
     def tokens_held(self, tokens: int) -> int:
-        return min(tokens, self.token_cap - 1)
+        return min(tokens + self.fixed_tokens, self.token_cap - 1) if tokens > 0 else 0
 
     @property
     def max_tokens_held(self) -> int:
@@ -204,6 +205,12 @@ class LatentSpec(CacheSpec):
 
     KIND: ClassVar[str] = LATENT
     TENSORS: ClassVar[tuple[str, str]] = ("latent (MLA)", "rope key (MLA)")
+
+    def _check(self) -> None:
+        super()._check()
+        if self.latent_rope + self.index_values > self.values_per_token:
+            raise UserError(f"a latent layer's rope key ({self.latent_rope}) and indexer keys "
+                            f"({self.index_values}) exceed its {self.values_per_token} values per token")
 
     @property
     def k_values_per_token(self) -> int:

@@ -19,8 +19,8 @@ import torch
 import transformers
 from transformers import DynamicCache, StaticCache
 
-from kvviz.cache import layout
-from kvviz.live import layout_probe, probe
+from kvviz.cache import layout, spec
+from kvviz.live import layout_probe, probe, trace
 from kvviz.cache.blocks import BlockPool, cdiv
 from kvviz.live.config import RunConfig
 from kvviz.live.events import BlockStat, StepEvent
@@ -114,30 +114,34 @@ def forward(model, ids, mask, positions, cache) -> torch.Tensor:
 
 def generation_inputs(model, batch: Batch, cache, first: bool) -> dict | None:
     """The forward's inputs as the model's own generation prepares them
-    (`prepare_inputs_for_generation`): e.g. Mamba drops the attention mask on decode steps.
-    None when the model's preparation fails (then kvviz's plain inputs are used)."""
+    (`prepare_inputs_for_generation`): e.g. Mamba drops the attention mask on decode steps, XLM
+    appends its mask token. `cache` None prepares a no-cache step (`generate(use_cache=False)`:
+    the whole sequence every step). None when the model's preparation fails (then kvviz's plain
+    inputs are used)."""
     prepare = getattr(model, "prepare_inputs_for_generation", None)
     if prepare is None:
         return None
+    keep = cache is not None
     try:
-        inputs = prepare(batch.ids, next_sequence_length=None if first else 1, cache=cache,
+        inputs = prepare(batch.ids, next_sequence_length=None if first or not keep else 1, cache=cache,
                          attention_mask=batch.mask, position_ids=position_ids(batch.mask),
-                         use_cache=True, is_first_iteration=first)
+                         use_cache=keep, is_first_iteration=first)
     except Exception:  # noqa: BLE001 - a model's own preparation; fall back to plain inputs
         return None
     inputs = dict(inputs)
     inputs.pop("cache_position", None)
-    inputs.setdefault("use_cache", True)
+    inputs["use_cache"] = keep
+    if not keep:
+        inputs.pop("cache", None)
     return inputs
 
 
 def forward_prepared(model, batch: Batch, cache, first: bool) -> torch.Tensor:
-    """A cached step with the inputs `model.generate` would pass."""
+    """A step with the inputs `model.generate` would pass (with or without a cache)."""
     inputs = generation_inputs(model, batch, cache, first)
     if inputs is None:
-        ids = batch.ids if first else batch.ids[:, -1:]
-        positions = position_ids(batch.mask) if first else position_ids(batch.mask)[:, -1:]
-        return forward(model, ids, batch.mask, positions, cache)
+        fed = slice(None) if first or cache is None else slice(-1, None)
+        return forward(model, batch.ids[:, fed], batch.mask, position_ids(batch.mask)[:, fed], cache)
     with torch.inference_mode():
         try:
             out = model(**inputs, logits_to_keep=1)
@@ -158,7 +162,7 @@ def decode_step(model, batch: Batch, cache) -> torch.Tensor:
 
 def recompute_step(model, batch: Batch) -> torch.Tensor:
     """Run the whole sequence again, keeping nothing (`use_cache=False`)."""
-    return forward(model, batch.ids, batch.mask, position_ids(batch.mask), None)
+    return forward_prepared(model, batch, None, first=True)
 
 
 def sample(logits: torch.Tensor, cfg: RunConfig, generator: torch.Generator) -> torch.Tensor:
@@ -275,6 +279,8 @@ class RunPlan:
     num_layers: int = 0  # decoder layers
     layout_note: str = ""  # why kvviz cannot model this cache layout (then specs is ()), else ""
     recompute_only: bool = False  # the model keeps no cache kvviz can hold: "cached" runs recompute
+    caveat: str = ""  # what the model's own code does beyond a plain cache (layout_probe), else ""
+    module_states: tuple = ()  # probe.ModuleState: state the model keeps on its modules, read every step
 
     @property
     def bytes_per_token(self) -> int:
@@ -287,10 +293,9 @@ class RunPlan:
                 **(layout_meta(self.specs) if self.specs else unknown_layout_meta(self)),
                 "elem_bytes": self.elem_bytes, "bytes_per_token": self.bytes_per_token,
                 "state_bytes": int(layout.state_bytes(self.specs, self.elem_bytes)),
-                "layer_bytes_per_token": [int(s.values_per_token * self.elem_bytes) for s in self.specs],
-                "layer_state_bytes": [int(layout.state_bytes([s], self.elem_bytes)) for s in self.specs],
                 "attn_implementation": attention_implementation(lm.model),
                 **({"attn_fallback": lm.attn_fallback} if lm.attn_fallback else {}),
+                **({"cache_caveat": self.caveat} if self.caveat else {}),
                 "weight_bytes": lm.weight_bytes, "prompt_tokens": self.batch.prompt_len,
                 "batch": len(self.batch.generated), "max_len": self.max_len,
                 "prompt_pieces": prompt_pieces(lm.tokenizer, self.batch),
@@ -299,19 +304,15 @@ class RunPlan:
 
 
 def layout_meta(specs) -> dict:
-    """The trace's description of the cache layout: per-layer kinds, labels and caps.
+    """The trace's description of the cache layout (format 3): `layers`, each layer's spec as a
+    typed record (kvviz.live.trace.spec_record), which every view reads back as spec objects.
 
     num_kv_heads / head_dim describe the widest attention layer (a latent layer: 1 head of
-    rank + rope values); layer_kinds / layer_labels / windows have one entry per decoder layer.
+    rank + rope values: kvviz.cache.spec.widest); layout counts the kinds for captions.
     """
-    widest = max(specs, key=lambda s: s.values_per_token, default=None)
-    heads = widest.kv_heads if widest else 0
-    head_dim = widest.values_per_token - widest.index_values if widest else 0
-    if heads and widest.kind != layout.LATENT:
-        head_dim //= 2 * heads
+    heads, head_dim = spec.widest(specs)
     return {"num_layers": len(specs), "num_kv_heads": heads, "head_dim": head_dim,
-            "windows": [s.token_cap for s in specs], "layer_kinds": [s.kind for s in specs],
-            "layer_labels": [s.label() for s in specs], "layout": layout.kinds_summary(specs),
+            "layers": [trace.spec_record(s) for s in specs], "layout": layout.kinds_summary(specs),
             "state_modelled": not layout.unknown_states(specs)}
 
 
@@ -328,7 +329,7 @@ def prompt_pieces(tokenizer, batch: Batch) -> list[list[str | None]]:
 
 def unknown_layout_meta(plan: RunPlan) -> dict:
     """Meta for a model whose layer kinds kvviz cannot model: the run is shown without cache bytes."""
-    return {"num_layers": plan.num_layers, "num_kv_heads": 0, "head_dim": 0, "windows": [],
+    return {"num_layers": plan.num_layers, "num_kv_heads": 0, "head_dim": 0,
             "layout": f"not modelled: {plan.layout_note}"}
 
 
@@ -364,11 +365,13 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
         note = (f"{type(lm.model).__name__}.forward takes no cache argument: kvviz cannot keep its "
                 "state, so the cached run recomputes every step")
         return RunPlan(batch, (), elem, max_len, num_layers, note, recompute_only=True)
-    if specs:
-        specs, probe_note = layout_probe.measured_specs(specs, probe_reader(lm.model, batch, len(specs)), elem)
-        if probe_note == layout_probe.NO_CACHE:
-            return RunPlan(batch, (), elem, max_len, num_layers, probe_note, recompute_only=True)
-    return RunPlan(batch, specs, elem, max_len, num_layers, note)
+    if not specs:
+        return RunPlan(batch, specs, elem, max_len, num_layers, note)
+    probed = layout_probe.measured_specs(specs, probe_run(lm.model, batch, num_layers), elem)
+    if probed.note == layout_probe.NO_CACHE:
+        return RunPlan(batch, (), elem, max_len, num_layers, probed.note, recompute_only=True)
+    return RunPlan(batch, probed.specs, elem, max_len, num_layers, caveat=probed.caveat or probed.note,
+                   module_states=probed.module_states)
 
 
 def takes_cache(model) -> bool:
@@ -380,19 +383,23 @@ def takes_cache(model) -> bool:
     return "cache" in params or "past_key_values" in params
 
 
-def probe_reader(model, batch: Batch, num_layers: int) -> Callable[[int], list]:
-    """`read_after(n)` for layout_probe: one token of the first prompt, then one more, batch 1."""
-    one = Batch(batch.ids[:1, -1:].clone(), torch.ones_like(batch.ids[:1, -1:]), 1)
-    cache = make_cache(model, "dynamic", 4)
-
-    def read_after(n: int) -> list:
-        if n == 1:
-            prefill(model, one, cache)
-        else:
-            one.ids, one.mask = one.ids.repeat(1, 2), one.mask.repeat(1, 2)
-            decode_step(model, one, cache)
-        return probe.read_cache(cache, num_layers)
-    return read_after
+def probe_run(model, batch: Batch, num_layers: int) -> Callable[[], layout_probe.ProbeRun]:
+    """For layout_probe: one token of the first prompt, then one more, batch 1, every cache layer
+    read after each; module tensors the decode step rewrote; its logits against a full forward."""
+    def run() -> layout_probe.ProbeRun:
+        one = Batch(batch.ids[:1, -1:].clone(), torch.ones_like(batch.ids[:1, -1:]), 1)
+        cache = make_cache(model, "dynamic", 4)
+        prefill(model, one, cache)
+        first = probe.read_cache(cache, num_layers, beyond=True)
+        before = probe.module_tensors(model)
+        one.ids, one.mask = one.ids.repeat(1, 2), one.mask.repeat(1, 2)
+        cached = decode_step(model, one, cache).float()
+        states = probe.changed_module_states(model, before, decoder_layers(model, num_layers))
+        first = probe.add_module_states(first, states)  # fixed-size: as held after the decode step
+        second = probe.add_module_states(probe.read_cache(cache, num_layers, beyond=True), states)
+        drift = (cached - recompute_step(model, one).float()).abs().max() / cached.abs().max().clamp(min=1e-9)
+        return layout_probe.ProbeRun(first, second, num_layers, states, float(drift))
+    return run
 
 
 def run_step(model, batch: Batch, cache, step: int) -> torch.Tensor:
@@ -425,7 +432,7 @@ def measure_cache(cache, plan: RunPlan, forward_ms: list[float]) -> Measured:
     size = len(plan.batch.generated)
     formula = layout.formula_bytes(plan.specs, tokens, size, plan.elem_bytes)
     try:
-        read = probe.read_cache(cache, len(plan.specs))
+        read = probe.add_module_states(probe.read_cache(cache, len(plan.specs)), plan.module_states)
     except probe.UnreadableCache as exc:
         return Measured(probe.empty_layer_stats(forward_ms), 0, formula, None, str(exc))
     layers = probe.cache_layer_stats(read, plan.specs, tokens, size, plan.elem_bytes, forward_ms)
@@ -458,8 +465,11 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
             if should_stop is not None and should_stop():
                 return
             fed = batch.ids.shape[1] if (step == 0 or cache is None) else 1
+            if step and cache is not None:  # a race's no-cache run rewrites state kept on modules
+                probe.restore_module_states(plan.module_states, held)
             with StepClock(lm.device) as clock:
                 next_ids = sample(run_step(model, batch, cache, step), cfg, generator)
+            held = probe.held_module_states(plan.module_states)
             tokens, texts = append_tokens(batch, next_ids, lm.tokenizer, eos,
                                           last=step == cfg.max_new_tokens - 1)
             m = measure_cache(cache, plan, timer.take_ms())

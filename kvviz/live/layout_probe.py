@@ -11,44 +11,115 @@ every window). A model whose probe fails keeps the field-name layout, with the r
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from kvviz.cache import layout
 from kvviz.live import probe
 
 
-def measured_specs(specs, read_after: Callable[[int], list], elem_bytes: int) -> tuple[tuple, str]:
-    """(specs with measured sizes, "") or (specs unchanged, why the probe failed).
+@dataclass(frozen=True)
+class ProbeRun:
+    """What the model's own code did with two probe tokens of batch 1."""
 
-    `read_after(n)` runs the model's n-th probe step (1: a one-token prefill, 2: one decode
-    step) on batch 1 and returns `probe.read_cache` of its cache.
-    """
+    one: list  # probe.LayerBytes per cache layer after a one-token prefill
+    two: list  # ... after one decode step (both include the module states found)
+    decoder_layers: int  # the model's decoder layers (the cache may hold more)
+    module_states: tuple = ()  # probe.ModuleState: tensors the model rewrote on its own modules
+    drift: float = 0.0  # |cached − recomputed| logits of the decode step over the largest logit
+
+
+@dataclass(frozen=True)
+class Probed:
+    """The layout with measured sizes, or the field-name layout and why."""
+
+    specs: tuple
+    note: str = ""  # why sizes come from config fields, or NO_CACHE; "" when measured
+    caveat: str = ""  # what the model's own code does that a reader of the figures should know
+    module_states: tuple = ()  # probe.ModuleState the run must read beside the cache object
+
+
+# Relative logit drift of one cached decode step vs a full forward above which a model's cached
+# steps are not the same computation as recomputing (fp32 noise is ~1e-6; half precision ~1e-2).
+DRIFT_LIMIT = {4: 1e-3, 2: 0.1, 1: 0.1}
+
+
+def measured_specs(specs, run: Callable[[], ProbeRun], elem_bytes: int) -> Probed:
+    """Specs sized from `run()` (the model's own forwards), or the specs unchanged with the reason."""
     try:
-        one, two = read_after(1), read_after(2)
+        probed = run()
     except probe.UnreadableCache as exc:
-        return tuple(specs), f"sizes from config fields ({exc})"
+        return Probed(tuple(specs), f"sizes from config fields ({exc})")
     except Exception as exc:  # noqa: BLE001 - any model's code; the run must not die of it
-        return tuple(specs), f"sizes from config fields (probe forward failed: {type(exc).__name__}: {exc})"
+        return Probed(tuple(specs), f"sizes from config fields (probe forward failed: {type(exc).__name__}: {exc})")
+    one, two = probed.one, probed.two
     if not any(r.k_bytes or r.v_bytes or r.state_bytes for r in one + two):
-        return tuple(specs), NO_CACHE
-    return tuple(_corrected(s, a, b, elem_bytes) for s, a, b in zip(specs, one, two)), ""
+        return Probed(tuple(specs), NO_CACHE)
+    specs = tuple(specs) + tuple(_extra_spec(r) for r in two[len(specs):])
+    measured = tuple(_corrected(s, a, b, elem_bytes) for s, a, b in zip(specs, one, two))
+    return Probed(measured, "", _caveat(measured, probed, elem_bytes), probed.module_states)
 
 
 # The note of a model whose forward keeps nothing in the cache it is given (e.g. OpenAI GPT).
 NO_CACHE = "this model keeps no KV cache (its forward stores nothing in one): the cached run recomputes every step"
 
 
+def _extra_spec(read: probe.LayerBytes) -> layout.LayerSpec:
+    """A cache layer past the decoder count (a looped model's copy of a layer): sized by _corrected."""
+    return layout.LayerSpec(layout.SLIDING if read.window else layout.FULL, 0, 0, read.window, 0, None)
+
+
 def _corrected(spec: layout.LayerSpec, one: probe.LayerBytes, two: probe.LayerBytes,
                elem_bytes: int) -> layout.LayerSpec:
+    """The spec with every size the two reads measured: K and V per token (indexer keys, a latent's
+    rope key), the positions held beyond the tokens seen, the window the layer object keeps, state."""
     if spec.kind == layout.SHARED:
         return spec
-    kv_growth = (two.k_bytes + two.v_bytes) - (one.k_bytes + one.v_bytes)
-    per_token = kv_growth // elem_bytes if spec.kind != layout.STATE else 0
     f32 = one.state_float32_bytes // 4 if elem_bytes != 4 else 0
-    plain = (one.state_bytes - (f32 * 4 if elem_bytes != 4 else 0)) // elem_bytes
-    if spec.kind == layout.LATENT or spec.index_values:  # sized right from its fields (tested)
-        return spec
-    heads = two.k_heads if per_token else spec.kv_heads
-    return replace(spec, kv_heads=heads, values_per_token=per_token, state_values=plain,
-                   state_float32_values=f32, state_known=True)
+    plain = (one.state_bytes - f32 * 4) // elem_bytes
+    state = dict(state_values=plain, state_float32_values=f32, state_known=True)
+    k, v = (two.k_bytes - one.k_bytes) // elem_bytes, (two.v_bytes - one.v_bytes) // elem_bytes
+    if spec.kind == layout.STATE or not k + v:
+        return replace(spec, values_per_token=0, **state) if spec.kind == layout.STATE else replace(spec, **state)
+    index = (two.index_bytes - one.index_bytes) // elem_bytes
+    held = (one.k_bytes + one.v_bytes) // elem_bytes // (k + v)
+    sizes = dict(values_per_token=k + v, index_values=index, fixed_tokens=max(held - 1, 0),
+                 kv_heads=1 if spec.kind == layout.LATENT else (two.k_heads or spec.kv_heads))
+    if spec.kind == layout.LATENT:
+        sizes["latent_rope"] = v
+    elif k != (k + v - index) // 2 + index:
+        sizes["key_values_per_token"] = k
+    return replace(spec, **_window(spec, two.window), **sizes, **state)
+
+
+def _window(spec: layout.LayerSpec, window: int | None) -> dict:
+    """The kind and cap the layer object keeps (its own `sliding_window`), over the config's."""
+    if window:
+        return dict(kind=spec.kind if spec.kind in (layout.SLIDING, layout.CHUNKED) else layout.SLIDING,
+                    token_cap=window)
+    if spec.kind in (layout.SLIDING, layout.CHUNKED):
+        return dict(kind=layout.FULL, token_cap=None)
+    return {}
+
+
+def _caveat(specs, probed: ProbeRun, elem_bytes: int) -> str:
+    """Sentences for what the model's own code does beyond a plain cache (empty when nothing)."""
+    words = []
+    extra = len(specs) - probed.decoder_layers
+    if extra > 0:
+        words.append(f"its cache holds {extra} layers beyond its {probed.decoder_layers} decoder layers "
+                     f"(its own code appends them, e.g. for looped layers): counted as layers "
+                     f"{probed.decoder_layers}–{len(specs) - 1}")
+    if probed.module_states:
+        names = ", ".join(sorted({s.attr for s in probed.module_states}))
+        words.append(f"it keeps state on its own modules ({names}), outside the cache object: "
+                     "counted as its layers' state")
+    fixed = max((s.fixed_tokens for s in specs), default=0)
+    if fixed:
+        words.append(f"its own code adds {fixed} positions to every sequence's cache")
+    if probed.drift > DRIFT_LIMIT.get(elem_bytes, 0.1):
+        words.append(f"its cached steps are not the same computation as recomputing: one decode step's "
+                     f"logits differ from a full forward's by {probed.drift:.0%} of the largest, so the "
+                     "no-cache run may choose other tokens (its own generate does the same with "
+                     "use_cache=False)")
+    return "; ".join(words)

@@ -58,6 +58,8 @@ class LayerBytes:
     state_float32_bytes: int = 0  # the part of state_bytes held in float32 tensors
     tokens: int = 0  # token positions of K/V held
     k_heads: int = 0  # heads of the keys tensor ([batch, heads, seq, dim]), 0 if not 4-D
+    index_bytes: int = 0  # of k_bytes, sparse-attention indexer keys (DeepSeek-V3.2-style layers)
+    window: int | None = None  # the window a sliding / chunked layer object keeps (its own attribute)
     storages: dict[int, int] = field(default_factory=dict)  # data pointer -> storage bytes
 
 
@@ -82,9 +84,11 @@ def _read_kv(layer, out: LayerBytes) -> None:
         out.tokens = min(int(layer.get_seq_length()), out.tokens)
     _pin(out.storages, keys)
     _pin(out.storages, values)
+    out.window = getattr(layer, "sliding_window", None)
     if isinstance(layer, DynamicIndexedLayer):  # sparse-attention indexer keys count as keys
-        for t in (layer.indexer_keys, layer.indexer_position_ids):
+        for t in (getattr(layer, "indexer_keys", None), getattr(layer, "indexer_position_ids", None)):
             out.k_bytes += tensor_bytes(t)
+            out.index_bytes += tensor_bytes(t)
             _pin(out.storages, t)
 
 
@@ -118,14 +122,15 @@ def _read_layer(layer) -> LayerBytes:
     return out
 
 
-def read_cache(cache, num_layers: int) -> list[LayerBytes]:
-    """One LayerBytes per decoder layer (MiniMax's `linear_cache` counted as state)."""
+def read_cache(cache, num_layers: int, beyond: bool = False) -> list[LayerBytes]:
+    """One LayerBytes per decoder layer (MiniMax's `linear_cache` counted as state); with `beyond`,
+    also every cache layer past the decoder count (a looped model's copies of its layers)."""
     if cache is None:
         raise UnreadableCache("the model returned no cache object")
     layers = getattr(cache, "layers", None)
     if layers is None:
         raise UnreadableCache(f"kvviz cannot read caches of class {type(cache).__name__}")
-    read = [read_layer(layer) for layer in layers[:num_layers]]
+    read = [read_layer(layer) for layer in (layers if beyond else layers[:num_layers])]
     read += [LayerBytes() for _ in range(num_layers - len(read))]
     for i, state in enumerate(getattr(cache, "linear_cache", None) or []):
         if isinstance(state, torch.Tensor) and i < num_layers:
@@ -133,6 +138,57 @@ def read_cache(cache, num_layers: int) -> list[LayerBytes]:
             read[i].state_float32_bytes += tensor_bytes(state) if state.dtype == torch.float32 else 0
             _pin(read[i].storages, state)
     return read
+
+
+@dataclass(frozen=True)
+class ModuleState:
+    """A tensor a model keeps as a plain attribute of one of its modules and rewrites every decode
+    step (RecurrentGemma's conv and recurrent states): cache the cache object never holds."""
+
+    layer: int  # the decoder layer the module sits in (0 when no decoder-layer list was found)
+    module: torch.nn.Module
+    attr: str
+
+
+def module_tensors(model: torch.nn.Module) -> dict[tuple[int, str], torch.Tensor]:
+    """Every tensor kept as a plain attribute of a module (not a parameter or buffer), copied."""
+    return {(id(m), attr): v.clone() for m in model.modules() for attr, v in vars(m).items()
+            if isinstance(v, torch.Tensor)}
+
+
+def changed_module_states(model: torch.nn.Module, before: dict, layers) -> tuple[ModuleState, ...]:
+    """The plain tensor attributes that a step replaced or rewrote since `before` was taken."""
+    owner = {id(m): i for i, layer in enumerate(layers) for m in layer.modules()}
+    found = []
+    for m in model.modules():
+        for attr, v in vars(m).items():
+            old = before.get((id(m), attr))
+            if isinstance(v, torch.Tensor) and v.numel() and (old is None or old.shape != v.shape
+                                                             or not torch.equal(old, v)):
+                found.append(ModuleState(owner.get(id(m), 0), m, attr))
+    return tuple(found)
+
+
+def add_module_states(read: list[LayerBytes], states) -> list[LayerBytes]:
+    """`read` with each module state's bytes counted as its layer's state (in place; returned)."""
+    for s in states:
+        t = getattr(s.module, s.attr, None)
+        if isinstance(t, torch.Tensor) and s.layer < len(read):
+            read[s.layer].state_bytes += tensor_bytes(t)
+            read[s.layer].state_float32_bytes += tensor_bytes(t) if t.dtype == torch.float32 else 0
+            _pin(read[s.layer].storages, t)
+    return read
+
+
+def held_module_states(states) -> list:
+    """The tensors the module states hold now (to put back with `restore_module_states`)."""
+    return [getattr(s.module, s.attr, None) for s in states]
+
+
+def restore_module_states(states, held: list) -> None:
+    """Put a run's module states back: in a race the no-cache run's forwards rewrite them too."""
+    for s, t in zip(states, held):
+        setattr(s.module, s.attr, t)
 
 
 def storage_bytes(read: list[LayerBytes]) -> int:
