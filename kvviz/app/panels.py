@@ -243,6 +243,8 @@ def run_notes(meta: dict, last) -> list[str]:
         notes.append(f"Attention ran as {meta.get('attn_implementation', '?')}: {meta['attn_fallback']}.")
     if meta.get("state_modelled") is False:
         notes.append("Some state layers have a size kvviz does not model: the formula leaves them out.")
+    if meta.get("cache_caveat"):
+        notes.append(f"This model: {meta['cache_caveat']}.")
     return notes
 
 
