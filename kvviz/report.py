@@ -210,16 +210,16 @@ def _facts(meta: dict) -> list[tuple[str, str]]:
             rows.append((label, fmt(value) if isinstance(value, int) else _value(value)))
         except (TypeError, ValueError):
             rows.append((label, _value(value)))
-    windows = meta.get("windows")
-    if isinstance(windows, list) and windows:
-        sliding = sorted({w for w in windows if isinstance(w, int)})
+    windows = [s.token_cap for s in cache_map.layer_kinds(meta)]
+    if windows:
+        sliding = sorted({w for w in windows if w})
         rows.append(("attention window", "full attention in every layer" if not sliding else
                      f"sliding window of {', '.join(map(str, sliding))} tokens in "
-                     f"{sum(isinstance(w, int) for w in windows)} of {len(windows)} layers"))
+                     f"{sum(bool(w) for w in windows)} of {len(windows)} layers"))
     versions = meta.get("versions")
     if isinstance(versions, dict):
         rows.append(("software", ", ".join(f"{k} {_value(v)}" for k, v in versions.items())))
-    known = {k for k, _, _ in FACTS} | {"windows", "versions", "config"}
+    known = {k for k, _, _ in FACTS} | {"windows", "layers", "versions", "config"}
     rows += [(k, _value(v)) for k, v in meta.items() if k not in known]
     return rows
 

@@ -63,11 +63,15 @@ def test_k_and_v_are_separate_rows_and_latent_state_shared_have_their_own_shades
     assert shade(1, 0) >= {"latent (MLA)"} and shade(1, 1) >= {"rope key (MLA)"}
     assert spans(cells, 2) == [("state", 0, 6)]  # one band over everything written, whatever tokens says
     assert shade(3, 0) - {"padding"} == {"shared"}
-    assert [k.label for k in cm.layer_kinds(meta)] == ["full", "latent 512+64", "state", "shared ← 0"]
+    assert [k.label() for k in cm.layer_kinds(meta)] == ["full", "latent 512+64", "state", "shared ← 0"]
+    v3 = {**META, "num_layers": 4, "layers": [{"kind": "full"}, {"kind": "latent", "values_per_token": 576,
+                                                                  "latent_rope": 64}, {"kind": "state"},
+                                              {"kind": "shared", "shared_with": 0}]}
+    assert cm.cells_frame(v3, event(2, 7, [6, 6, 0, 0])).equals(cells)  # format 3 draws the same
 
 
 def test_kinds_fall_back_to_windows_and_uniform_models_say_so():
-    assert [k.label for k in cm.layer_kinds(META)] == ["full", "sliding 3"]
+    assert [k.label() for k in cm.layer_kinds(META)] == ["full", "sliding 3"]
     assert cm.uniform_label(cm.layer_kinds(META)) is None
     assert cm.uniform_label(cm.layer_kinds({"num_layers": 30, "windows": [None] * 30})) == "full"
 
@@ -134,8 +138,11 @@ def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
 def test_uniform_models_get_plain_layer_numbers_and_unsafe_labels_are_cleaned():
     uniform = cm.layer_kinds({"num_layers": 3, "windows": [None] * 3})
     assert "labelExpr" not in cc.layer_axis(uniform).to_dict()
-    odd = [cm.LayerKind("sliding", "sliding 8'];alert(1);//", 8), cm.LayerKind("full", "full")]
+    # labels are the specs' own words from validated numbers; an older file's label text is never drawn
+    odd = cm.layer_kinds({"num_layers": 2, "layer_kinds": ["shared", "full"],
+                          "layer_labels": ["shared ← 8'];alert(1);//", "full"]})
     assert "'" not in cc.layer_axis(odd).to_dict()["labelExpr"].replace("' · '", "")
+    assert [k.label() for k in odd] == ["shared ← 8", "full"]
 
 
 def test_attention_spec_renders_share_on_a_fixed_scale():
@@ -320,7 +327,7 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
     data = live_charts.chart_data(meta, events, [])
     groups = data["layers"]
     assert set(groups.group) == set(live_charts.layer_groups(meta))
-    assert len(set(groups.group)) == len({k.label for k in kinds})  # one group per kind label
+    assert len(set(groups.group)) == len({k.label() for k in kinds})  # one group per kind label
     assert groups.kv_bytes.max() <= live_charts.largest_tensor_bytes(meta)  # the axis holds every bar
     assert charts.to_spec(live_charts.build_charts(meta, 10, data)["layers"])
 

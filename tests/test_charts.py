@@ -86,8 +86,10 @@ def builders():
 
 
 UNIFORM = {"num_layers": 2, "windows": [None, None]}
-MIXED = {"num_layers": 3, "windows": [None, 4, 4], "layer_kinds": ["full", "sliding", "sliding"],
-         "layer_labels": ["full", "sliding 4", "sliding 4"]}
+# 16 K and 16 V values per token in bf16, batch 2: 64 B a token per tensor, as the events below measure
+MIXED = {"num_layers": 3, "elem_bytes": 2, "batch": 2,
+         "layers": [{"kind": "full", "kv_heads": 2, "values_per_token": 32}]
+         + [{"kind": "sliding", "kv_heads": 2, "values_per_token": 32, "token_cap": 4}] * 2}
 
 
 def test_a_uniform_model_is_one_group_not_a_bar_per_layer():
@@ -110,7 +112,8 @@ def test_mixed_kinds_get_a_group_each_with_the_window_marked():
     df = live_charts.layer_groups_frame(MIXED, ev)
     assert list(live_charts.layer_groups(MIXED)) == ["1 layer · full", "2 layers · sliding 4"]
     sliding = df[df.group == "2 layers · sliding 4"]
-    assert list(sliding.cap_bytes) == [256, 256]  # 64 B per token x a window of 4
+    assert list(sliding.cap_bytes) == [192, 192]  # 64 B per token x the 3 tokens a window of 4 holds
+    assert list(sliding.kv_bytes) == [192, 192]  # what the layers measure once full: the same bytes
     assert list(sliding.cap_label) == ["window 4"] * 2 and list(sliding.group_bytes) == [384, 384]
     assert df[df.group == "1 layer · full"].cap_bytes.isna().all()
     with_state = replace(ev, layers=(*layers[:2], LayerStat(2, 0, 0, 0, 0.1, state_bytes=900)))
@@ -261,6 +264,6 @@ def test_the_per_layer_axis_fits_the_largest_tensor_of_any_kind():
             "layer_labels": ["sliding 10"] * 2 + ["state"], "layer_bytes_per_token": [64, 64, 0],
             "layer_state_bytes": [0, 0, 0]}
     meta["windows"][0] = 10
-    assert live_charts.largest_tensor_bytes(meta) == 32 * 10 * 2  # capped at the window
+    assert live_charts.largest_tensor_bytes(meta) == 32 * 9 * 2  # capped at the window − 1 tokens held
     meta["layer_state_bytes"] = [0, 0, 5000]
     assert live_charts.largest_tensor_bytes(meta) == 10_000  # a state larger than any K or V

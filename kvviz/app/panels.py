@@ -212,7 +212,7 @@ class LiveView:
 
 def same_stage(old: dict, new: dict) -> bool:
     """Two runs' panels have the same places and sizes (the previous one can stand in)."""
-    return all(old.get(k) == new.get(k) for k in (*SPEC_FACTS, "layer_kinds", "attention"))
+    return all(old.get(k) == new.get(k) for k in (*SPEC_FACTS, "layers", "attention"))
 
 
 PREVIOUS_LABEL = ('content: "previous run"; position: absolute; top: 0.35rem; right: 0.75rem; z-index: 1; '

@@ -4,8 +4,8 @@ A run's cached events and its meta in, long-form DataFrames out (kvviz/live/cach
 them). Positions run along x, layers along y. After a step the cache holds positions
 0 .. seq_len - 2 (the token just sampled is fed, and cached, by the next step); a layer that holds
 `tokens` of them holds the newest ones, so a sliding or chunked layer's older positions are
-"dropped". Per-layer kinds come from the trace meta (the layout model's `layers` when present,
-else the older `windows` list).
+"dropped". Each layer is drawn from its cache spec (kvviz.cache.spec), read from the trace meta by
+`kvviz.live.trace.layer_specs` (format 3's `layers`, or an older file's lists).
 
 Two frames keep the chart cheap at any width:
 - `cells_frame`: one row per run of equal positions in one layer and tensor (run-length encoded:
@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from kvviz.cache.spec import CacheSpec, FullSpec, SharedSpec, StateSpec
+from kvviz.live import trace
 from kvviz.live.events import StepEvent
 
 MAX_COLUMNS = 160  # hover / attention columns at most; wider runs are binned
@@ -35,44 +36,16 @@ CELL_COLUMNS = ["layer", "tensor_row", "shade", "status", "pos_start", "pos_end"
 COLUMN_COLUMNS = ["pos_start", "pos_end", "positions", "part", "text"]
 MAP_COLUMNS = CELL_COLUMNS + [c for c in COLUMN_COLUMNS if c not in CELL_COLUMNS]
 ATTENTION_COLUMNS = ["layer", "pos_start", "pos_end", "share", "part", "text"]
-# What each layer kind caches in its two tensor rows (row 0 above row 1).
-TENSORS = {"full": ("K", "V"), "sliding": ("K", "V"), "chunked": ("K", "V"),
-           "latent": ("latent (MLA)", "rope key (MLA)"), "state": ("state", "state"),
-           "shared": ("shared", "shared")}
 
 
-@dataclass(frozen=True)
-class LayerKind:
-    """How the map draws one decoder layer."""
-
-    kind: str  # "full", "sliding", "chunked", "latent", "state" or "shared"
-    label: str  # "full", "sliding 4096", "chunked 8192", ...: shown on the axis and in captions
-    token_cap: int | None = None  # the window / chunk, None when the layer keeps every position
+def layer_kinds(meta: dict) -> tuple[CacheSpec, ...]:
+    """Each layer's cache spec, from the trace meta (`kvviz.live.trace.layer_specs`)."""
+    return trace.layer_specs(meta)
 
 
-def layer_kinds(meta: dict) -> list[LayerKind]:
-    """Each layer's kind from the trace meta (kvviz.cache.layout's `layer_kinds` / `layer_labels` /
-    `windows`); older traces have only `windows` (a window per sliding layer, else null)."""
-    n = int(meta.get("num_layers") or 0)
-    kinds, labels = meta.get("layer_kinds"), meta.get("layer_labels")
-    windows = meta.get("windows") if isinstance(meta.get("windows"), list) else []
-    windows = [w if isinstance(w, int) else None for w in windows] + [None] * (n - len(windows))
-    if not (isinstance(kinds, list) and len(kinds) == n):
-        return [LayerKind("sliding", f"sliding {w}", w) if w else LayerKind("full", "full") for w in windows[:n]]
-    labels = labels if isinstance(labels, list) and len(labels) == n else kinds
-    return [_kind_of(kind, label, cap) for kind, label, cap in zip(kinds, labels, windows)]
-
-
-def _kind_of(kind, label, cap: int | None) -> LayerKind:
-    """One layer's kind from untrusted meta values: unknown kinds draw as full attention."""
-    kind = kind if kind in TENSORS else "full"
-    label = SAFE_LABEL.sub("", label)[:40] if isinstance(label, str) else kind
-    return LayerKind(kind, label or kind, cap)
-
-
-def uniform_label(kinds: Sequence[LayerKind]) -> str | None:
+def uniform_label(kinds: Sequence[CacheSpec]) -> str | None:
     """The one label every layer shares ("full", "sliding 8"), or None for a mixed model."""
-    labels = {k.label for k in kinds}
+    labels = {k.label() for k in kinds}
     return labels.pop() if len(labels) == 1 else None
 
 
@@ -111,15 +84,15 @@ def _segments(start: int, end: int, held_from: int, pad: int, prompt: int) -> li
     return [(status, a, min(b, end)) for status, a, b in cuts if min(b, end) > a]
 
 
-def layer_cells(kind: LayerKind, tokens: int, end: int, pad: int, prompt: int) -> list[tuple]:
+def layer_cells(kind: CacheSpec, tokens: int, end: int, pad: int, prompt: int) -> list[tuple]:
     """(tensor_row, shade, status, first, last + 1) for one layer holding `tokens` of [0, end)."""
-    if kind.kind == "state":  # a fixed-size state summarises every position written so far
+    if isinstance(kind, StateSpec):  # a fixed-size state summarises every position written so far
         return [(row, "state", "state", 0, end) for row in (0, 1)] if end else []
-    shared_all = kind.kind == "shared" and tokens == 0  # a layer reading another's KV, held there
+    shared_all = isinstance(kind, SharedSpec) and tokens == 0  # a layer reading another's KV, held there
     held_from = 0 if shared_all else end - min(tokens, end)
     rows = []
     for status, a, b in _segments(0, end, held_from, pad, prompt):
-        for row, tensor in enumerate(TENSORS[kind.kind]):
+        for row, tensor in enumerate(kind.TENSORS):
             shade = status if status in ("dropped", "padding") else tensor
             rows.append((row, shade, status, a, b))
     return rows
@@ -133,7 +106,7 @@ def cell_rows(meta: dict, event: StepEvent, seq: int = 0) -> list[tuple]:
     kinds = layer_kinds(meta)
     rows = []
     for stat in event.layers:
-        kind = kinds[stat.layer] if stat.layer < len(kinds) else LayerKind("full", "full")
+        kind = kinds[stat.layer] if stat.layer < len(kinds) else FullSpec()
         rows += [(stat.layer, *cell, cell[4] - cell[3]) for cell in layer_cells(kind, stat.tokens, end, pad, prompt)]
     return rows
 

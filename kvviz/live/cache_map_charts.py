@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from kvviz.live.cache_map import SAFE_LABEL, TENSORS, LayerKind, uniform_label
+from kvviz.cache.spec import CacheSpec
+from kvviz.live.cache_map import SAFE_LABEL, uniform_label
 
 SHADES = {"K": "#4C78A8", "V": "#F58518", "latent (MLA)": "#B279A2", "rope key (MLA)": "#FF9DA6",
           "state": "#54A24B", "shared": "#9D755D", "dropped": "#D9D9D9", "padding": "#F0F0F0"}
@@ -25,11 +26,11 @@ MAX_PLOT_PX = 270  # deeper models get thinner rows: the whole map stays under 4
 MIN_PLOT_PX = 120  # a model of few layers still gets rows tall enough to read
 
 
-def shades_for(kinds: Sequence[LayerKind], padded: bool = True) -> dict[str, str]:
+def shades_for(kinds: Sequence[CacheSpec], padded: bool = True) -> dict[str, str]:
     """The legend's entries: the tensors these kinds cache, then dropped (when a layer is capped)
     and padding (when sequences of a batch may be padded)."""
-    names = dict.fromkeys(t for k in kinds for t in TENSORS[k.kind])
-    if any(k.kind in ("sliding", "chunked") for k in kinds):
+    names = dict.fromkeys(t for k in kinds for t in k.TENSORS)
+    if any(k.cap_label for k in kinds):  # a sliding or chunked layer drops its older positions
         names["dropped"] = None
     if padded:
         names["padding"] = None
@@ -41,11 +42,11 @@ def map_height(num_layers: int) -> int:
     return max(MIN_PLOT_PX, min(MAX_PLOT_PX, num_layers * ROW_PX)) + FRAME_PX
 
 
-def layer_axis(kinds: Sequence[LayerKind]) -> alt.Axis:
+def layer_axis(kinds: Sequence[CacheSpec]) -> alt.Axis:
     """Layer numbers; with mixed kinds each label also names its layer's kind ("3 · sliding 8")."""
     if uniform_label(kinds) is not None or not kinds:
         return alt.Axis(title="decoder layer", labelOverlap=True)
-    labels = json.dumps([SAFE_LABEL.sub("", k.label) for k in kinds])
+    labels = json.dumps([SAFE_LABEL.sub("", k.label()) for k in kinds])
     return alt.Axis(title="decoder layer · kind", labelLimit=200, labelOverlap=True,
                     labelExpr=f"datum.value + ' · ' + {labels}[datum.value]")
 
@@ -56,7 +57,7 @@ def _x(max_len: int, title: str | None) -> alt.X:
                  axis=alt.Axis(format="d", grid=False, tickCount=12, tickMinStep=1))
 
 
-def _y(kinds: Sequence[LayerKind]) -> alt.Y:
+def _y(kinds: Sequence[CacheSpec]) -> alt.Y:
     scale = alt.Scale(domain=list(range(len(kinds))), paddingInner=0.2)
     return alt.Y("layer:O", scale=scale, axis=layer_axis(kinds))
 
@@ -81,7 +82,7 @@ def _columns_layer() -> alt.Chart:
                  alt.Tooltip("text:N", title="text")])
 
 
-def cache_map_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
+def cache_map_chart(df: pd.DataFrame, kinds: Sequence[CacheSpec], max_len: int,
                     prompt_len: int, padded: bool = True, hover: bool = True) -> alt.LayerChart:
     """Positions (x) × layers (y), two thin rows per layer (K over V, latent over rope key).
 
@@ -107,7 +108,7 @@ def cache_map_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
         height=map_height(len(kinds)))
 
 
-def attention_chart(df: pd.DataFrame, kinds: Sequence[LayerKind], max_len: int,
+def attention_chart(df: pd.DataFrame, kinds: Sequence[CacheSpec], max_len: int,
                     prompt_len: int) -> alt.LayerChart:
     """The newest token's attention over the cached positions: layer × column, colour = share.
 

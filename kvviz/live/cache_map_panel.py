@@ -106,7 +106,8 @@ ATTENTION_NOTE = ("Below: the newest token's attention over the cached positions
                   "see docs/benchmarks.md).")
 
 
-def kinds_sentence(kinds: list[cm.LayerKind]) -> str:
+def kinds_sentence(kinds) -> str:
+    """The layers' kinds in words (`kinds`: the run's cache specs, cache_map.layer_kinds)."""
     uniform = cm.uniform_label(kinds)
     if uniform == "full":
         return f"All {len(kinds)} layers are full attention: every layer keeps every position."
@@ -114,7 +115,7 @@ def kinds_sentence(kinds: list[cm.LayerKind]) -> str:
         return " ".join([f"All {len(kinds)} layers are {uniform}.", *[n for k, n in KIND_NOTES.items() if k == kinds[0].kind.replace("chunked", "sliding")]])
     counts: dict[str, int] = {}
     for kind in kinds:
-        counts[kind.label] = counts.get(kind.label, 0) + 1
+        counts[kind.label()] = counts.get(kind.label(), 0) + 1
     listed = ", ".join(f"{n} × {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     present = {"sliding" if k.kind == "chunked" else k.kind for k in kinds}  # one note for both
     notes = [KIND_NOTES[kind] for kind in KIND_NOTES if kind in present]

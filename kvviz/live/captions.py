@@ -1,7 +1,8 @@
 """Plain-language captions and headline figures, carrying the live numbers. Pure functions."""
 from __future__ import annotations
 
-from kvviz.live import race
+from kvviz.cache import spec
+from kvviz.live import race, trace
 from kvviz.live.events import StepEvent
 from kvviz.live.trace import percentile
 from kvviz.viz.units import fmt_bytes, fmt_ms, fmt_ratio
@@ -72,8 +73,9 @@ def cache_figure(last: StepEvent) -> tuple[str, str, str]:
 
 
 def is_uniform(meta: dict) -> bool:
-    """Every layer a full-attention layer (traces from before the layout model count as such)."""
-    return set(meta.get("layer_kinds") or ["full"]) == {"full"}
+    """Every layer a plain full-attention layer, without a state (`kvviz.cache.spec.is_uniform_full`
+    on the run's specs; traces from before the layout model count as such)."""
+    return spec.is_uniform_full(trace.layer_specs(meta))
 
 
 def layout_clause(meta: dict) -> str:

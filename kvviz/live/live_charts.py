@@ -7,6 +7,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from kvviz.cache import spec
 from kvviz.live import cache_map, frames
 from kvviz.viz import charts
 from kvviz.live.events import StepEvent
@@ -32,15 +33,12 @@ GROUP_COLUMNS = ["group", "kind", "kv_bytes", "tokens", "layers", "group_bytes",
 
 
 def layer_groups(meta: dict) -> dict[str, list[int]]:
-    """Layers grouped by kind label, in order of first appearance: {"10 layers · full": [0, 3, ...]}.
+    """Layers grouped by their spec's label, in order of first appearance: {"10 layers · full": [0, 3, ...]}.
 
     One group for a uniform model ("all 30 layers · full"), so that it reads as one fact, not
     thirty identical bars.
     """
-    kinds = cache_map.layer_kinds(meta)
-    by_label: dict[str, list[int]] = {}
-    for i, kind in enumerate(kinds):
-        by_label.setdefault(kind.label, []).append(i)
+    by_label = spec.layer_groups(cache_map.layer_kinds(meta))
     if len(by_label) == 1:
         (label, layers), = by_label.items()
         return {f"all {len(layers)} layers · {label}": layers}
@@ -48,12 +46,12 @@ def layer_groups(meta: dict) -> dict[str, list[int]]:
             for label, layers in by_label.items()}
 
 
-def _cap(kind: cache_map.LayerKind, nbytes: int, tokens: int) -> tuple[float | None, str | None]:
-    """Bytes this tensor reaches at the layer's window / chunk (bytes per token from the measure)."""
-    if kind.token_cap is None or kind.kind not in ("sliding", "chunked") or tokens <= 0:
+def _cap(layer: spec.CacheSpec, row: int, meta: dict) -> tuple[float | None, str | None]:
+    """Bytes tensor row `row` (0: K, 1: V) of a sliding or chunked layer holds once full (its
+    window − 1 tokens, `CacheSpec.tensor_bytes`), and the cap's words; (None, None) for other layers."""
+    if not layer.cap_label:
         return None, None
-    word = "window" if kind.kind == "sliding" else "chunk"
-    return nbytes / tokens * kind.token_cap, f"{word} {kind.token_cap:,}"
+    return layer.tensor_bytes(layer.max_tokens_held, meta["elem_bytes"], meta["batch"])[row], layer.cap_label
 
 
 def layer_groups_frame(meta: dict, event: StepEvent) -> pd.DataFrame:
@@ -62,38 +60,26 @@ def layer_groups_frame(meta: dict, event: StepEvent) -> pd.DataFrame:
     Columns: GROUP_COLUMNS. kv_bytes / tokens: the group's largest layer; group_bytes: the sum
     over the group's layers; cap_bytes / cap_label: where a sliding or chunked layer stops growing.
     """
-    kinds, stats = cache_map.layer_kinds(meta), {s.layer: s for s in event.layers}
+    specs, stats = cache_map.layer_kinds(meta), {s.layer: s for s in event.layers}
     with_state = any(s.state_bytes for s in event.layers)
     rows = []
     for group, layers in layer_groups(meta).items():
         held = [stats[i] for i in layers if i in stats]
-        for tensor, read in (("K", lambda s: s.k_bytes), ("V", lambda s: s.v_bytes),
-                             ("state", lambda s: s.state_bytes))[:3 if with_state else 2]:
+        for row, (tensor, read) in enumerate((("K", lambda s: s.k_bytes), ("V", lambda s: s.v_bytes),
+                                              ("state", lambda s: s.state_bytes))[:3 if with_state else 2]):
             top = max(held, key=read, default=None)
-            nbytes = read(top) if top else 0
-            cap = _cap(kinds[layers[0]], nbytes, top.tokens if top else 0) if tensor != "state" else (None, None)
-            rows.append((group, tensor, nbytes, top.tokens if top else 0, len(layers),
+            cap = _cap(specs[layers[0]], row, meta) if tensor != "state" else (None, None)
+            rows.append((group, tensor, read(top) if top else 0, top.tokens if top else 0, len(layers),
                          sum(read(s) for s in held), *cap))
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
 def largest_tensor_bytes(meta: dict) -> int:
-    """The per-layer chart's y top: the largest one tensor (K, V or state) of any layer can get.
-
-    From the layout's per-layer bytes per token (K and V halves; a latent layer's K, the latent, is
-    bounded by its whole) held up to max_len or the layer's cap, and its state; older traces
-    without them: kv_heads x head_dim x max_len.
-    """
-    per_token, states = meta.get("layer_bytes_per_token"), meta.get("layer_state_bytes")
-    n, batch, max_len = meta["num_layers"], meta["batch"], meta["max_len"]
-    if not (isinstance(per_token, list) and isinstance(states, list) and len(per_token) == len(states) == n):
-        return meta["num_kv_heads"] * meta["head_dim"] * max_len * batch * meta["elem_bytes"]
-    tops = [1]
-    for kind, tokens_bytes, state in zip(cache_map.layer_kinds(meta), per_token, states):
-        held = min(max_len, kind.token_cap) if kind.token_cap else max_len
-        tensor = tokens_bytes if kind.kind == "latent" else tokens_bytes / 2
-        tops += [int(tensor * held * batch), int(state) * batch]
-    return max(tops)
+    """The per-layer chart's y top: the largest one tensor (K, V or state) any layer can get in
+    this run (`kvviz.cache.spec.largest_tensor_bytes`: every layer's K, V and state at max_len
+    positions, a sliding or chunked layer at its window − 1)."""
+    top = spec.largest_tensor_bytes(cache_map.layer_kinds(meta), meta["max_len"], meta["elem_bytes"], meta["batch"])
+    return max(top, 1)
 
 
 def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:

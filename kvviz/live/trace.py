@@ -343,6 +343,7 @@ class LayerRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     state_family: Annotated[str, msgspec.Meta(max_length=40, pattern="^[a-z0-9_]*$")] = ""
     state_pinned: bool = False
     key_values_per_token: _Count | None = None
+    fixed_tokens: _Count = 0
 
 
 def layer_records(value, where: str = "meta.layers") -> tuple[CacheSpec, ...]:
@@ -354,7 +355,7 @@ def layer_records(value, where: str = "meta.layers") -> tuple[CacheSpec, ...]:
     specs = []
     for i, record in enumerate(records):
         try:
-            specs.append(CacheSpec(**msgspec.structs.asdict(record)))
+            specs.append(CacheSpec(**msgspec.to_builtins(record)))  # the fields not at their default
         except ValueError as exc:
             raise TraceError(f"{where}[{i}]: {exc}") from None
     return tuple(specs)
@@ -427,14 +428,16 @@ def _legacy_spec(meta: dict, i: int) -> CacheSpec:
         fields.update(kv_heads=0, values_per_token=0, token_cap=None,
                       shared_with=numbers[0] if kind == "shared" and numbers else None,
                       state_known=kind != "state" or meta.get("state_modelled") is not False)
-    elif kind == "latent":
-        fields.update(kv_heads=1, token_cap=None, latent_rope=numbers[1] if len(numbers) > 1 else 0)
+    elif kind == "latent":  # "latent 512+64 + index 128": rank, rope key, indexer keys
+        parts = (numbers + [0, 0, 0])[:3]
+        fields.update(kv_heads=1, token_cap=None, latent_rope=parts[1], index_values=parts[2],
+                      values_per_token=fields["values_per_token"] if _is_int(per_token) else sum(parts))
     elif kind == "full":
         fields.update(token_cap=None)
     try:
         return CacheSpec(kind, **fields)
-    except ValueError:  # a sliding / chunked layer without a usable window
-        return CacheSpec("full", **{**fields, "token_cap": None})
+    except ValueError:  # a sliding / chunked layer without a usable window, a latent layer's odd label
+        return CacheSpec("full", **{**fields, "token_cap": None, "latent_rope": 0, "index_values": 0})
 
 
 # --- writing -------------------------------------------------------------------------------------

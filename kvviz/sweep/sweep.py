@@ -24,7 +24,7 @@ import torch
 
 from kvviz.planner import capacity
 from kvviz.live import engine
-from kvviz.cache import layout
+from kvviz.cache import layout, spec
 from kvviz.live.captions import achieved_bandwidth_bytes_per_s
 from kvviz.live.config import RunConfig
 from kvviz.live.events import StepEvent
@@ -221,9 +221,8 @@ def formula_fields(lm: LoadedModel, prompt_tokens: int, batch: int, new_tokens: 
     """Textbook bytes after the prefill and at the end (known even for points that fail)."""
     specs = layout.layer_specs(lm.model.config)
     elem_bytes = torch.finfo(lm.dtype).bits // 8
-    return {"prefill_formula_bytes": layout.formula_bytes(specs, prompt_tokens, batch, elem_bytes),
-            "end_formula_bytes": layout.formula_bytes(specs, prompt_tokens + new_tokens - 1, batch,
-                                                      elem_bytes)}
+    return {"prefill_formula_bytes": spec.formula_bytes(specs, prompt_tokens, batch, elem_bytes),
+            "end_formula_bytes": spec.formula_bytes(specs, prompt_tokens + new_tokens - 1, batch, elem_bytes)}
 
 
 def measured_fields(events: list[StepEvent], weight_bytes: int) -> dict:
@@ -248,7 +247,7 @@ class DeviceFacts:
     peak_bandwidth_bytes_per_s: float | None  # the preset's peak memory bandwidth
     kv_budget_bytes: int | None  # memory - weights - overhead: where the cache must fit
     bytes_per_token: int  # cache bytes per token of one sequence, every layer
-    specs: tuple = ()  # the model's layout.LayerSpec per layer: the one formula every figure uses
+    specs: tuple = ()  # the model's cache specs (kvviz.cache.spec), one per layer: every figure's formula
     elem_bytes: float = 4  # bytes per cached value in the run's dtype
 
 
@@ -289,7 +288,7 @@ def max_positions(lm: LoadedModel) -> int | None:
 
 def bytes_per_token(lm: LoadedModel) -> int:
     """Cache bytes one token of one sequence adds, every layer (windows ignored)."""
-    return int(layout.bytes_per_token(layout.layer_specs(lm.model.config), torch.finfo(lm.dtype).bits // 8))
+    return int(spec.bytes_per_token(layout.layer_specs(lm.model.config), torch.finfo(lm.dtype).bits // 8))
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -458,12 +457,12 @@ def kv_budget_bytes(gpu_bytes: int | None, weight_bytes: int,
 
 def predicted_max_prompt_tokens(budget_bytes: int, specs, elem_bytes: float, batch: int,
                                 new_tokens: int, limit: int = 1 << 31) -> int | None:
-    """Longest prompt whose end-of-run cache (layout.formula_bytes at prompt + new_tokens - 1
+    """Longest prompt whose end-of-run cache (spec.formula_bytes at prompt + new_tokens - 1
     tokens, whole batch) fits in the budget: the same formula as `end_formula_bytes`, so this
     boundary and the `predicted_oom` flag always agree. None when the cache stops growing (every
     layer sliding, chunked or state) and fits at `limit` tokens: no prompt length runs out."""
     def fits(prompt: int) -> bool:
-        return layout.formula_bytes(specs, prompt + new_tokens - 1, batch, elem_bytes) <= budget_bytes
+        return spec.formula_bytes(specs, prompt + new_tokens - 1, batch, elem_bytes) <= budget_bytes
     if fits(limit):
         return None
     if not fits(1):
