@@ -9,7 +9,10 @@ Every other type must, over a 2-sequence batch and 4 greedy tokens:
 1. measured cache bytes == kvviz's formula (layout bytes at n tokens), every step;
 2. storage pinned, counted here by walking every tensor the cache object holds (storages by data
    pointer), == kvviz's probe storage;
-3. cached tokens == recompute tokens == `model.generate` tokens (greedy, no logits processors);
+   (the cache object plus every tensor kept as a plain attribute of the model's modules);
+3. cached tokens == `model.generate` tokens, recompute tokens == `model.generate(use_cache=False)`
+   tokens (greedy, no logits processors); the two are equal, or the model's own cache changes its
+   tokens (CPM-Ant) and the trace's caveat says so;
 
 or be *labelled*: the run completes, and every event carries a note saying why bytes are not shown
 (layout not modelled, or no cache support: recompute only). KNOWN_GAPS lists what still fails, by
@@ -270,3 +273,51 @@ def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, ca
     else:
         assert all("takes no cache argument" in e.cache_note for e in events)
         assert "recomputes every step" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model_type, words", [
+    ("cpmant", "not the same computation"), ("xlm", "adds 1 positions"),
+    ("dory", "2 layers beyond its 4 decoder layers"), ("recurrent_gemma", "state on its own modules")])
+def test_what_a_models_own_code_does_is_said_in_the_trace_and_on_the_page(model_type, words):
+    """The caveat the probe measured reaches the trace's meta, the CLI's notes and the Live page's notes."""
+    from kvviz.app.panels import run_notes
+    from kvviz.cli import layout_lines
+    from kvviz.live.trace import Trace
+    lm = LoadedModel(build(sized_config(model_type)), tiny_tokenizer(), model_type, model_type,
+                     torch.device("cpu"), torch.float32, 0.0)
+    meta = engine.run_meta(lm, run_config())
+    assert words in meta["cache_caveat"]
+    events = list(engine.generate(lm, run_config(), "cached"))
+    assert any(words in note for note in run_notes(meta, events[-1]))
+    assert words in layout_lines(Trace(meta, events))
+
+
+def test_state_kept_on_modules_survives_a_race():
+    """RecurrentGemma keeps its conv and recurrent states on its modules; the no-cache run's forwards
+    reset them. Taking turns with the cached run ahead (as on the page), the cached run still holds,
+    after every step, the very states it holds alone, makes the same tokens, and its bytes (module
+    states included) equal the formula."""
+    lm = LoadedModel(build(sized_config("recurrent_gemma")), tiny_tokenizer(), "recurrent_gemma",
+                     "recurrent_gemma", torch.device("cpu"), torch.float32, 0.0)
+
+    def states_into(seen: list):
+        return lambda cache: seen.append([v.clone() for _, v in sorted(module_storages_named(lm.model))])
+
+    alone_states: list = []
+    alone = [e.token_ids for e in engine.generate(lm, run_config(), "cached", inspect=states_into(alone_states))]
+    raced_states: list = []
+    runs = {"c": (engine.generate(lm, run_config(), "cached", inspect=states_into(raced_states)), []),
+            "r": (engine.generate(lm, run_config(), "recompute"), [])}
+    for who in "ccrcrcrr":
+        runs[who][1].append(next(runs[who][0]))
+    ahead, behind = runs["c"][1], runs["r"][1]
+    assert len(alone_states[0]) == 6  # conv and recurrent state of 3 recurrent layers
+    assert all(torch.equal(a, b) for step_a, step_b in zip(alone_states, raced_states) for a, b in zip(step_a, step_b))
+    assert [e.token_ids for e in ahead] == alone == [e.token_ids for e in behind]
+    assert all(e.kv_bytes == e.formula_bytes > 0 for e in ahead)
+    assert ahead[0].kv_bytes > sum(s.k_bytes + s.v_bytes for s in ahead[0].layers)  # states counted
+
+
+def module_storages_named(model) -> list[tuple[str, torch.Tensor]]:
+    return [(f"{name}.{attr}", value) for name, module in model.named_modules()
+            for attr, value in module.__dict__.items() if isinstance(value, torch.Tensor)]

@@ -460,12 +460,13 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     per_token = plan.bytes_per_token
     layers = decoder_layers(model, plan.num_layers)
     capture = attention_rows(layers) if cfg.attention and cache is not None else nullcontext()
+    held = probe.held_module_states(plan.module_states)  # as the prefill will find them
     with timed_layers(layers, lm.device.type == "cuda", device_sync(lm.device)) as timer, capture as attention:
         for step in range(cfg.max_new_tokens):
             if should_stop is not None and should_stop():
                 return
             fed = batch.ids.shape[1] if (step == 0 or cache is None) else 1
-            if step and cache is not None:  # a race's no-cache run rewrites state kept on modules
+            if cache is not None:  # a race's no-cache run rewrites state kept on modules
                 probe.restore_module_states(plan.module_states, held)
             with StepClock(lm.device) as clock:
                 next_ids = sample(run_step(model, batch, cache, step), cfg, generator)

@@ -2,12 +2,17 @@
 
 `kvviz.cache.layout` names each layer's kind with transformers' own resolution and sizes it from config
 field names. Field names miss what the code does (Falcon's `num_kv_heads` / `multi_query`,
-per-layer-type head counts, keys and values of different sizes, states in fields kvviz has no rule
-for). So before a run kvviz feeds the loaded model one token, then one more, with a fresh cache of
-the kind the run uses, reads every cache layer (K, V and state tensors with their dtypes) after
-each, and takes per layer: values per token = growth between the two reads; state = what the
-first read holds beyond one token. Kinds and caps stay the layout's (the two reads stay below
-every window). A model whose probe fails keeps the field-name layout, with the reason.
+per-layer-type head counts, keys and values of different sizes, indexers shared between layers,
+positions the code adds, looped layers, states kept on modules). So before a run kvviz feeds the
+loaded model one token, then one more, with a fresh cache of the kind the run uses, and reads every
+cache layer (K, V, indexer keys and state tensors with their dtypes; layers past the decoder count
+too) after each, plus every tensor the decode step rewrote on the model's own modules. Per layer:
+K and V per token = growth between the two reads; positions the code adds = what the first read
+holds beyond one token; state = the fixed tensors; the window = the one the layer object keeps.
+Kinds are the layout's (transformers' names). The decode step's logits are also compared with a
+full forward of the same two tokens: a model whose cached step computes something else gets a
+caveat, since its no-cache run may choose other tokens. A model whose probe fails keeps the
+field-name layout, with the reason.
 """
 from __future__ import annotations
 
