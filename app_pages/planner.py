@@ -1,7 +1,8 @@
 """Capacity planner: how many requests of T tokens fit on a serving setup, and what bounds a step.
 
 Widgets and layout only: the arithmetic is kvviz.planner.deployment's (capacity, parallel,
-serving_plan), the tables kvviz.planner.planner_frames', the charts kvviz.planner.planner_charts'. Every widget
+serving_plan), the tables kvviz.planner.planner_frames', the charts kvviz.planner.planner_charts',
+and every sentence `kvviz plan` also prints is kvviz.planner.words'. Every widget
 but the pasted config is bound to the URL (`bind="query-params"`, the key is the parameter
 name), so a link reproduces the view; the config text is left out of the URL (long, and not
 ours to echo). In hosted mode every size goes through `Policy.check_limits` (token counts,
@@ -10,7 +11,7 @@ size over a cap, typed or carried by a link, is answered in one sentence, not si
 """
 import streamlit as st
 
-from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames
+from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames, words
 from kvviz.app import panels
 from kvviz.viz import units
 from kvviz.app import ui
@@ -199,30 +200,23 @@ st.caption(inert(
     f"{model.name}: {model.num_layers} layers ({model.kinds}), {model.num_attention_heads} heads, "
     f"{model.kv_heads} KV heads ({model.attention_kind}), head_dim {model.head_dim}"
     + (f", trained up to {model.max_position:,} tokens" if model.max_position else "")
-    + f" · {result['label']}"))
+    + f" · {result.label}"))
 for note in model.notes:
     st.caption(inert(f"Note: {note}."))
 
 # ---------------------------------------------------------------- headline figures
 metric_row(planner_frames.memory_metrics(plan, units.fmt_bytes))
-per_gpu = result["per_gpu"]
-gb = units.fmt_bytes_si  # GPU memory and weights in GB (1e9 B), as the CLI and the GPU presets
-st.caption(inert(f"Per GPU: {gb(gpu_bytes)} − weights {gb(per_gpu['weight_bytes'])} "
-                 f"({result['weights']['weight_dtype']}) − overhead {gb(per_gpu['overhead_bytes'])} "
-                 f"→ {gb(per_gpu['kv_budget_bytes'])} for KV caches."))
-if not result["weights"]["params_known"]:
-    st.warning("Parameter count unknown: the weights are counted as 0 bytes. "
-               "Enter it above to include them.")
-if per_gpu["kv_budget_bytes"] == 0:
-    st.warning("The weights and overhead fill each GPU: no request fits. Add GPUs (TP or PP) "
-               "or use a smaller weight dtype.")
+st.caption(inert(words.budget_sentence(result)))  # GB (1e9 B), as the CLI and the GPU presets
+if not result.weights.params_known:
+    st.warning(words.params_unknown_sentence(planner_frames.PARAMS_REMEDY))
+if result.per_gpu.kv_budget_bytes == 0:
+    st.warning(words.nothing_fits_sentence())
 if model.max_position and plan.context_tokens > model.max_position:
-    st.warning(f"T = {plan.context_tokens:,} is longer than the model was trained for "
-               f"({model.max_position:,} tokens).")
+    st.warning(words.longer_than_trained_sentence([plan.context_tokens], model.max_position))
 
 st.subheader("As vLLM would allocate it")
-if "error" in result["vllm"]:
-    st.info(inert(f"Not available: {result['vllm']['error']}."))
+if result.vllm.error:
+    st.info(inert(words.vllm_unavailable_sentence(result.vllm.error)))
 else:
     st.caption("vLLM hands out memory in whole blocks of `block size` tokens per layer, grouped "
                "by layer kind (kvviz.planner.serving_plan follows its kv_cache_utils). Same budget as above; "
@@ -230,17 +224,17 @@ else:
                "modelled here.")
     metric_row(planner_frames.vllm_metrics(plan))
     if any(spec.has_state for spec in model.specs):
-        st.caption(inert(f"Recurrent-state (Mamba-style) layers on {result['vllm']['platform']}: vLLM's "
+        st.caption(inert(f"Recurrent-state (Mamba-style) layers on {result.vllm.platform}: vLLM's "
                          "state page (conv kernel − 1 columns), block alignment and, with prefix "
                          "caching, its 2–3 state pages per request — checked against a real vLLM "
                          "0.32 on tiny Granite-4, Qwen3-Next and LFM2 hybrids (docs/planner.md)."))
-    if not result["vllm"]["starts"]:
-        st.warning(deployment.refusal_sentence(result["vllm"], deployment.fit_advice(model, setup)))
+    if deployment.refused(result):
+        st.warning(words.refusal_sentence(result.vllm, deployment.fit_advice(model, setup)))
     with st.expander("vLLM's figures as a table"):
         vllm_table = planner_frames.vllm_frame(plan)
         st.dataframe(vllm_table, hide_index=True, key="plan_vllm_table")
         downloads("kvviz-vllm-allocation", table=vllm_table)
-for sentence in planner_frames.what_if_sentences(plan, units.fmt_bytes):
+for sentence in words.what_if_sentences(result, plan.setup.block_size):
     st.info(sentence)
 
 speed = planner_frames.speed_metrics(plan)

@@ -68,40 +68,40 @@ def test_label():
 
 def test_llama_70b_on_8_h100_tp8():
     plan = deployment.plan_setup(plan_models.catalog_model("Llama-3.1-70B"), setup(par=Parallel(8)))
-    assert plan["label"] == "8×H100 SXM, TP 8" and plan["gpus"] == 8
-    assert plan["weights"]["bytes_total"] == 141_107_412_992
-    assert plan["per_gpu"]["weight_bytes"] == 17_638_426_624
-    assert plan["per_gpu"]["kv_budget_bytes"] == 54_361_573_376
-    assert plan["per_gpu"]["kv_bytes_per_token"] == 40_960
-    assert plan["plain"]["kv_bytes_per_request_per_gpu"] == 327_680_000  # × 8,000
-    assert plan["plain"]["requests_per_replica"] == 165  # 54,361,573,376 // 327,680,000
+    assert plan.label == "8×H100 SXM, TP 8" and plan.gpus == 8
+    assert plan.weights.bytes_total == 141_107_412_992
+    assert plan.per_gpu.weight_bytes == 17_638_426_624
+    assert plan.per_gpu.kv_budget_bytes == 54_361_573_376
+    assert plan.per_gpu.kv_bytes_per_token == 40_960
+    assert plan.plain.kv_bytes_per_request_per_gpu == 327_680_000  # × 8,000
+    assert plan.plain.requests_per_replica == 165  # 54,361,573,376 // 327,680,000
     # vLLM: page 16 × 256 × 2 = 8,192 B; 54,361,573,376 // 8,192 // 80 = 82,949 blocks
-    assert plan["vllm"]["num_blocks"] == 82_949 and plan["vllm"]["num_tokens"] == 82_949 * 16
-    assert plan["vllm"]["requests_at_context_per_replica"] == 82_949 // 500  # 8,000 / 16 blocks
+    assert plan.vllm.num_blocks == 82_949 and plan.vllm.num_tokens == 82_949 * 16
+    assert plan.vllm.requests_at_context_per_replica == 82_949 // 500  # 8,000 / 16 blocks
 
 
 def test_dp_multiplies_and_pp_splits_layers():
     model = plan_models.catalog_model("Llama-3.1-70B")
     two = deployment.plan_setup(model, setup(par=Parallel(8, 1, 2)))
-    assert two["plain"]["requests_total"] == 2 * 165 and two["gpus"] == 16
+    assert two.plain.requests_total == 2 * 165 and two.gpus == 16
     pp = deployment.plan_setup(model, setup(par=Parallel(4, 2)))
-    assert pp["per_gpu"]["layers"] == 40
+    assert pp.per_gpu.layers == 40
     # 2 KV heads per rank × 40 layers: 40 × 2 × 2 × 128 × 2 B = 40,960 B per token per GPU
-    assert pp["per_gpu"]["kv_bytes_per_token"] == 40_960
-    assert pp["per_gpu"]["weight_bytes"] == 17_638_426_624
+    assert pp.per_gpu.kv_bytes_per_token == 40_960
+    assert pp.per_gpu.weight_bytes == 17_638_426_624
 
 
 def test_deepseek_v3_does_not_fit_on_one_h100_any_more():
     model = plan_models.catalog_model("DeepSeek-V3")
     one = deployment.plan_setup(model, setup(context_tokens=2000))
     # the checkpoint's fp8 weights (673 GB) still fill one 80 GB GPU many times over
-    assert one["per_gpu"]["weight_bytes"] > 6.5e11 and one["plain"]["requests_per_replica"] == 0
+    assert one.per_gpu.weight_bytes > 6.5e11 and one.plain.requests_per_replica == 0
     # fp8 weights over 8 × H200: 671 GB / 8 ≈ 84 GB each, KV fits; the latent is on every rank
     h200 = capacity.find_gpu("H200")
     eight = deployment.plan_setup(model, setup(gpu_bytes=h200["memory_bytes"], weight_dtype="fp8",
                                                par=Parallel(8), context_tokens=2000))
-    assert eight["per_gpu"]["kv_bytes_per_token"] == 61 * 576 * 2
-    assert eight["plain"]["requests_per_replica"] > 100
+    assert eight.per_gpu.kv_bytes_per_token == 61 * 576 * 2
+    assert eight.plain.requests_per_replica > 100
 
 
 def test_prefix_and_offload_what_ifs():
@@ -109,11 +109,11 @@ def test_prefix_and_offload_what_ifs():
     plan = deployment.plan_setup(model, setup(par=Parallel(8), prefix_tokens=1000,
                                               offload_bytes=200 * 10**9))
     # 992 tokens (62 whole blocks) shared: (54,361,573,376 − 40,960 × 992) // (40,960 × 7,008)
-    assert plan["prefix"]["shared_tokens"] == 992
-    assert plan["prefix"]["requests_per_replica"] == (54_361_573_376 - 40_960 * 992) // (40_960 * 7008)
+    assert plan.prefix.shared_tokens == 992
+    assert plan.prefix.requests_per_replica == (54_361_573_376 - 40_960 * 992) // (40_960 * 7008)
     # 200e9 / 8 GPUs = 25e9 more per GPU: (54,361,573,376 + 25e9) // 327,680,000 = 242
-    assert plan["offload"]["requests_kept_per_replica"] == 242
-    assert plan["offload"]["requests_decoding_per_replica"] == 165
+    assert plan.offload.requests_kept_per_replica == 242
+    assert plan.offload.requests_decoding_per_replica == 165
 
 
 def test_bad_setups_are_named():
@@ -122,4 +122,4 @@ def test_bad_setups_are_named():
         deployment.plan_setup(model, setup(prefix_tokens=8000))
     with pytest.raises(ValueError, match="block size"):
         deployment.plan_setup(model, setup(block_size=0))
-    assert "error" in deployment.plan_setup(model, setup(kv_dtype="int4"))["vllm"]
+    assert deployment.plan_setup(model, setup(kv_dtype="int4")).vllm.error

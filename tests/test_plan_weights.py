@@ -17,7 +17,8 @@ from __future__ import annotations
 import pytest
 
 from kvviz.planner import checkpoint_weights as cw
-from kvviz.planner import deployment, parallel, plan_cli, plan_models
+from kvviz.planner import deployment, parallel, plan_cli, plan_models, words
+from kvviz.planner.results import FitChange
 from kvviz.planner.params import Tensor
 
 GIB = 2**30
@@ -140,29 +141,29 @@ def _plan(name, gpu, tp=1, **kw):
 
 def test_gpt_oss_120b_on_one_h100():
     _, _, plan = _plan("gpt-oss-120b", "H100")
-    assert 60e9 < plan["per_gpu"]["weight_bytes"] < 70e9
-    assert plan["vllm"]["starts"] and plan["plain"]["requests_per_replica"] > 0
+    assert 60e9 < plan.per_gpu.weight_bytes < 70e9
+    assert plan.vllm.starts and plan.plain.requests_per_replica > 0
 
 
 def test_deepseek_v3_on_8_h200_tp8():
     _, _, plan = _plan("DeepSeek-V3", "H200", tp=8)
-    assert 80e9 < plan["per_gpu"]["weight_bytes"] < 90e9  # 673 GB / 8
-    assert plan["vllm"]["starts"] and plan["plain"]["requests_per_replica"] > 0
+    assert 80e9 < plan.per_gpu.weight_bytes < 90e9  # 673 GB / 8
+    assert plan.vllm.starts and plan.plain.requests_per_replica > 0
 
 
 def test_override_weight_dtype_reads_bf16_as_before():
     _, _, plan = _plan("gpt-oss-120b", "H100", weight_dtype="bf16")
-    assert plan["weights"]["bytes_total"] == 2 * plan["weights"]["params_total"]
-    assert plan["vllm"]["starts"] is False
+    assert plan.weights.bytes_total == 2 * plan.weights.params_total
+    assert plan.vllm.starts is False
 
 
 def test_when_nothing_fits_say_what_would():
     model, s, plan = _plan("gpt-oss-120b", "H100", weight_dtype="bf16")
     change = deployment.what_would_fit(model, s)
-    assert change == {"tp": 4, "gpus": 4}  # 234 GB of bf16 weights: TP 2 leaves too little
+    assert change == FitChange(tp=4, gpus=4)  # 234 GB of bf16 weights: TP 2 leaves too little
     assert deployment._starts(model, deployment.replace(s, par=parallel.Parallel(4)))
     assert not deployment._starts(model, deployment.replace(s, par=parallel.Parallel(2)))
-    text = deployment.refusal_sentence(plan["vllm"], deployment.fit_advice(model, s))
+    text = words.refusal_sentence(plan.vllm, deployment.fit_advice(model, s))
     assert "TP 4 (4 GPUs) is the smallest" in text and "set max_model_len" not in text
 
 

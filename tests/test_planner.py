@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames as pf
+from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames as pf, words
 from kvviz.viz.units import fmt_bytes
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "planner.py")
@@ -151,7 +151,7 @@ def test_deployment_metrics_and_what_if_sentences():
     values = {m.label: m.value for m in pf.memory_metrics(plan, fmt_bytes)}
     assert values["Requests that fit at 8,000 tokens"] == "165"  # tests/test_parallel.py
     assert values["Whole deployment (16×H100 SXM, TP 8 · DP 2)"] == "330"
-    sentences = pf.what_if_sentences(plan, fmt_bytes)
+    sentences = words.what_if_sentences(plan.result, plan.setup.block_size)
     assert "Modelled" in sentences[0] and "992 tokens in whole blocks of 16" in sentences[0]
     assert "Modelled" in sentences[1] and "242 requests" in sentences[1]
 
@@ -496,7 +496,7 @@ def test_page_and_cli_show_memory_figures_in_one_unit(capsys):
     plan = llama8b_plan()
     values = {m.label: m for m in pf.memory_metrics(plan, fmt_bytes)}
     weights = values["Weights per GPU"].value
-    assert weights == "16.06 GB" == units.fmt_bytes_si(plan.result["per_gpu"]["weight_bytes"])
+    assert weights == "16.06 GB" == units.fmt_bytes_si(plan.result.per_gpu.weight_bytes)
     assert "KV budget 55.94 GB per GPU" in values["Requests that fit at 2,000 tokens"].help
     parser = argparse.ArgumentParser(prog="kvviz")
     plan_cli.add_parser(parser.add_subparsers(dest="command"))
@@ -504,3 +504,48 @@ def test_page_and_cli_show_memory_figures_in_one_unit(capsys):
     out = capsys.readouterr().out
     assert f"− weights {weights}" in out and "55.94 GB for KV caches" in out
     assert f" {values['KV per request at 2,000 tokens'].value} " in out  # 250 MiB on both
+
+
+SAME_SETUPS = [  # (page query, `kvviz plan` arguments) for one setup
+    (dict(plan_model="Llama-3.1-70B", plan_context="8000", plan_tp="8", plan_dp="2", plan_prefix="1000",
+          plan_offload_gb="200"),
+     ["Llama-3.1-70B", "--gpu", "H100 SXM", "--context", "8000", "--tp", "8", "--dp", "2",
+      "--prefix-tokens", "1000", "--offload-gb", "200"]),
+    (dict(plan_model="gpt-oss-120b", plan_weight_dtype="bf16"),
+     ["gpt-oss-120b", "--gpu", "H100 SXM", "--context", "2000", "--weight-dtype", "bf16"]),
+    (dict(plan_model="Llama-3.1-70B", plan_gpu="L4", plan_context="200000"),
+     ["Llama-3.1-70B", "--gpu", "L4", "--context", "200000"]),
+]
+
+
+@pytest.mark.parametrize("query, argv", SAME_SETUPS, ids=["what-ifs", "vllm-refuses", "nothing-fits"])
+def test_page_and_cli_say_the_same_sentences(capsys, query, argv):
+    """Every planner sentence kvviz.planner.words words (the budget, the weights, the what-ifs,
+    vLLM's refusal with what would fit, nothing fits, longer than trained) reads the same on the
+    page and in `kvviz plan` for one setup."""
+    import argparse
+
+    from kvviz.planner import plan_cli
+
+    parser = argparse.ArgumentParser(prog="kvviz")
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["plan", *argv])
+    assert plan_cli.run(args) == 0
+    cli = capsys.readouterr().out
+    built = plan_cli.build_plan(args)
+    plan, model = built.deployment, plan_models.catalog_model(argv[0])
+    expected = [words.budget_sentence(plan), words.weights_sentence(plan.weights),
+                *words.what_if_sentences(plan, built.setup.block_size)]
+    if deployment.refused(plan):
+        expected.append(words.refusal_sentence(plan.vllm, deployment.fit_advice(model, built.setup)))
+    if plan.per_gpu.kv_budget_bytes == 0:
+        expected.append(words.nothing_fits_sentence())
+    if model.max_position and built.setup.context_tokens > model.max_position:
+        expected.append(words.longer_than_trained_sentence([built.setup.context_tokens], model.max_position))
+    at = page(120, **query)
+    assert not at.exception
+    shown = "\n".join(e.value.replace("\\", "") for kind in (at.caption, at.warning, at.info) for e in kind)
+    assert len(expected) >= 3
+    for sentence in expected:
+        assert sentence in cli, sentence
+        assert sentence in shown, sentence

@@ -320,17 +320,17 @@ def what_if_attention(model: ModelKV, variant: str) -> ModelKV:
     return replace(model, specs=specs, name=f"{model.name} as {kind.upper()}".strip())
 
 
-def what_if_window(model: ModelKV, window: int | None) -> ModelKV:
+def what_if_window(model: ModelKV, window: int | None, name: str = "the what-if window") -> ModelKV:
     """The same model with a sliding window of `window` tokens on every attention layer (full,
-    sliding, chunked); window None turns every windowed layer into a full one."""
+    sliding, chunked); window None turns every windowed layer into a full one. UserError naming
+    the window as `name` does (the CLI passes its flag)."""
     if window is None:
         specs = tuple(replace(s, kind=FULL, token_cap=None) if s.kind in (SLIDING, CHUNKED) else s
                       for s in model.specs)
     else:
-        _require_positive_int("window", window)
-        if window < 2:
-            raise UserError("the what-if window must be at least 2 tokens (a window of 1 keeps no "
-                             "past token, so there would be no cache to plan)")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+            raise UserError(f"{name} must be at least 2 tokens (a window of 1 keeps no past token, "
+                            "so there would be no cache to plan)")
         specs = tuple(replace(s, kind=SLIDING, token_cap=window) if s.kind in ATTENTION_KINDS else s
                       for s in model.specs)
     return replace(model, specs=specs)

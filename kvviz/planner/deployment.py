@@ -1,15 +1,22 @@
 """One serving setup, planned: a model on N GPUs (TP / PP / DP), as plain bytes and as vLLM
 would allocate it, with the prefix-sharing and CPU-offload what-ifs. `kvviz plan` prints it,
-the Capacity planner page shows it; both read the same JSON-ready dict from `plan_setup`.
+the Capacity planner page shows it; both read the same typed result from `plan_setup`
+(kvviz.planner.results; `results.plan_json` for JSON) and word it with kvviz.planner.words.
+Settings are checked once, here (`validated_setup`), in the caller's vocabulary: the page's
+words or the CLI's flags.
 
 Arithmetic: kvviz.planner.capacity (bytes), kvviz.planner.parallel (splits), kvviz.planner.serving_plan (vLLM blocks).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from kvviz.planner import capacity, parallel, serving_plan
+from kvviz.planner import capacity, parallel, serving_plan, words
 from kvviz.planner.capacity import ModelKV
+from kvviz.planner.results import (
+    Bandwidth, ContextRow, FitChange, OffloadWhatIf, PerGpu, Plain, PrefixWhatIf, SetupPlan, VllmPlan,
+    VllmUnavailable, Weights)
 from kvviz.errors import UserError
 
 CHECKPOINT = "checkpoint"  # weight_dtype: as the checkpoint stores them (quantization_config)
@@ -38,26 +45,39 @@ class Setup:
     prefix_caching: bool = True  # vLLM's default; a Mamba hybrid then holds more state pages
 
 
-def check_setup(model: ModelKV, s: Setup) -> None:
-    """ValueError in plain words for settings that cannot be planned."""
-    for name, value in (("context", s.context_tokens), ("batch", s.batch),
-                        ("block size", s.block_size), ("max batched tokens", s.max_num_batched_tokens)):
+# What each setting is called in messages: the page's words by default; the CLI passes its flags.
+SETTING_NAMES = {
+    "context_tokens": "context", "batch": "batch", "block_size": "block size",
+    "max_num_batched_tokens": "max batched tokens", "max_model_len": "max model length",
+    "overhead_fraction": "the overhead", "prefix_tokens": "the shared prefix",
+    "offload_bytes": "the CPU offload tier", "tp": "TP", "pp": "PP", "dp": "DP",
+}
+
+
+def validated_setup(model: ModelKV, s: Setup, names: Mapping[str, str] = SETTING_NAMES) -> Setup:
+    """The setup with its dtypes normalized ('bfloat16' → 'bf16'); UserError, naming the setting
+    as `names` does, for settings that cannot be planned. The one place settings are checked."""
+    def name(key: str) -> str:
+        return names.get(key, SETTING_NAMES[key])
+
+    for key, value in (("context_tokens", s.context_tokens), ("batch", s.batch),
+                       ("block_size", s.block_size), ("max_num_batched_tokens", s.max_num_batched_tokens),
+                       ("tp", s.par.tp), ("pp", s.par.pp), ("dp", s.par.dp)):
         if value < 1:
-            raise UserError(f"{name} must be at least 1")
+            raise UserError(f"{name(key)} must be at least 1")
     if not 0 <= s.overhead_fraction < 1:
-        raise UserError("the overhead is a fraction of GPU memory, in [0, 1)")
+        raise UserError(f"{name('overhead_fraction')} is a fraction of GPU memory, in [0, 1)")
     if s.prefix_tokens < 0 or s.prefix_tokens >= s.context_tokens:
-        raise UserError("the shared prefix must be shorter than the context (0 for none)")
+        raise UserError(f"{name('prefix_tokens')} must be shorter than the context (0 for none)")
     if s.max_model_len is not None and s.max_model_len < 1:
-        raise UserError("max model length must be at least 1")
+        raise UserError(f"{name('max_model_len')} must be at least 1")
     if s.offload_bytes < 0:
-        raise UserError("the CPU offload tier cannot be negative")
+        raise UserError(f"{name('offload_bytes')} cannot be negative")
     if s.platform not in serving_plan.PLATFORMS:
         raise UserError(f"the platform is one of {', '.join(serving_plan.PLATFORMS)}")
-    capacity.normalize_dtype(s.kv_dtype)
-    if s.weight_dtype != CHECKPOINT:
-        capacity.normalize_dtype(s.weight_dtype)
     parallel.check_parallel(s.par, model.specs, model.num_attention_heads)
+    weight_dtype = s.weight_dtype if s.weight_dtype == CHECKPOINT else capacity.normalize_dtype(s.weight_dtype)
+    return replace(s, kv_dtype=capacity.normalize_dtype(s.kv_dtype), weight_dtype=weight_dtype)
 
 
 def stage_models(model: ModelKV, par: parallel.Parallel) -> list[ModelKV]:
@@ -76,30 +96,28 @@ def weight_format(model: ModelKV, weight_dtype: str) -> str:
     return capacity.normalize_dtype(weight_dtype)
 
 
-def _weights(model: ModelKV, s: Setup) -> dict:
+def _weights(model: ModelKV, s: Setup) -> Weights:
     if s.weight_dtype == CHECKPOINT and model.checkpoint_bytes is not None:
         total, read = model.checkpoint_bytes, model.checkpoint_active_bytes
     else:
         dtype = "bf16" if s.weight_dtype == CHECKPOINT else s.weight_dtype
         total = capacity.weight_bytes(model.weight_params or 0, dtype)
         read = capacity.weight_bytes(model.read_params or 0, dtype)
-    return {"params_total": model.params_total, "params_active": model.params_active,
-            "params_known": model.params_total is not None, "params_source": model.params_source,
-            "weight_dtype": weight_format(model, s.weight_dtype), "bytes_total": total,
-            "bytes_active": read, "bytes_per_gpu": parallel.weight_bytes_per_gpu(total, s.par)}
+    return Weights(model.params_total, model.params_active, model.params_total is not None,
+                   model.params_source, weight_format(model, s.weight_dtype), total, read,
+                   parallel.weight_bytes_per_gpu(total, s.par))
 
 
-def _plain(stages: list[ModelKV], budget: int, s: Setup, tokens: int) -> dict:
+def _plain(stages: list[ModelKV], budget: int, s: Setup, tokens: int) -> Plain:
     per_request = max(capacity.kv_bytes_for_context(m, tokens, s.kv_dtype) for m in stages)
     if per_request == 0:
         raise UserError("this model keeps no past token for a request (every layer's window is 1 "
                          "token), so there is no KV cache to plan")
     per_replica = budget // per_request
-    return {"context_tokens": tokens, "kv_bytes_per_request_per_gpu": per_request,
-            "requests_per_replica": per_replica, "requests_total": per_replica * s.par.dp}
+    return Plain(tokens, per_request, per_replica, per_replica * s.par.dp)
 
 
-def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> dict:
+def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> VllmPlan | VllmUnavailable:
     try:
         platform = serving_plan.PLATFORMS[s.platform]
         pages = [serving_plan.page_specs(m.specs, capacity.normalize_dtype(s.kv_dtype), s.block_size,
@@ -109,24 +127,22 @@ def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> dict:
         allocs = [serving_plan.allocate(p, budget, length, in_flight) for p in pages]
         at_t = min(serving_plan.requests_at(p, budget, s.context_tokens, in_flight) for p in pages)
     except serving_plan.NotServable as err:
-        return {"error": str(err)}
+        return VllmUnavailable(str(err))
     a = serving_plan.min_over_stages(allocs)
     starts = serving_plan.starts(a)  # vLLM refuses to start otherwise
     longest = length if starts else min(serving_plan.longest_model_len(
         p, budget, length, in_flight) for p in pages)
-    return {"starts": starts, "longest_max_model_len": longest, "platform": platform.name,
-            "prefix_caching": s.prefix_caching,
-            "gpu_memory_utilization": round(1 - s.overhead_fraction, 6), "block_size": a.block_size,
-            "max_model_len": length, "max_num_batched_tokens": s.max_num_batched_tokens,
-            "in_flight_tokens": in_flight,
-            "num_blocks": a.num_blocks, "num_tokens": a.num_tokens,
-            "max_concurrency": a.max_concurrency, "blocks_per_request": a.blocks_per_request,
-            "page_bytes": a.page_bytes, "num_groups": a.num_groups, "group_size": a.group_size,
-            "layout": a.layout, "requests_at_context_per_replica": at_t,
-            "requests_at_context_total": at_t * s.par.dp}
+    return VllmPlan(
+        starts=starts, longest_max_model_len=longest, platform=platform.name,
+        prefix_caching=s.prefix_caching, gpu_memory_utilization=round(1 - s.overhead_fraction, 6),
+        block_size=a.block_size, max_model_len=length, max_num_batched_tokens=s.max_num_batched_tokens,
+        in_flight_tokens=in_flight, num_blocks=a.num_blocks, num_tokens=a.num_tokens,
+        max_concurrency=a.max_concurrency, blocks_per_request=a.blocks_per_request,
+        page_bytes=a.page_bytes, num_groups=a.num_groups, group_size=a.group_size, layout=a.layout,
+        requests_at_context_per_replica=at_t, requests_at_context_total=at_t * s.par.dp)
 
 
-def _prefix(stages: list[ModelKV], budget: int, s: Setup) -> dict:
+def _prefix(stages: list[ModelKV], budget: int, s: Setup) -> PrefixWhatIf:
     """Requests sharing an S-token system prompt, only whole blocks shared (modelled)."""
     shared_tokens = s.prefix_tokens // s.block_size * s.block_size
     fits = []
@@ -134,87 +150,69 @@ def _prefix(stages: list[ModelKV], budget: int, s: Setup) -> dict:
         per_request = capacity.kv_bytes_for_context(m, s.context_tokens, s.kv_dtype)
         shared = capacity.shareable_prefix_bytes(m, shared_tokens, s.kv_dtype)
         fits.append(capacity.requests_with_shared_prefix(budget, per_request, shared))
-    return {"prefix_tokens": s.prefix_tokens, "shared_tokens": shared_tokens,
-            "requests_per_replica": min(fits), "requests_total": min(fits) * s.par.dp}
+    return PrefixWhatIf(s.prefix_tokens, shared_tokens, min(fits), min(fits) * s.par.dp)
 
 
-def _offload(plain: dict, budget: int, s: Setup) -> dict:
+def _offload(plain: Plain, budget: int, s: Setup) -> OffloadWhatIf:
     """Requests whose caches can be kept when a CPU tier holds evicted blocks (modelled)."""
-    per_request = plain["kv_bytes_per_request_per_gpu"]
+    per_request = plain.kv_bytes_per_request_per_gpu
     cpu_per_gpu = s.offload_bytes // s.par.gpus_per_replica
     kept = (budget + cpu_per_gpu) // per_request
-    return {"offload_bytes": s.offload_bytes, "requests_kept_per_replica": kept,
-            "requests_kept_total": kept * s.par.dp,
-            "requests_decoding_per_replica": plain["requests_per_replica"],
-            "swap_in_s_per_request": per_request * s.par.gpus_per_replica / PCIE_BYTES_PER_S,
-            "pcie_bytes_per_s": PCIE_BYTES_PER_S}
+    return OffloadWhatIf(s.offload_bytes, kept, kept * s.par.dp, plain.requests_per_replica,
+                         per_request * s.par.gpus_per_replica / PCIE_BYTES_PER_S, PCIE_BYTES_PER_S)
 
 
-def _bandwidth(stages: list[ModelKV], weights: dict, plain: dict, s: Setup) -> dict | None:
+def _bandwidth(stages: list[ModelKV], weights: Weights, plain: Plain, s: Setup) -> Bandwidth | None:
     """Decode-step floor: each stage reads its share of the active weights and its requests'
     caches at the GPU's peak bandwidth; stages run one after the other for a token."""
     if not s.bandwidth_bytes_per_s:
         return None
-    read_per_stage = weights["bytes_active"] / s.par.gpus_per_replica
+    read_per_stage = weights.bytes_active / s.par.gpus_per_replica
 
     def step_s(requests: int) -> float:
         return sum(capacity.decode_step_floor_s(
             read_per_stage, capacity.kv_bytes_for_context(m, s.context_tokens, s.kv_dtype) * requests,
             s.bandwidth_bytes_per_s) for m in stages)
 
-    batch_s, fit = step_s(s.batch), plain["requests_per_replica"]
+    batch_s, fit = step_s(s.batch), plain.requests_per_replica
     full_s = step_s(fit) if fit else None
-    return {"decode_step_floor_s": batch_s,
-            "tokens_per_s_per_request_ceiling": capacity.tokens_per_s_ceiling_per_request(batch_s),
-            "tokens_per_s_aggregate_ceiling": capacity.tokens_per_s_ceiling_aggregate(batch_s, s.batch),
-            "decode_step_floor_s_at_max": full_s,
-            "tokens_per_s_aggregate_ceiling_at_max":
-                capacity.tokens_per_s_ceiling_aggregate(full_s, fit) if full_s else 0.0}
+    return Bandwidth(batch_s, capacity.tokens_per_s_ceiling_per_request(batch_s),
+                     capacity.tokens_per_s_ceiling_aggregate(batch_s, s.batch), full_s,
+                     capacity.tokens_per_s_ceiling_aggregate(full_s, fit) if full_s else 0.0)
 
 
-def plan_setup(model: ModelKV, s: Setup) -> dict:
-    """The whole plan as plain data (see the keys); ValueError for settings that cannot be planned."""
-    check_setup(model, s)
+def plan_setup(model: ModelKV, s: Setup, names: Mapping[str, str] = SETTING_NAMES) -> SetupPlan:
+    """The whole plan; UserError (naming settings as `names` does) for settings that cannot be planned."""
+    s = validated_setup(model, s, names)
     stages = stage_models(model, s.par)
     weights = _weights(model, s)
-    budget = capacity.kv_budget_bytes(s.gpu_bytes, weights["bytes_per_gpu"], s.overhead_fraction)
+    budget = capacity.kv_budget_bytes(s.gpu_bytes, weights.bytes_per_gpu, s.overhead_fraction)
     plain = _plain(stages, budget, s, s.context_tokens)
-    out = {
-        "label": s.par.label(s.gpu_name), "tp": s.par.tp, "pp": s.par.pp, "dp": s.par.dp,
-        "gpus": s.par.gpus, "weights": weights,
-        "per_gpu": {"memory_bytes": s.gpu_bytes,
-                    "overhead_bytes": capacity.runtime_overhead_bytes(s.gpu_bytes, s.overhead_fraction),
-                    "weight_bytes": weights["bytes_per_gpu"], "kv_budget_bytes": budget,
-                    "kv_bytes_per_token": max(capacity.kv_bytes_per_token(m, s.kv_dtype) for m in stages),
-                    "layers": max(m.num_layers for m in stages)},
-        "plain": plain, "vllm": _vllm(stages, budget, model, s),
-        "bandwidth": _bandwidth(stages, weights, plain, s),
-    }
-    if s.prefix_tokens:
-        out["prefix"] = _prefix(stages, budget, s)
-    if s.offload_bytes:
-        out["offload"] = _offload(plain, budget, s)
-    return out
+    per_gpu = PerGpu(s.gpu_bytes, capacity.runtime_overhead_bytes(s.gpu_bytes, s.overhead_fraction),
+                     weights.bytes_per_gpu, budget,
+                     max(capacity.kv_bytes_per_token(m, s.kv_dtype) for m in stages),
+                     max(m.num_layers for m in stages))
+    return SetupPlan(s.par.label(s.gpu_name), s.par.tp, s.par.pp, s.par.dp, s.par.gpus, weights,
+                     per_gpu, plain, _vllm(stages, budget, model, s),
+                     _bandwidth(stages, weights, plain, s),
+                     _prefix(stages, budget, s) if s.prefix_tokens else None,
+                     _offload(plain, budget, s) if s.offload_bytes else None)
 
 
-def context_row(plan: dict, batch: int) -> dict:
+def context_row(plan: SetupPlan, batch: int) -> ContextRow:
     """One table row from a plan: KV per request per GPU, requests per replica (plain and in whole
     vLLM blocks) and in all, and the bandwidth bounds when known."""
-    plain, vllm = plan["plain"], plan["vllm"]
-    row = {"context_tokens": plain["context_tokens"],
-           "kv_bytes_per_request": plain["kv_bytes_per_request_per_gpu"], "batch": batch,
-           "kv_bytes_for_batch": plain["kv_bytes_per_request_per_gpu"] * batch,
-           "max_concurrent_requests": plain["requests_per_replica"],
-           "requests_total": plain["requests_total"],
-           "vllm_requests_per_replica": vllm.get("requests_at_context_per_replica"),
-           "vllm_requests_total": vllm.get("requests_at_context_total")}
-    return {**row, **(plan["bandwidth"] or {})}
+    plain, vllm = plan.plain, plan.vllm
+    return ContextRow(plain.context_tokens, plain.kv_bytes_per_request_per_gpu, batch,
+                      plain.kv_bytes_per_request_per_gpu * batch, plain.requests_per_replica,
+                      plain.requests_total, getattr(vllm, "requests_at_context_per_replica", None),
+                      getattr(vllm, "requests_at_context_total", None), plan.bandwidth)
 
 
-def context_rows(model: ModelKV, s: Setup, contexts) -> list[dict]:
+def context_rows(model: ModelKV, s: Setup, contexts, names: Mapping[str, str] = SETTING_NAMES) -> list[ContextRow]:
     """context_row at each context T (no prefix / offload what-ifs)."""
-    return [context_row(plan_setup(model, replace(s, context_tokens=t, prefix_tokens=0,
-                                                  offload_bytes=0)), s.batch) for t in contexts]
+    return [context_row(plan_setup(model, replace(s, context_tokens=t, prefix_tokens=0, offload_bytes=0),
+                                   names), s.batch) for t in contexts]
 
 
 # ---------------------------------------------------------------- when nothing fits
@@ -223,52 +221,39 @@ _TP_TRIES = (1, 2, 4, 8, 16, 32, 64)
 _WEIGHT_TRIES = ("fp8", "int4")
 
 
+def refused(plan: SetupPlan) -> bool:
+    """vLLM can serve the setting but would refuse to start (one request of max_model_len does not fit)."""
+    return isinstance(plan.vllm, VllmPlan) and not plan.vllm.starts
+
+
 def _starts(model: ModelKV, s: Setup) -> bool:
     try:
         plan = plan_setup(model, s)
     except ValueError:
         return False
-    return bool(plan["vllm"].get("starts"))
+    return isinstance(plan.vllm, VllmPlan) and plan.vllm.starts
 
 
-def what_would_fit(model: ModelKV, s: Setup) -> dict | None:
+def what_would_fit(model: ModelKV, s: Setup) -> FitChange | None:
     """The smallest change that lets one request of max_model_len start: a larger TP (same GPU,
     same PP / DP), else a smaller weight format at this TP. None when the setup starts already
-    or nothing tried fits. {"tp": n} or {"weight_dtype": d} (with "gpus" for TP)."""
+    or nothing tried fits."""
     if _starts(model, s):
         return None
     for tp in (t for t in _TP_TRIES if t > s.par.tp):
         par = parallel.Parallel(tp, s.par.pp, s.par.dp)
         if _starts(model, replace(s, par=par)):
-            return {"tp": tp, "gpus": par.gpus}
+            return FitChange(tp=tp, gpus=par.gpus)
     current = weight_format(model, s.weight_dtype)
     for dtype in _WEIGHT_TRIES:
         if dtype != current and _starts(model, replace(s, weight_dtype=dtype)):
-            return {"weight_dtype": dtype}
+            return FitChange(weight_dtype=dtype)
     return None
 
 
 def fit_advice(model: ModelKV, s: Setup) -> str:
-    """One sentence for the CLI and the page when vLLM would refuse to start; "" when it starts."""
-    length = max_model_len(model, s)
-    change = what_would_fit(model, s) if not _starts(model, s) else None
-    if change is None:
-        if _starts(model, s):
-            return ""
-        return (f"No request of {length:,} tokens fits, and neither a TP up to {_TP_TRIES[-1]} nor "
-                f"{' / '.join(_WEIGHT_TRIES)} weights make it fit: use a larger GPU or a shorter "
-                f"max_model_len.")
-    if "tp" in change:
-        return (f"No request of {length:,} tokens fits on {s.par.label(s.gpu_name)}; TP "
-                f"{change['tp']} ({change['gpus']} GPUs) is the smallest that fits it.")
-    return (f"No request of {length:,} tokens fits on {s.par.label(s.gpu_name)}; with "
-            f"{change['weight_dtype']} weights it does.")
-
-
-def refusal_sentence(vllm: dict, advice: str) -> str:
-    """What the CLI and the page both say when vLLM would refuse to start (one wording)."""
-    text = (f"vLLM would refuse to start: one request of max_model_len {vllm['max_model_len']:,} "
-            f"tokens needs more blocks than fit.")
-    if vllm.get("longest_max_model_len"):
-        text += f" The longest that fits is {vllm['longest_max_model_len']:,} tokens (max_model_len)."
-    return f"{text} {advice}".strip()
+    """words.fit_advice_sentence for this setup when vLLM would refuse to start; "" when it starts."""
+    if _starts(model, s):
+        return ""
+    return words.fit_advice_sentence(what_would_fit(model, s), max_model_len(model, s),
+                                     s.par.label(s.gpu_name), _TP_TRIES, _WEIGHT_TRIES)

@@ -12,22 +12,31 @@ command never downloads). Its layers come from kvviz.cache.layout, its parameter
 architecture built on the meta device (kvviz.planner.params; --params for an unknown architecture).
 Beside the plain figures it prints what vLLM would allocate (blocks, tokens, concurrency) with
 the same memory budget (--overhead = 1 − gpu_memory_utilization). Arithmetic: kvviz.planner.capacity,
-kvviz.planner.parallel, kvviz.planner.serving_plan, gathered by kvviz.planner.deployment. Bad input: one line on
-stderr, exit code 2.
+kvviz.planner.parallel, kvviz.planner.serving_plan, gathered by kvviz.planner.deployment into typed results
+(kvviz.planner.results; --json is their dataclasses.asdict); the sentences shared with the Capacity
+planner page are kvviz.planner.words'. The settings are checked once, by deployment.validated_setup,
+in this command's flags. Bad input: one line on stderr, exit code 2.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvviz.planner import capacity, deployment, parallel, plan_models, serving_plan
+from kvviz.planner import capacity, deployment, parallel, plan_models, results, serving_plan, words
 from kvviz.errors import UserError
 from kvviz.viz import units
 
 DEFAULT_CONTEXTS = (500, 2000, 8000)
 DEFAULT_GPU = "H100 SXM"
+# deployment.validated_setup's messages name each setting by its flag here
+FLAGS = {"context_tokens": "--context", "batch": "--batch", "block_size": "--block-size",
+         "max_num_batched_tokens": "--max-num-batched-tokens", "max_model_len": "--max-model-len",
+         "overhead_fraction": "--overhead", "prefix_tokens": "--prefix-tokens (the shared prefix)",
+         "offload_bytes": "--offload-gb", "tp": "--tp", "pp": "--pp", "dp": "--dp"}
+PARAMS_REMEDY = "Give it with --params."
 
 
 class PlanError(UserError):
@@ -117,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     except (PlanError, ValueError, OSError) as err:
         print(f"kvviz plan: error: {_one_line(err)}", file=sys.stderr)
         return 2
-    print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
+    print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan))
     return 0
 
 
@@ -185,9 +194,6 @@ def _model_from_hub_cache(model_id: str, params: int | None) -> capacity.ModelKV
 
 
 def _parse(cfg: dict, name: str, where: str, params: int | None) -> capacity.ModelKV:
-    if params is not None and params < 1:
-        raise PlanError(f"--params must be a positive parameter count (got {params}); leave it out "
-                        "to count the architecture's parameters on the meta device")
     try:
         return plan_models.model_from_config(cfg, name=name, given_params=params)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
@@ -231,139 +237,151 @@ def resolve_gpu(args: argparse.Namespace) -> dict:
 
 def _apply_what_ifs(model: capacity.ModelKV, args: argparse.Namespace) -> capacity.ModelKV:
     if args.window is not None:
-        if args.window < 2:
-            raise PlanError("--window must be at least 2 tokens (a window of 1 keeps no past token)")
-        model = capacity.what_if_window(model, args.window)
+        model = capacity.what_if_window(model, args.window, name="--window")
     if args.attention:
         model = capacity.what_if_attention(model, args.attention)
     return model
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
+def _check_params(args: argparse.Namespace) -> None:
     if args.params is not None and args.params < 1:
         raise PlanError(f"--params must be a positive parameter count (got {args.params}); leave "
                         "it out to count the architecture's parameters on the meta device")
-    if args.batch < 1:
-        raise PlanError("--batch must be >= 1")
-    if not 0 <= args.overhead < 1:
-        raise PlanError("--overhead is a fraction of GPU memory, in [0, 1)")
-    for flag in ("tp", "pp", "dp", "block_size", "max_num_batched_tokens"):
-        if getattr(args, flag) < 1:
-            raise PlanError(f"--{flag.replace('_', '-')} must be >= 1")
-    if args.max_model_len is not None and args.max_model_len < 1:
-        raise PlanError("--max-model-len must be >= 1")
-    if args.prefix_tokens < 0 or args.offload_gb < 0:
-        raise PlanError("--prefix-tokens and --offload-gb must be >= 0")
-    capacity.normalize_dtype(args.kv_dtype)
-    if args.weight_dtype is not None:
-        capacity.normalize_dtype(args.weight_dtype)
 
 
 def _setup(args: argparse.Namespace, gpu: dict, context: int) -> deployment.Setup:
+    """The settings as given (deployment.validated_setup checks and normalizes them)."""
     return deployment.Setup(
         gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
-        parallel.Parallel(args.tp, args.pp, args.dp), capacity.normalize_dtype(args.kv_dtype),
-        _weight_dtype(args), args.overhead, context, args.batch,
-        args.block_size, args.max_model_len, args.max_num_batched_tokens, args.prefix_tokens,
-        int(args.offload_gb * 1e9), args.platform, args.prefix_caching)
+        parallel.Parallel(args.tp, args.pp, args.dp), args.kv_dtype,
+        deployment.CHECKPOINT if args.weight_dtype is None else args.weight_dtype,
+        args.overhead, context, args.batch, args.block_size, args.max_model_len,
+        args.max_num_batched_tokens, args.prefix_tokens, int(args.offload_gb * 1e9), args.platform,
+        args.prefix_caching)
 
 
-def _weight_dtype(args: argparse.Namespace) -> str:
-    if args.weight_dtype is None:
-        return deployment.CHECKPOINT
-    return capacity.normalize_dtype(args.weight_dtype)
+@dataclass(frozen=True)
+class ModelSummary:
+    """The model as `kvviz plan` describes it (its layers at the chosen KV dtype)."""
+
+    name: str
+    num_layers: int
+    layer_kinds: str
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_position: int | None
+    bytes_per_token_by_kind: dict[str, int]
+    state_bytes_per_request: int
+    notes: list[str]
+
+    @classmethod
+    def of(cls, model: capacity.ModelKV, kv_dtype: str) -> "ModelSummary":
+        return cls(model.name, model.num_layers, model.kinds, model.num_attention_heads, model.kv_heads,
+                   model.head_dim, model.max_position, capacity.layer_kind_bytes_per_token(model, kv_dtype),
+                   capacity.state_bytes_per_request(model, kv_dtype), list(model.notes))
 
 
-def _model_json(model: capacity.ModelKV, kv_dtype: str) -> dict:
-    return {"name": model.name, "num_layers": model.num_layers, "layer_kinds": model.kinds,
-            "num_attention_heads": model.num_attention_heads, "num_kv_heads": model.kv_heads,
-            "head_dim": model.head_dim, "max_position": model.max_position,
-            "bytes_per_token_by_kind": capacity.layer_kind_bytes_per_token(model, kv_dtype),
-            "state_bytes_per_request": capacity.state_bytes_per_request(model, kv_dtype),
-            "notes": list(model.notes)}
+@dataclass(frozen=True)
+class GpuSummary:
+    name: str
+    memory_bytes: int
+    bandwidth_bytes_per_s: float | None
 
 
-def build_plan(args: argparse.Namespace) -> dict:
-    """Everything `kvviz plan` prints, as plain JSON-ready data."""
-    _check_numbers(args)
+@dataclass(frozen=True)
+class CliPlan:
+    """Everything `kvviz plan` prints: the model, the GPU, a row per context and the deployment
+    planned at the longest context (with its what-ifs)."""
+
+    model: ModelSummary
+    attention: str
+    kv_dtype: str
+    kv_bytes_per_element: float
+    kv_bytes_per_token: int
+    gpu: GpuSummary
+    overhead_fraction: float
+    rows: list[results.ContextRow]
+    deployment: results.SetupPlan
+    fit_advice: str  # words.fit_advice_sentence when vLLM would refuse to start, else ""
+    setup: deployment.Setup  # as asked, at the longest context (not in the JSON: its figures are)
+
+    def to_json(self) -> dict:
+        """JSON-ready data, keys as `kvviz plan --json` has always given them."""
+        w = self.deployment.weights
+        return {"model": asdict(self.model), "attention": self.attention, "kv_dtype": self.kv_dtype,
+                "kv_bytes_per_element": self.kv_bytes_per_element,
+                "kv_bytes_per_token": self.kv_bytes_per_token, "weight_dtype": w.weight_dtype,
+                "weight_params_known": w.params_known, "weight_params": w.params_total,
+                "active_params": w.params_active, "params_source": w.params_source,
+                "weight_bytes": w.bytes_total, "active_weight_bytes": w.bytes_active,
+                "gpu": asdict(self.gpu), "overhead_fraction": self.overhead_fraction,
+                "kv_budget_bytes": self.deployment.per_gpu.kv_budget_bytes,
+                "rows": [results.row_json(r) for r in self.rows],
+                "deployment": results.plan_json(self.deployment), "fit_advice": self.fit_advice}
+
+
+def build_plan(args: argparse.Namespace) -> CliPlan:
+    """Everything `kvviz plan` prints, typed."""
+    _check_params(args)
     contexts = parse_contexts(args.context)
     model = _apply_what_ifs(resolve_model(args), args)
     gpu = resolve_gpu(args)
     setup = _setup(args, gpu, max(contexts))  # the what-ifs are planned at the longest context
     try:
-        deployed = deployment.plan_setup(model, setup)
-        rows = deployment.context_rows(model, setup, contexts)
+        deployed = deployment.plan_setup(model, setup, FLAGS)
+        rows = deployment.context_rows(model, setup, contexts, FLAGS)
     except ValueError as err:
         raise PlanError(_one_line(err)) from None
-    weights = deployed["weights"]
-    return {
-        "model": _model_json(model, args.kv_dtype), "attention": model.attention_kind,
-        "kv_dtype": setup.kv_dtype, "kv_bytes_per_element": capacity.kv_bytes_per_element(args.kv_dtype),
-        "kv_bytes_per_token": capacity.kv_bytes_per_token(model, args.kv_dtype),
-        "weight_dtype": weights["weight_dtype"], "weight_params_known": weights["params_known"],
-        "weight_params": weights["params_total"], "active_params": weights["params_active"],
-        "params_source": weights["params_source"], "weight_bytes": weights["bytes_total"],
-        "active_weight_bytes": weights["bytes_active"],
-        "gpu": {k: gpu.get(k) for k in ("name", "memory_bytes", "bandwidth_bytes_per_s")},
-        "overhead_fraction": args.overhead,
-        "kv_budget_bytes": deployed["per_gpu"]["kv_budget_bytes"],
-        "rows": rows, "deployment": deployed,
-        "fit_advice": deployment.fit_advice(model, setup) if deployed["vllm"].get("starts") is False
-        else "",
-    }
+    kv_dtype = capacity.normalize_dtype(args.kv_dtype)  # checked by plan_setup above
+    return CliPlan(ModelSummary.of(model, kv_dtype), model.attention_kind, kv_dtype,
+                   capacity.kv_bytes_per_element(kv_dtype), capacity.kv_bytes_per_token(model, kv_dtype),
+                   GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s")),
+                   args.overhead, rows, deployed,
+                   deployment.fit_advice(model, setup) if deployment.refused(deployed) else "", setup)
 
 
 # ---------------------------------------------------------------- text output
 
 
-def _weights_line(plan: dict) -> str:
-    if not plan["weight_params_known"]:
-        return ("weights parameter count unknown (transformers cannot build this architecture), "
-                "counted as 0: use --params")
-    line = (f"weights {plan['weight_params']:,} params ({plan['params_source']}) stored as "
-            f"{plan['weight_dtype']} = {units.fmt_bytes_si(plan['weight_bytes'])}")
-    if plan["active_params"] != plan["weight_params"]:
-        line += (f"; {plan['active_params']:,} active per token = "
-                 f"{units.fmt_bytes_si(plan['active_weight_bytes'])} read per decode step (routed experts "
-                 f"k of E; an untied embedding table not counted: a token reads one row of it)")
-    return line
+def _weights_line(plan: CliPlan) -> str:
+    w = plan.deployment.weights
+    if not w.params_known:
+        return "weights " + words.params_unknown_sentence(PARAMS_REMEDY)
+    return "weights " + words.weights_sentence(w)
 
 
-def _header_lines(plan: dict) -> list[str]:
-    m, d = plan["model"], plan["deployment"]
-    kinds = ", ".join(f"{kind} {units.fmt_bytes(b)}" for kind, b in m["bytes_per_token_by_kind"].items())
-    per_gpu = d["per_gpu"]
+def _header_lines(plan: CliPlan) -> list[str]:
+    m, d = plan.model, plan.deployment
+    kinds = ", ".join(f"{kind} {units.fmt_bytes(b)}" for kind, b in m.bytes_per_token_by_kind.items())
     return [
-        f"model   {m['name'] or 'custom'}: {m['num_layers']} layers ({m['layer_kinds']}), "
-        f"{m['num_attention_heads']} heads, {m['num_kv_heads']} KV heads ({plan['attention']}), "
-        f"head_dim {m['head_dim']}",
-        f"KV      {plan['kv_dtype']} ({plan['kv_bytes_per_element']:g} B/value): "
-        f"{plan['kv_bytes_per_token']:,} B per token ({kinds})"
-        + (f" + {m['state_bytes_per_request']:,} B of state per request"
-           if m["state_bytes_per_request"] else ""),
+        f"model   {m.name or 'custom'}: {m.num_layers} layers ({m.layer_kinds}), "
+        f"{m.num_attention_heads} heads, {m.num_kv_heads} KV heads ({plan.attention}), "
+        f"head_dim {m.head_dim}",
+        f"KV      {plan.kv_dtype} ({plan.kv_bytes_per_element:g} B/value): "
+        f"{plan.kv_bytes_per_token:,} B per token ({kinds})"
+        + (f" + {m.state_bytes_per_request:,} B of state per request" if m.state_bytes_per_request else ""),
         _weights_line(plan),
-        f"setup   {d['label']}: per GPU {units.fmt_bytes_si(per_gpu['memory_bytes'])} − weights "
-        f"{units.fmt_bytes_si(per_gpu['weight_bytes'])} − overhead {plan['overhead_fraction']:.0%} → "
-        f"{units.fmt_bytes_si(per_gpu['kv_budget_bytes'])} for KV caches",
+        f"setup   {d.label}, overhead {plan.overhead_fraction:.0%}. {words.budget_sentence(d)}",
     ]
 
 
-def _table_lines(plan: dict) -> list[str]:
-    rows = plan["rows"]
-    timed = "decode_step_floor_s" in rows[0]
+def _table_lines(plan: CliPlan) -> list[str]:
+    rows = plan.rows
+    timed = rows[0].bandwidth is not None
     head = (f"{'context':>9} {'KV/request/GPU':>15} {'requests that fit':>18} "
             f"{'as vLLM (blocks)':>17} {'in all':>8}")
     head += f" {'step ≥ ms':>9} {'tok/s/req ≤':>11} {'tok/s all ≤':>11}" if timed else ""
     lines = [head]
     for r in rows:
-        vllm = r["vllm_requests_per_replica"]
-        line = (f"{r['context_tokens']:>9,} {units.fmt_bytes(r['kv_bytes_per_request']):>15} "
-                f"{r['max_concurrent_requests']:>18,} {'–' if vllm is None else f'{vllm:,}':>17} "
-                f"{r['requests_total']:>8,}")
+        vllm = r.vllm_requests_per_replica
+        line = (f"{r.context_tokens:>9,} {units.fmt_bytes(r.kv_bytes_per_request):>15} "
+                f"{r.max_concurrent_requests:>18,} {'–' if vllm is None else f'{vllm:,}':>17} "
+                f"{r.requests_total:>8,}")
         if timed:
-            line += (f" {r['decode_step_floor_s'] * 1e3:>9.2f}"
-                     f" {r['tokens_per_s_per_request_ceiling']:>11,.0f}"
-                     f" {r['tokens_per_s_aggregate_ceiling_at_max']:>11,.0f}")
+            line += (f" {r.bandwidth.decode_step_floor_s * 1e3:>9.2f}"
+                     f" {r.bandwidth.tokens_per_s_per_request_ceiling:>11,.0f}"
+                     f" {r.bandwidth.tokens_per_s_aggregate_ceiling_at_max:>11,.0f}")
         lines.append(line)
     lines.append("requests that fit: per replica, floor(KV budget / KV per request); as vLLM: "
                  "whole blocks; in all: × DP replicas")
@@ -373,57 +391,37 @@ def _table_lines(plan: dict) -> list[str]:
     return lines
 
 
-def _vllm_lines(plan: dict) -> list[str]:
-    v = plan["deployment"]["vllm"]
-    if "error" in v:
-        return [f"as vLLM would allocate it: not available ({v['error']})"]
+def _vllm_lines(plan: CliPlan) -> list[str]:
+    v = plan.deployment.vllm
+    if v.error:
+        return [f"as vLLM would allocate it: {words.vllm_unavailable_sentence(v.error)}"]
     return [
-        f"as vLLM would allocate it on {v['platform']} (gpu_memory_utilization "
-        f"{v['gpu_memory_utilization']:g}, block size {v['block_size']}, max_model_len "
-        f"{v['max_model_len']:,}, prefix caching {'on' if v['prefix_caching'] else 'off'}):",
-        f"  {v['num_blocks']:,} blocks per GPU ({v['layout']}, {v['num_groups']} KV cache "
-        f"group(s) of {v['group_size']} layers) → KV cache size {v['num_tokens']:,} tokens; "
-        f"maximum concurrency for {v['max_model_len']:,} tokens per request: "
-        f"{v['max_concurrency']:.3f}×",
-    ] + ([] if v["starts"] else [
-        "  " + deployment.refusal_sentence(v, plan.get("fit_advice", ""))])
+        f"as vLLM would allocate it on {v.platform} (gpu_memory_utilization "
+        f"{v.gpu_memory_utilization:g}, block size {v.block_size}, max_model_len "
+        f"{v.max_model_len:,}, prefix caching {'on' if v.prefix_caching else 'off'}):",
+        f"  {v.num_blocks:,} blocks per GPU ({v.layout}, {v.num_groups} KV cache "
+        f"group(s) of {v.group_size} layers) → KV cache size {v.num_tokens:,} tokens; "
+        f"maximum concurrency for {v.max_model_len:,} tokens per request: "
+        f"{v.max_concurrency:.3f}×",
+    ] + ([] if v.starts else ["  " + words.refusal_sentence(v, plan.fit_advice)])
 
 
-def _what_if_lines(plan: dict) -> list[str]:
-    d, lines = plan["deployment"], []
-    if "prefix" in d:
-        p = d["prefix"]
-        lines.append(f"modelled: a shared {p['prefix_tokens']:,}-token system prompt "
-                     f"({p['shared_tokens']:,} tokens in whole blocks, stored once) → "
-                     f"{p['requests_per_replica']:,} requests per replica fit "
-                     f"(vs {d['plain']['requests_per_replica']:,})")
-    if "offload" in d:
-        o = d["offload"]
-        lines.append(f"modelled: a {units.fmt_bytes_si(o['offload_bytes'])} CPU tier keeps "
-                     f"{o['requests_kept_per_replica']:,} requests' caches per replica "
-                     f"({o['requests_decoding_per_replica']:,} decode at once on the GPUs); "
-                     f"bringing one back ≈ {o['swap_in_s_per_request'] * 1e3:,.0f} ms over "
-                     f"{o['pcie_bytes_per_s'] / 1e9:.0f} GB/s")
-    return lines
-
-
-def _note_lines(plan: dict) -> list[str]:
-    notes = [f"note: {n}" for n in plan["model"]["notes"]]
-    if plan["kv_budget_bytes"] == 0:
-        notes.append("note: weights and overhead fill the GPU, so no request fits")
-    max_position = plan["model"]["max_position"]
-    longer = [r["context_tokens"] for r in plan["rows"]
-              if max_position and r["context_tokens"] > max_position]
+def _note_lines(plan: CliPlan) -> list[str]:
+    notes = [f"note: {n}" for n in plan.model.notes]
+    if plan.deployment.per_gpu.kv_budget_bytes == 0:
+        notes.append(f"note: {words.nothing_fits_sentence()}")
+    max_position = plan.model.max_position
+    longer = [r.context_tokens for r in plan.rows if max_position and r.context_tokens > max_position]
     if longer:
-        notes.append(f"note: {', '.join(f'{t:,}' for t in longer)} tokens exceed the model's "
-                     f"max_position_embeddings ({max_position:,})")
+        notes.append(f"note: {words.longer_than_trained_sentence(longer, max_position)}")
     return notes
 
 
-def format_plan(plan: dict) -> str:
+def format_plan(plan: CliPlan) -> str:
     """The plan as a readable header, table, vLLM's figures, what-ifs and notes."""
+    what_ifs = words.what_if_sentences(plan.deployment, plan.setup.block_size)
     return "\n".join(_header_lines(plan) + [""] + _table_lines(plan) + [""] + _vllm_lines(plan)
-                     + _what_if_lines(plan) + _note_lines(plan))
+                     + what_ifs + _note_lines(plan))
 
 
 def _listing() -> str:

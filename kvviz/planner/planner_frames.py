@@ -1,7 +1,8 @@
 """Pure reshapers for the Capacity planner page: kvviz.planner.capacity results in, DataFrames out.
 
 All arithmetic is kvviz.planner.capacity's, kvviz.planner.serving_plan's and kvviz.planner.parallel's, gathered by
-kvviz.planner.deployment; this module only picks the inputs (contexts, what-if variants), calls them,
+kvviz.planner.deployment into typed results (kvviz.planner.results), and every sentence shared with
+`kvviz plan` is kvviz.planner.words'; this module only picks the inputs (contexts, what-if variants), calls them,
 and lays the answers out as frames whose column names are theirs (`context_tokens`,
 `kv_bytes_per_request`, `max_concurrent_requests`, …), so the same names run on into the chart
 encodings (kvviz/planner/planner_charts.py). `TABLE_COLUMNS` says how panels.people_table shows them
@@ -18,7 +19,7 @@ from functools import cached_property
 
 import pandas as pd
 
-from kvviz.planner import capacity, deployment, plan_models
+from kvviz.planner import capacity, deployment, plan_models, results, words
 from kvviz import safe_input
 from kvviz.viz import units
 from kvviz.planner.capacity import ModelKV
@@ -51,6 +52,8 @@ _INT_FIELDS = (
 _JSON_TYPE_NAMES = {str: "a string", bool: "true/false", float: "a fractional number",
                     list: "a list", dict: "an object"}
 PASTED_NAME = "pasted config"
+fmt_seconds = words.fmt_seconds  # the page's formatter, worded once with the planner's sentences
+PARAMS_REMEDY = "Enter it above to include them."  # the page's field for a parameter count
 
 
 class ConfigError(UserError):
@@ -66,7 +69,7 @@ class Plan:
     setup: deployment.Setup  # GPU, parallelism, dtypes, context, vLLM settings, what-ifs
 
     @cached_property
-    def result(self) -> dict:
+    def result(self) -> results.SetupPlan:
         """deployment.plan_setup: weights, per-GPU budget, plain and vLLM figures, what-ifs."""
         return deployment.plan_setup(self.model, self.setup)
 
@@ -76,15 +79,15 @@ class Plan:
 
     @property
     def weight_bytes(self) -> int:
-        return self.result["per_gpu"]["weight_bytes"]
+        return self.result.per_gpu.weight_bytes
 
     @property
     def kv_budget_bytes(self) -> int:
-        return self.result["per_gpu"]["kv_budget_bytes"]
+        return self.result.per_gpu.kv_budget_bytes
 
     @property
     def overhead_bytes(self) -> int:
-        return self.result["per_gpu"]["overhead_bytes"]
+        return self.result.per_gpu.overhead_bytes
 
     def with_model(self, model: ModelKV, kv_dtype: str | None = None) -> "Plan":
         return Plan(model, replace(self.setup, kv_dtype=kv_dtype or self.setup.kv_dtype))
@@ -159,15 +162,6 @@ class Metric:
     help: str  # the number in plain words, shown beside it
 
 
-def fmt_seconds(s: float | None) -> str:
-    """12 µs / 1.50 ms / 2.00 s: decode step floors span six orders of magnitude."""
-    if s is None or math.isinf(s):
-        return "–"
-    if s < 1e-3:
-        return f"{s * 1e6:,.0f} µs"
-    return f"{s * 1e3:,.2f} ms" if s < 1 else f"{s:,.2f} s"
-
-
 def fmt_rate(per_s: float | None) -> str:
     return "–" if per_s is None or math.isinf(per_s) else f"{per_s:,.0f} tok/s"
 
@@ -179,77 +173,71 @@ def fmt_count(n: float | None) -> str:
 def memory_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric]:
     """KV per token, KV per request, requests that fit (per replica and in all), weights per GPU."""
     r, model, t = plan.result, plan.model, plan.context_tokens
-    per_gpu, plain = r["per_gpu"], r["plain"]
+    per_gpu, plain = r.per_gpu, r.plain
     kinds = capacity.layer_kind_bytes_per_token(model, plan.setup.kv_dtype)
-    split = f" (one GPU's share under TP {r['tp']})" if r["tp"] > 1 else ""
+    split = f" (one GPU's share under TP {r.tp})" if r.tp > 1 else ""
     out = [
         Metric("KV per token", fmt_bytes(capacity.kv_bytes_per_token(model, plan.setup.kv_dtype)),
                "Each token a request holds adds this much cache, summed over the layers: "
                + ", ".join(f"{k} layers {fmt_bytes(b)}" for k, b in kinds.items())
-               + (f"; each GPU holds {fmt_bytes(per_gpu['kv_bytes_per_token'])} of it."
-                  if r["gpus"] > r["dp"] else ".")),
-        Metric(f"KV per request at {t:,} tokens", fmt_bytes(plain["kv_bytes_per_request_per_gpu"]),
+               + (f"; each GPU holds {fmt_bytes(per_gpu.kv_bytes_per_token)} of it."
+                  if r.gpus > r.dp else ".")),
+        Metric(f"KV per request at {t:,} tokens", fmt_bytes(plain.kv_bytes_per_request_per_gpu),
                f"One request of {t:,} tokens on one GPU{split}: windowed layers keep only their "
                "window, recurrent layers a fixed state."),
-        Metric(f"Requests that fit at {t:,} tokens", fmt_count(plain["requests_per_replica"]),
-               f"Per replica: KV budget {units.fmt_bytes_si(per_gpu['kv_budget_bytes'])} per GPU ÷ KV per "
+        Metric(f"Requests that fit at {t:,} tokens", fmt_count(plain.requests_per_replica),
+               f"Per replica: KV budget {units.fmt_bytes_si(per_gpu.kv_budget_bytes)} per GPU ÷ KV per "
                "request, rounded down; no prefix sharing."),
     ]
-    if r["gpus"] > 1:
-        out.append(Metric(f"Whole deployment ({r['label']})", fmt_count(plain["requests_total"]),
-                          f"{r['dp']} replica(s) × {plain['requests_per_replica']:,} requests."))
-    out.append(Metric("Weights per GPU", units.fmt_bytes_si(per_gpu["weight_bytes"]), _weights_help(plan)))
+    if r.gpus > 1:
+        out.append(Metric(f"Whole deployment ({r.label})", fmt_count(plain.requests_total),
+                          f"{r.dp} replica(s) × {plain.requests_per_replica:,} requests."))
+    out.append(Metric("Weights per GPU", units.fmt_bytes_si(per_gpu.weight_bytes), _weights_help(plan)))
     return out
 
 
 def _weights_help(plan: Plan) -> str:
-    w, r = plan.result["weights"], plan.result
-    if not w["params_known"]:
-        return "Parameter count unknown: weights counted as 0 bytes."
-    text = (f"{w['params_total'] / 1e9:,.2f} B parameters ({w['params_source']}) × "
-            f"{w['weight_dtype']}, split over the {r['tp'] * r['pp']} GPU(s) of a replica.")
-    if w["params_active"] != w["params_total"]:
-        text += (f" {w['params_active'] / 1e9:,.2f} B are active per token, read each decode step: "
-                 "k of E routed experts; an untied embedding table is left out (a token reads "
-                 "one row), as gpt-oss and Llama 4 publish it (Qwen counts the table in).")
-    return text
+    w, r = plan.result.weights, plan.result
+    if not w.params_known:
+        return words.params_unknown_sentence(PARAMS_REMEDY)
+    return words.weights_sentence(w) + f" Split over the {r.tp * r.pp} GPU(s) of a replica."
 
 
 def vllm_metrics(plan: Plan) -> list[Metric]:
     """vLLM's blocks, tokens, concurrency at max_model_len and requests of T in whole blocks."""
-    v, t = plan.result["vllm"], plan.context_tokens
-    if "error" in v:
+    v, t = plan.result.vllm, plan.context_tokens
+    if v.error:
         return []
     return [
-        Metric("KV blocks per GPU", fmt_count(v["num_blocks"]),
-               f"Memory for KV ÷ page size ÷ layers per group, on {v['platform']} (block size {v['block_size']}, "
-               f"{v['num_groups']} group(s) of {v['group_size']} layers, {v['layout']})."),
-        Metric("Tokens that fit (vLLM)", fmt_count(v["num_tokens"]),
+        Metric("KV blocks per GPU", fmt_count(v.num_blocks),
+               f"Memory for KV ÷ page size ÷ layers per group, on {v.platform} (block size {v.block_size}, "
+               f"{v.num_groups} group(s) of {v.group_size} layers, {v.layout})."),
+        Metric("Tokens that fit (vLLM)", fmt_count(v.num_tokens),
                "What vLLM logs as \"KV cache size\": max concurrency × max_model_len."),
-        Metric(f"Max concurrency at {v['max_model_len']:,} tokens", f"{v['max_concurrency']:,.3f}×",
+        Metric(f"Max concurrency at {v.max_model_len:,} tokens", f"{v.max_concurrency:,.3f}×",
                "Blocks ÷ blocks one request of max_model_len needs, as vLLM logs it."),
         Metric(f"Requests of {t:,} tokens (whole blocks)",
-               fmt_count(v["requests_at_context_per_replica"]),
+               fmt_count(v.requests_at_context_per_replica),
                "Per replica, each request rounded up to whole blocks in every layer group."),
     ]
 
 
 def speed_metrics(plan: Plan) -> list[Metric]:
     """The decode-step floor and token-rate ceilings, when the GPU's bandwidth is known."""
-    b = plan.result["bandwidth"]
+    b = plan.result.bandwidth
     if not b:
         return []
     batch = plan.setup.batch
     return [
-        Metric(f"Decode step ≥ (batch {batch})", fmt_seconds(b["decode_step_floor_s"]),
+        Metric(f"Decode step ≥ (batch {batch})", fmt_seconds(b.decode_step_floor_s),
                "Lower bound: (active weights + the batch's cache) ÷ peak bandwidth, stage after "
                "stage. Real steps are slower."),
-        Metric("Tokens/s per request ≤", fmt_rate(b["tokens_per_s_per_request_ceiling"]),
+        Metric("Tokens/s per request ≤", fmt_rate(b.tokens_per_s_per_request_ceiling),
                "Ceiling: one token per request per decode step, at the bandwidth floor."),
-        Metric(f"Tokens/s, batch of {batch} ≤", fmt_rate(b["tokens_per_s_aggregate_ceiling"]),
+        Metric(f"Tokens/s, batch of {batch} ≤", fmt_rate(b.tokens_per_s_aggregate_ceiling),
                "Ceiling: batch ÷ decode step floor."),
         Metric("Tokens/s, every request that fits ≤",
-               fmt_rate(b["tokens_per_s_aggregate_ceiling_at_max"]),
+               fmt_rate(b.tokens_per_s_aggregate_ceiling_at_max),
                "Ceiling with all requests that fit decoding together: the weights are read once "
                "per step for all of them, every cache once."),
     ]
@@ -258,25 +246,6 @@ def speed_metrics(plan: Plan) -> list[Metric]:
 def headline_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric]:
     """Every headline figure: memory, then vLLM's, then speed bounds."""
     return memory_metrics(plan, fmt_bytes) + vllm_metrics(plan) + speed_metrics(plan)
-
-
-def what_if_sentences(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[str]:
-    """The prefix-sharing and CPU-offload what-ifs in words (both modelled)."""
-    r, out = plan.result, []
-    if "prefix" in r:
-        p = r["prefix"]
-        out.append(f"Modelled: with a shared {p['prefix_tokens']:,}-token system prompt stored "
-                   f"once ({p['shared_tokens']:,} tokens in whole blocks of "
-                   f"{plan.setup.block_size}), {p['requests_per_replica']:,} requests fit per "
-                   f"replica instead of {r['plain']['requests_per_replica']:,}.")
-    if "offload" in r:
-        o = r["offload"]
-        out.append(f"Modelled: a {units.fmt_bytes_si(o['offload_bytes'])} CPU tier keeps "
-                   f"{o['requests_kept_per_replica']:,} requests' caches per replica; "
-                   f"{o['requests_decoding_per_replica']:,} of them decode at once on the GPUs, "
-                   f"and bringing one back takes ≈ {fmt_seconds(o['swap_in_s_per_request'])} "
-                   f"at an assumed {o['pcie_bytes_per_s'] / 1e9:.0f} GB/s (PCIe 5.0 x16).")
-    return out
 
 
 # ---------------------------------------------------------------- requests vs context
@@ -300,7 +269,7 @@ def curve_contexts(max_tokens: int, min_tokens: int = CURVE_MIN_TOKENS,
 
 def _rows(plan: Plan, contexts: Sequence[int]) -> list[dict]:
     setup = replace(plan.setup, prefix_tokens=0, offload_bytes=0)
-    return deployment.context_rows(plan.model, setup, contexts)
+    return [results.row_json(r) for r in deployment.context_rows(plan.model, setup, contexts)]
 
 
 def fit_curve_frame(plan: Plan, max_tokens: int | None = None) -> pd.DataFrame:
@@ -359,19 +328,19 @@ def layer_kinds_frame(plan: Plan) -> pd.DataFrame:
 
 def vllm_frame(plan: Plan) -> pd.DataFrame:
     """vLLM's settings and figures as rows of (figure, value, meaning); empty when it cannot serve."""
-    v = plan.result["vllm"]
-    if "error" in v:
+    v = plan.result.vllm
+    if v.error:
         return pd.DataFrame(columns=["figure", "value", "meaning"])
     rows = [
-        ("gpu_memory_utilization", f"{v['gpu_memory_utilization']:g}", "1 − the overhead fraction"),
-        ("block_size", f"{v['block_size']:,}", "tokens per block (after vLLM's own adjustments)"),
-        ("max_model_len", f"{v['max_model_len']:,}", "longest request admitted"),
-        ("page size", units.fmt_bytes(v["page_bytes"]), "one block of one layer"),
-        ("KV cache groups", f"{v['num_groups']:,} × {v['group_size']:,} layers", v["layout"]),
-        ("num_gpu_blocks", f"{v['num_blocks']:,}", "blocks per GPU"),
-        ("KV cache size", f"{v['num_tokens']:,} tokens", "max concurrency × max_model_len"),
-        ("blocks per request", f"{v['blocks_per_request']:,}", "at max_model_len, all groups"),
-        ("maximum concurrency", f"{v['max_concurrency']:,.3f}×", "at max_model_len"),
+        ("gpu_memory_utilization", f"{v.gpu_memory_utilization:g}", "1 − the overhead fraction"),
+        ("block_size", f"{v.block_size:,}", "tokens per block (after vLLM's own adjustments)"),
+        ("max_model_len", f"{v.max_model_len:,}", "longest request admitted"),
+        ("page size", units.fmt_bytes(v.page_bytes), "one block of one layer"),
+        ("KV cache groups", f"{v.num_groups:,} × {v.group_size:,} layers", v.layout),
+        ("num_gpu_blocks", f"{v.num_blocks:,}", "blocks per GPU"),
+        ("KV cache size", f"{v.num_tokens:,} tokens", "max concurrency × max_model_len"),
+        ("blocks per request", f"{v.blocks_per_request:,}", "at max_model_len, all groups"),
+        ("maximum concurrency", f"{v.max_concurrency:,.3f}×", "at max_model_len"),
     ]
     return pd.DataFrame(rows, columns=["figure", "value", "meaning"])
 
@@ -435,13 +404,13 @@ def what_if_frame(plan: Plan, window: int | None = None) -> pd.DataFrame:
     rows = []
     for order, (group, label, model, dtype, current) in enumerate(what_if_variants(plan, window)):
         try:
-            plain = plan.with_model(model, dtype).result["plain"]
+            plain = plan.with_model(model, dtype).result.plain
         except ValueError:  # e.g. MHA's heads do not split over this TP size
             continue
         rows.append({"group": group, "variant": label, "kv_heads": model.kv_heads,
                      "kv_dtype": dtype, "kv_bytes_per_token": capacity.kv_bytes_per_token(model, dtype),
-                     "kv_bytes_per_request": plain["kv_bytes_per_request_per_gpu"],
-                     "max_concurrent_requests": plain["requests_per_replica"],
+                     "kv_bytes_per_request": plain.kv_bytes_per_request_per_gpu,
+                     "max_concurrent_requests": plain.requests_per_replica,
                      "current": current, "order": order})
     return pd.DataFrame(rows, columns=list(WHAT_IF_COLUMNS))
 
@@ -477,12 +446,12 @@ def launch_bound(plan: Plan) -> dict | None:
     launches" when launching takes over BOUND_MARGIN × longer than reading the bytes, "memory
     bandwidth" when reading does, else "both" (too close to call). None without a bandwidth.
     """
-    b = plan.result["bandwidth"]
+    b = plan.result.bandwidth
     if not b:
         return None
     num_kernels = plan.model.num_layers * KERNELS_PER_LAYER
     launch_s = num_kernels * LAUNCH_S
-    floor_s = b["decode_step_floor_s"]
+    floor_s = b.decode_step_floor_s
     bound = ("kernel launches" if launch_s > BOUND_MARGIN * floor_s else
              "memory bandwidth" if floor_s > BOUND_MARGIN * launch_s else "both")
     return {"decode_step_floor_s": floor_s, "num_kernels": num_kernels, "launch_s": launch_s,

@@ -1,0 +1,117 @@
+"""The planner's sentences, worded once: `kvviz plan` prints them and the Capacity planner page
+shows them, from the same typed results (kvviz.planner.results).
+
+Memory and weights in GB (1e9 B), cache sizes in KiB / MiB (kvviz.viz.units' policy). Where the
+page and the CLI differ only in how the reader acts (a field on the page, a flag in the CLI),
+the caller passes the remedy. Standard library and kvviz.viz.units only.
+"""
+from __future__ import annotations
+
+import math
+
+from kvviz.planner.results import FitChange, OffloadWhatIf, PrefixWhatIf, SetupPlan, VllmPlan, Weights
+from kvviz.viz.units import fmt_bytes_si as gb
+
+ACTIVE_CONVENTION = ("routed experts k of E; an untied embedding table not counted, as gpt-oss and "
+                     "Llama 4 publish it: a token reads one row of it; Qwen counts the table in")
+
+
+def fmt_seconds(s: float | None) -> str:
+    """12 µs / 1.50 ms / 2.00 s: decode step floors span six orders of magnitude."""
+    if s is None or math.isinf(s):
+        return "–"
+    if s < 1e-3:
+        return f"{s * 1e6:,.0f} µs"
+    return f"{s * 1e3:,.2f} ms" if s < 1 else f"{s:,.2f} s"
+
+
+# ---------------------------------------------------------------- memory
+
+
+def budget_sentence(plan: SetupPlan) -> str:
+    """Per GPU: memory − weights (their format) − overhead → what is left for KV caches."""
+    p = plan.per_gpu
+    return (f"Per GPU: {gb(p.memory_bytes)} − weights {gb(p.weight_bytes)} ({plan.weights.weight_dtype}) "
+            f"− overhead {gb(p.overhead_bytes)} → {gb(p.kv_budget_bytes)} for KV caches.")
+
+
+def weights_sentence(w: Weights) -> str:
+    """The parameter count, its source, the stored format and size, and what a token reads."""
+    text = (f"{w.params_total:,} parameters ({w.params_source}) stored as {w.weight_dtype} = "
+            f"{gb(w.bytes_total)}")
+    if w.params_active != w.params_total:
+        text += (f"; {w.params_active:,} active per token = {gb(w.bytes_active)} read per decode "
+                 f"step ({ACTIVE_CONVENTION})")
+    return text + "."
+
+
+def params_unknown_sentence(remedy: str) -> str:
+    """When transformers cannot build the architecture and no count was given."""
+    return ("Parameter count unknown (transformers cannot build this architecture): the weights "
+            f"are counted as 0 bytes. {remedy}")
+
+
+def nothing_fits_sentence() -> str:
+    return ("The weights and overhead fill each GPU: no request fits. Add GPUs (TP or PP) or use "
+            "a smaller weight dtype.")
+
+
+def longer_than_trained_sentence(tokens: list[int], max_position: int) -> str:
+    listed = " / ".join(f"{t:,}" for t in tokens)
+    verb = "is" if len(tokens) == 1 else "are"
+    return f"{listed} tokens {verb} longer than the model was trained for ({max_position:,} tokens)."
+
+
+# ---------------------------------------------------------------- what-ifs
+
+
+def prefix_sentence(p: PrefixWhatIf, requests_without: int, block_size: int) -> str:
+    return (f"Modelled: with a shared {p.prefix_tokens:,}-token system prompt stored once "
+            f"({p.shared_tokens:,} tokens in whole blocks of {block_size}), "
+            f"{p.requests_per_replica:,} requests fit per replica instead of {requests_without:,}.")
+
+
+def offload_sentence(o: OffloadWhatIf) -> str:
+    return (f"Modelled: a {gb(o.offload_bytes)} CPU tier keeps {o.requests_kept_per_replica:,} "
+            f"requests' caches per replica; {o.requests_decoding_per_replica:,} of them decode at "
+            f"once on the GPUs, and bringing one back takes ≈ {fmt_seconds(o.swap_in_s_per_request)} "
+            f"at an assumed {o.pcie_bytes_per_s / 1e9:.0f} GB/s (PCIe 5.0 x16).")
+
+
+def what_if_sentences(plan: SetupPlan, block_size: int) -> list[str]:
+    """The prefix-sharing and CPU-offload what-ifs that were asked about, in words."""
+    out = []
+    if plan.prefix:
+        out.append(prefix_sentence(plan.prefix, plan.plain.requests_per_replica, block_size))
+    if plan.offload:
+        out.append(offload_sentence(plan.offload))
+    return out
+
+
+# ---------------------------------------------------------------- vLLM
+
+
+def vllm_unavailable_sentence(error: str) -> str:
+    return f"Not available: {error}."
+
+
+def fit_advice_sentence(change: FitChange | None, length: int, label: str,
+                        tp_tries: tuple[int, ...], weight_tries: tuple[str, ...]) -> str:
+    """What would let one request of `length` tokens start (None: nothing tried does)."""
+    if change is None:
+        return (f"No request of {length:,} tokens fits, and neither a TP up to {tp_tries[-1]} nor "
+                f"{' / '.join(weight_tries)} weights make it fit: use a larger GPU or a shorter "
+                f"max_model_len.")
+    if change.tp:
+        return (f"No request of {length:,} tokens fits on {label}; TP {change.tp} ({change.gpus} GPUs) "
+                f"is the smallest that fits it.")
+    return f"No request of {length:,} tokens fits on {label}; with {change.weight_dtype} weights it does."
+
+
+def refusal_sentence(vllm: VllmPlan, advice: str) -> str:
+    """What the CLI and the page both say when vLLM would refuse to start."""
+    text = (f"vLLM would refuse to start: one request of max_model_len {vllm.max_model_len:,} "
+            f"tokens needs more blocks than fit.")
+    if vllm.longest_max_model_len:
+        text += f" The longest that fits is {vllm.longest_max_model_len:,} tokens (max_model_len)."
+    return f"{text} {advice}".strip()
