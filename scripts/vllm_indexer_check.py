@@ -1,10 +1,11 @@
 """vLLM's own KV-cache arithmetic for DeepSeek-V3.2-style layers: run with .venv-vllm's python.
 
-    .venv-vllm/bin/python scripts/vllm_indexer_check.py LAYERS BLOCK_SIZE KV_BYTES MAX_LEN
+    .venv-vllm/bin/python scripts/vllm_indexer_check.py LAYERS BLOCK_SIZE KV_BYTES MAX_LEN [auto|fp8_ds_mla]
 
 Each layer gives vLLM's two specs, as its DeepSeek-V3.2 model code registers them: the MLA latent
-(576 values in bf16) and the sparse-attention indexer's key cache (128 fp8 values + one float32
-scale = 132 bytes, uint8). vLLM 0.32's `get_kv_cache_groups`, `get_kv_cache_config_from_groups`
+(576 values in bf16; with fp8_ds_mla, the spec vLLM's MLA layer gives for that cache dtype: a
+656-byte uint8 row per token) and the sparse-attention indexer's key cache (128 fp8 values + one
+float32 scale = 132 bytes, uint8). vLLM 0.32's `get_kv_cache_groups`, `get_kv_cache_config_from_groups`
 and `get_kv_cache_capacity` (a stand-in config carries only the fields they read) print one JSON
 line: groups, blocks, "KV cache size" tokens, maximum concurrency. tests/test_vllm_hybrid.py
 compares kvviz.planner.serving_plan with it.
@@ -29,14 +30,22 @@ def stand_in_config(max_len: int):
     return cfg
 
 
-def allocation(layers: int, block: int, kv_bytes: int, max_len: int) -> dict:
+def _latent_spec(block: int, cache_dtype: str):
+    import torch
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+    if cache_dtype == "fp8_ds_mla":  # as MLAAttention.get_kv_cache_spec builds it
+        return MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=576, dtype=torch.uint8,
+                                cache_dtype_str="fp8_ds_mla", state_content_bytes=656)
+    return MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+
+
+def allocation(layers: int, block: int, kv_bytes: int, max_len: int, cache_dtype: str = "auto") -> dict:
     import torch
     from vllm.v1.core import kv_cache_utils as ku
     from vllm.v1.kv_cache_interface import MLAAttentionSpec, SparseCacheRole
     specs = {}
     for i in range(layers):
-        specs[f"layers.{i}.attn"] = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=576,
-                                                     dtype=torch.bfloat16)
+        specs[f"layers.{i}.attn"] = _latent_spec(block, cache_dtype)
         specs[f"layers.{i}.indexer.k_cache"] = MLAAttentionSpec(
             block_size=block, num_kv_heads=1, head_size=128 + 128 // 128 * 4, dtype=torch.uint8,
             cache_role=SparseCacheRole.INDEXER)
@@ -44,12 +53,13 @@ def allocation(layers: int, block: int, kv_bytes: int, max_len: int) -> dict:
     groups = ku.get_kv_cache_groups(cfg, specs)
     config = ku.get_kv_cache_config_from_groups(cfg, groups, kv_bytes)
     tokens, concurrency = ku.get_kv_cache_capacity(cfg, config)
-    return {"groups": [[type(g.kv_cache_spec).__name__, len(g.layer_names)] for g in groups],
+    return {"pages": sorted({s.page_size_bytes for s in specs.values()}),
+            "groups": [[type(g.kv_cache_spec).__name__, len(g.layer_names)] for g in groups],
             "num_blocks": config.num_blocks, "num_tokens": tokens, "max_concurrency": concurrency}
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(allocation(*map(int, sys.argv[1:]))), flush=True)
+    print(json.dumps(allocation(*map(int, sys.argv[1:5]), *sys.argv[5:])), flush=True)
