@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.app.panels import PRELOAD_CSS, PRELOAD_DESCRIPTION
+from kvviz.app.panels import DIM_HOLDER_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
 from kvviz.app.ui import PAGE_CSS, PRESENTER_CSS, inert
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -199,7 +199,8 @@ def test_markup_in_the_prompt_is_shown_inert(at, chat):
         for fragment in ("<script", "onerror", "**bold**", "javascript:", "<b>"):
             assert fragment not in text
     # st.html only ever carries kvviz's own fixed stylesheets, never text from the page
-    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, PAGE_CSS, PAGE_CSS + PRESENTER_CSS}
+    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, PAGE_CSS, PAGE_CSS + PRESENTER_CSS, DIM_HOLDER_CSS,
+                                                     RACE_NOTES_CSS}  # fixed stylesheets only
 
 
 def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_dir):

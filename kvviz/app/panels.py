@@ -19,6 +19,7 @@ from kvviz.viz import charts
 from kvviz import report
 from kvviz.sweep import sweep
 from kvviz.live.live_pump import Pump, Running
+from kvviz.live.slots import Slot
 from kvviz.live.trace import Trace, summary
 from kvviz.viz.units import fmt_bytes
 
@@ -46,6 +47,11 @@ LAYOUT = (  # rows of two panels: (panel, the charts stacked in it)
     (("blocks", ["grid", "reservation"]), ("timings", ["steps", "layer_times"])),
 )
 RACE_ROW = (("race", ["race"]), ("positions", ["positions"]))
+RACE_PANELS = ("race", "positions")
+RACE_NOTES_CSS = """<style>.st-key-race-notes { min-height: 9.5rem; }</style>"""
+# Room for the parity line and the race's end note at two lines each (measured 109 + 21 + 64 px at
+# 1920 x 1080 in presenter mode, 9.2 rem): the note appears at the end and the parity line wraps as
+# its count grows ("so far"), and neither may push the panels below down.
 
 
 def text_of(events, show_tokens: bool) -> str:
@@ -64,10 +70,12 @@ class LiveView:
         self.measure_wall = False  # run_live: time the tokens' arrival for the wall-clock rate
         self.arrivals: list[float] = []  # monotonic seconds when each cached event arrived
         self.wall_rate: float | None = None  # show_result: the rate its run measured
-        self.dim_slots = {mode: st.empty() for mode in ("cached", "recompute")}  # DIM_CSS while shown
+        st.html(DIM_HOLDER_CSS)  # a fixed stylesheet, never user text
+        with st.container(key="dim-styles"):  # hidden; DIM_CSS while a run's panels show the previous run
+            self.dim_slots = {mode: Slot(st) for mode in ("cached", "recompute")}
         self.dimmed: set[str] = set()  # runs whose panels still show the previous run
         with st.container(key="headline-figures"):
-            self.metric_slots = [col.empty() for col in st.columns(8)]
+            self.metric_slots = [Slot(col) for col in st.columns(8)]
         self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
         left, right, map_area = text_areas(race_on, ui.presenter_mode())
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
@@ -79,8 +87,9 @@ class LiveView:
             self.race_slot = titled_box(right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
             self.race_wait_slot = right.empty()
-            self.parity_slot = right.empty()
-            self.race_note_slot = right.empty()
+            right.html(RACE_NOTES_CSS)  # a fixed stylesheet, never user text
+            notes = right.container(key="race-notes")  # RACE_NOTES_CSS: room for both lines' longest forms
+            self.parity_slot, self.race_note_slot = Slot(notes), Slot(notes)
         self.cache_map = cache_map_panel.CacheMapPanel(map_area.container(border=True, key="cache-map-panel"),
                                                       meta, ui.chart_font_scale())
         self.max_new_tokens = max_new_tokens
@@ -111,10 +120,16 @@ class LiveView:
             self.dim_slots[mode].empty()
 
     def clear(self) -> None:
-        """Blank text panels before a run's first token (the previous run's text must not linger)."""
+        """Blank text panels before a run's first token (the previous run's text must not linger).
+
+        Charts and figures of a previous run that cannot stand in (another shape) stay, faded by
+        Streamlit as stale, until this run redraws them: emptying a slot would leave an empty
+        element that takes a gap (kvviz.live.slots)."""
         self.text_slot.code(" ", language=None)
         if self.race_on:
             self.race_slot.code(" ", language=None)
+        for slot in self.dim_slots.values():  # a previous run stopped while still dimmed
+            slot.empty()
 
     def show_wait(self, running: Running | None, trace: Trace, seconds_per_flop: float | None) -> None:
         """A forward pass that takes a while gets a line with its elapsed and modelled time left."""
@@ -140,6 +155,8 @@ class LiveView:
     def update(self, trace: Trace, final: bool = False) -> None:
         cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
         if cached:
+            if self.race_on and "cached" in self.dimmed:
+                self.race_note_slot.empty()  # the previous run's end note: this run has not ended
             self.undim("cached")
         if recompute:
             self.undim("recompute")
@@ -183,14 +200,20 @@ class LiveView:
         if self.specs is None:
             self.specs = build_specs(self.meta, self.max_new_tokens, data)
         for name, df in data.items():
-            if name in self.slots and self.needs_redraw(name, cached[-1], final):
+            if name in self.slots and self.shows_this_run(name) and self.needs_redraw(name, cached[-1], final):
                 self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
         self.cache_map.draw(cached, final)
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
             texts |= captions.race_captions(cached, recompute, final)
         for name, text in texts.items():
-            self.slots[f"{name}_caption"].caption(text)
+            if self.shows_this_run(name):
+                self.slots[f"{name}_caption"].caption(text)
+
+    def shows_this_run(self, panel: str) -> bool:
+        """False for the race's panels while they still show the previous run: its first cached
+        token must not draw into a panel labelled "previous run" (they wait for a recomputed one)."""
+        return not ("recompute" in self.dimmed and panel in RACE_PANELS)
 
     def needs_redraw(self, name: str, last, final: bool) -> bool:
         """Block charts change only when a block fills; the heatmap is redrawn at half rate."""
@@ -228,11 +251,16 @@ def dim_css(keys: tuple[str, ...]) -> str:
             ".st-key-headline-figures::before { top: -1.1rem; right: 0; }</style>")
 
 
+KEEP_IN_PLACE = "<span hidden></span>"
+# st.html sends style-only HTML to the page's event container, where emptying its placeholder
+# does not remove it (the "previous run" labels stayed after the run's first tokens): an element
+# beside the style keeps it in its placeholder, inside a hidden container (DIM_HOLDER_CSS).
 DIM_CSS = {  # while a panel still shows the previous run
     "cached": dim_css(("cached-panel", "cache-map-panel", "headline-figures", "panel-layers", "panel-total",
-                       "panel-blocks", "panel-timings")),
-    "recompute": dim_css(("recompute-panel", "panel-race", "panel-positions")),
+                       "panel-blocks", "panel-timings")) + KEEP_IN_PLACE,
+    "recompute": dim_css(("recompute-panel", "panel-race", "panel-positions")) + KEEP_IN_PLACE,
 }
+DIM_HOLDER_CSS = "<style>.st-key-dim-styles, div:has(> .st-key-dim-styles) { display: none; }</style>"
 
 
 def run_notes(meta: dict, last) -> list[str]:
@@ -312,9 +340,9 @@ def titled_box(column, title: str, key: str):
         box = st.container(border=True, key=key)
         box.markdown(f"**{title}**")  # a constant title, never user text
         if not ui.presenter_mode():
-            return box.empty()
+            return Slot(box)
         box.html(PRESENTER_TEXT_CSS)  # a fixed stylesheet, never user text
-        return box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text").empty()
+        return Slot(box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text"))
 
 
 SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
@@ -364,8 +392,8 @@ def chart_slots(rows) -> dict:
             with col.container(key=f"panel-{panel}"):
                 st.markdown(f"**{PANELS[panel]}**")  # a constant title
                 for name in names:
-                    slots[name] = st.empty()
-                slots[f"{panel}_caption"] = st.empty()
+                    slots[name] = Slot(st)
+                slots[f"{panel}_caption"] = Slot(st)
     return slots
 
 

@@ -10,6 +10,7 @@ from kvviz.live import cache_map as cm
 from kvviz.live import cache_map_charts as cc
 from kvviz.viz import charts
 from kvviz.live.events import StepEvent
+from kvviz.live.slots import Slot
 
 TITLE = "The cache, position by position"
 SPECS: dict[tuple, dict] = {}  # process-wide: (kinds, max_len, prompt_len) -> spec, holding no data
@@ -44,9 +45,9 @@ class CacheMapPanel:
         self.attention = attention_recorded(meta)
         container.markdown(f"**{TITLE}**")  # a constant title, never user text
         self.picker_slot = container.empty() if self.batch > 1 else None
-        self.map_slot = container.empty()
-        self.attention_slot = container.empty() if self.attention else None
-        self.caption_slot = container.empty()
+        self.map_slot = Slot(container)  # keeps the previous run's map until redrawn (kvviz.live.slots)
+        self.attention_slot = Slot(container) if self.attention else None
+        self.caption_slot = Slot(container)
         self.seq, self.draws, self.picked = 0, 0, False
 
     def draw(self, cached: list[StepEvent], final: bool) -> None:

@@ -135,12 +135,19 @@ def timings_caption(meta: dict, cached: list[StepEvent]) -> str:
     prefill = cached[0]
     decode = [e.step_ms for e in cached[1:]]
     text = f"The prefill read {meta['prompt_tokens']} prompt tokens in {fmt_ms(prefill.step_ms)}"
-    if decode:
-        median = median_decode_ms(cached)
-        text += (f"; each decode step feeds one new token and reads the cache: median "
-                 f"{fmt_ms(median)}, slowest {fmt_ms(max(decode))}. "
-                 f"{bandwidth_sentence(meta, cached[-1].kv_bytes, median)}")
-    return text + " The heatmap shows each layer's share of every step."
+    if not decode:  # the same sentences, figures to come: the caption keeps its lines as they arrive
+        return (text + "; each decode step feeds one new token and reads the cache: median and slowest "
+                "from the first decode step on. Reading the weights "
+                f"({fmt_bytes(meta['weight_bytes'])}) and the cache once per step at that pace gives "
+                "the GB/s achieved; " + SMALL_MODEL_NOTE + HEATMAP_NOTE)
+    median = median_decode_ms(cached)
+    return (text + f"; each decode step feeds one new token and reads the cache: median "
+            f"{fmt_ms(median)}, slowest {fmt_ms(max(decode))}. "
+            f"{bandwidth_sentence(meta, cached[-1].kv_bytes, median)}" + HEATMAP_NOTE)
+
+
+SMALL_MODEL_NOTE = "a small model rarely nears the device's peak: per-kernel launch and framework overhead dominate."
+HEATMAP_NOTE = " The heatmap shows each layer's share of every step."
 
 
 def median_decode_ms(events: list[StepEvent]) -> float | None:
@@ -152,8 +159,7 @@ def bandwidth_sentence(meta: dict, cache_bytes: int, step_ms: float) -> str:
     rate = achieved_bandwidth_bytes_per_s(meta["weight_bytes"], cache_bytes, step_ms) or 0.0
     return (f"Reading the weights ({fmt_bytes(meta['weight_bytes'])}) and the cache "
             f"({fmt_bytes(cache_bytes)}) once per step at that pace is ≈ {rate / 1e9:.1f} GB/s achieved; "
-            f"a small model rarely nears the device's peak: per-kernel launch and framework overhead "
-            f"dominate.")
+            + SMALL_MODEL_NOTE)
 
 
 def chart_captions(meta: dict, cached: list[StepEvent]) -> dict[str, str]:
@@ -206,13 +212,22 @@ def estimate_text(est: race.RaceEstimate) -> str:
     return f"≈ {fmt_duration(est.low_ms)}"
 
 
+ESTIMATE_TO_COME = (" Finishing all the tokens without a cache would take a time estimated once the cached "
+                    "run ends, fitted to both runs' measured steps (each step costs a fixed time plus a "
+                    "share per position it reads), then set against the cached time for the whole run. "
+                    "The headline's Recompute ÷ cached (same steps) compares only the steps both runs "
+                    "made, where the gap is still small.")
+
+
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
     cached_ms = sum(e.step_ms for e in cached)
     done_ms = sum(e.step_ms for e in recompute)
     text = (f"Both runs take turns on one device and each clock counts only its own steps. "
             f"Without a cache: {tokens(len(recompute))} in {fmt_ms(done_ms)}; "
             f"with it: {tokens(len(cached))} in {fmt_ms(cached_ms)}.")
-    if not final or len(recompute) >= len(cached):
+    if not final:  # the estimate's sentences, to come: the panel keeps its lines through the run
+        return text + ESTIMATE_TO_COME
+    if len(recompute) >= len(cached):
         return text
     est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
     if est is None or not any(e.phase == "decode" for e in recompute):
