@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from kvviz.live import engine
+from kvviz.live import trace as trace_module
 from kvviz.cache import layout
 from kvviz.live.config import RunConfig
 from kvviz.live.trace import Trace
@@ -128,8 +129,9 @@ def test_layout_bytes_per_token_equals_live_growth(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_trace_meta_names_each_layer_kind(name):
     meta, specs = recorded(name).meta, specs_of(name)
-    assert meta["layer_kinds"] == [s.kind for s in specs]
-    assert meta["layer_labels"] == [s.label() for s in specs]
+    read = trace_module.layer_specs(meta)  # the trace's typed layer records, read back as specs
+    assert [s.kind for s in read] == [s.kind for s in specs]
+    assert [s.label() for s in read] == [s.label() for s in specs]
     assert meta["layout"] == layout.kinds_summary(specs)
     assert meta["attn_implementation"] in ("sdpa", "eager")
 
@@ -158,14 +160,14 @@ def test_gpt_oss_runs_with_eager_and_the_trace_says_so():
 
 @pytest.mark.parametrize("name", ["gemma3_text", "qwen3_next", "deepseek_v3"])
 def test_meta_per_layer_bytes_rebuild_the_formula(name):
-    """A reader of the trace alone (charts, replay) gets each layer's bytes from meta."""
-    meta = recorded(name).meta
+    """A reader of the trace alone (charts, replay) gets each layer's bytes from meta's specs."""
+    meta = trace_module.Trace.from_json(recorded(name).to_json()).meta  # through the file format
+    specs = trace_module.layer_specs(meta)
     for e in recorded(name).events_of("cached"):
         tokens = e.seq_len - 1
-        for stat, per_token, state, cap in zip(e.layers, meta["layer_bytes_per_token"],
-                                               meta["layer_state_bytes"], meta["windows"]):
-            held = tokens if cap is None else min(tokens, cap - 1)
-            assert stat.formula_bytes == (per_token * held + state) * meta["batch"]
+        for stat, spec in zip(e.layers, specs, strict=True):
+            assert stat.formula_bytes == spec.bytes_at(tokens, meta["elem_bytes"], meta["batch"])
+            assert stat.tokens == spec.tokens_held(tokens)
 
 
 def test_captions_name_a_mixed_layout():
