@@ -2,8 +2,9 @@
 
 The file format is documented in docs/trace-format.md. Loading is strict: whatever is wrong with a
 file becomes one `TraceError` whose message says what and where, fit to show a user as is.
-Events are validated by `dataclasses.fields()` and the type hints of `kvviz.live.events`, so a field
-added there is checked here without editing this module (bump VERSION when the format changes).
+Events are validated by msgspec against Structs made from the fields and type hints of
+`kvviz.live.events`'s dataclasses, so a field added there is checked here without editing this
+module (bump VERSION when the format changes); msgspec's messages are worded as kvviz's own.
 The meta's cache layout (format 3: `layers`, one record per decoder layer) is typed data: a msgspec
 Struct with constraints (`LayerRecord`) read into `kvviz.cache.spec` classes; a version 1 or 2 file's
 parallel lists (`windows`, `layer_kinds`, ...) are read into the same specs when it loads.
@@ -15,6 +16,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 import types
 import typing
@@ -27,7 +29,7 @@ import msgspec
 from kvviz.cache.spec import KINDS, CacheSpec
 from kvviz.files import write_atomic  # also the vLLM watch's writer (kvviz.vllm reads only this module)
 from kvviz.live.events import StepEvent
-from kvviz.errors import KvvizError, UserError
+from kvviz.errors import UserError
 
 FORMAT = "kvviz-trace"
 VERSION = 3  # 2: LayerStat state_bytes/storage_bytes/formula_bytes, StepEvent storage_bytes/cache_note;
@@ -200,9 +202,10 @@ def _event_from_dict(obj, index: int) -> StepEvent:
     if not isinstance(obj, dict):
         raise TraceError(f"{where} must be an object, got {_kind(obj)}")
     try:
-        event = _build(StepEvent, obj, "")
-    except _Invalid as exc:
-        raise TraceError(f"{where}: {exc}") from None
+        msgspec.convert(obj, _EVENT_WIRE, strict=True)  # the checks; then the dataclasses themselves
+    except msgspec.ValidationError as exc:
+        raise TraceError(f"{where}: {_field_problem(exc, obj)}") from None
+    event = msgspec.convert(obj, StepEvent, strict=True)
     _check_event(event, where)
     return event
 
@@ -220,81 +223,69 @@ def _check_event(event: StepEvent, where: str) -> None:
                          f"per sequence, got {counts}")
 
 
-class _Invalid(KvvizError):
-    """A field-level problem; the caller prefixes where (which event)."""
+# Events on file are checked against msgspec Structs made from the dataclasses of kvviz.live.events
+# (their fields and type hints): no unknown field, every required one, integers not booleans, and
+# every number finite and non-negative.
+_NUMBERS = {int: Annotated[int, msgspec.Meta(ge=0)],
+            float: Annotated[float, msgspec.Meta(ge=0, le=sys.float_info.max)]}
 
 
-_HINTS: dict = {}  # dataclass -> its resolved type hints (events.py uses string annotations)
-
-
-def _hints(cls) -> dict:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _build(cls, obj, path: str):
-    """Construct dataclass `cls` from a JSON object, converting each field by its type hint."""
-    if not isinstance(obj, dict):
-        raise _Invalid(f"field {path!r} must be an object, got {_kind(obj)}")
-    fields = dataclasses.fields(cls)
-    names = [f.name for f in fields]
-    required = [f.name for f in fields if _is_required(f)]
-    prefix = f"{path}." if path else ""
-    missing = [n for n in required if n not in obj]
-    if missing:
-        raise _Invalid(f"missing field(s) {_names(prefix + n for n in missing)}")
-    unknown = [k for k in obj if k not in names]
-    if unknown:
-        raise _Invalid(f"unknown field(s) {_names(prefix + str(k) for k in unknown)} "
-                       f"(this kvviz reads format version {VERSION})")
-    hints = _hints(cls)
-    return cls(**{n: _convert(obj[n], hints[n], prefix + n) for n in names if n in obj})
-
-
-def _is_required(f: dataclasses.Field) -> bool:
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-
-
-def _convert(value, hint, path: str):
-    """One JSON value → the Python value of type `hint` (event numbers are never negative)."""
+def _wire_type(hint):
+    """The msgspec type checking one field of type `hint` on file."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(value, inner, path)
+        return typing.Union[tuple(_wire_type(a) for a in args)]
     if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise _Invalid(f"field {path!r} must be a list, got {_show(value)}")
-        return tuple(_convert(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
+        return tuple[_wire_type(args[0]), ...]
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, path)
-    return _scalar(value, hint, path)
+        return _wire_struct(hint)
+    return _NUMBERS.get(hint, hint)
 
 
-def _scalar(value, hint, path: str):
-    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
-        return value
-    if hint is int and _is_int(value):
-        if value < 0:
-            raise _Invalid(f"field {path!r} must not be negative, got {value}")
-        return value
-    if hint is float and _is_number(value):
-        if not math.isfinite(value) or value < 0:
-            raise _Invalid(f"field {path!r} must be a finite, non-negative number, "
-                           f"got {_show(value)}")
-        return float(value)
-    expected = {bool: "true or false", str: "a string", int: "an integer", float: "a number"}
-    raise _Invalid(f"field {path!r} must be {expected.get(hint, hint)}, got {_show(value)}")
+def _wire_struct(cls) -> type[msgspec.Struct]:
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, _wire_type(hints[f.name])) if f.default is dataclasses.MISSING
+              else (f.name, _wire_type(hints[f.name]), f.default) for f in dataclasses.fields(cls)]
+    return msgspec.defstruct(f"{cls.__name__}Wire", fields, forbid_unknown_fields=True)
+
+
+_EVENT_WIRE = _wire_struct(StepEvent)
+_EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+             "array": "a list", "object": "an object"}
+
+
+def _field_problem(exc: msgspec.ValidationError, obj: dict) -> str:
+    """msgspec's message as kvviz words it: "field 'layers[1].k_bytes' must be an integer, got null"."""
+    text, _, at = str(exc).partition(" - at `$")
+    path = at.rstrip("`").lstrip(".")
+    named = re.match(r"Object (missing required|contains unknown) field `(.*)`$", text)
+    if named:
+        field_path = f"{path}.{named[2]}" if path else named[2]
+        if named[1] == "missing required":
+            return f"missing field(s) {_names([field_path])}"
+        return f"unknown field(s) {_names([field_path])} (this kvviz reads format version {VERSION})"
+    try:
+        value = _value_at(obj, path)
+    except (KeyError, IndexError, TypeError, ValueError):
+        value = None
+    expected = re.match(r"Expected `(\w+)[^`]*`( [<>]=)?", text)
+    kind = expected[1] if expected else ""
+    if expected and expected[2]:  # a range: every event number is finite and non-negative
+        if kind == "float":
+            return f"field {path!r} must be a finite, non-negative number, got {_show(value)}"
+        return f"field {path!r} must not be negative, got {_show(value)}"
+    return f"field {path!r} must be {_EXPECTED.get(kind, text)}, got {_show(value)}"
+
+
+def _value_at(obj, path: str):
+    """The value at "layers[1].k_bytes" in a parsed JSON object."""
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        obj = obj[int(part[1:-1])] if part.startswith("[") else obj[part]
+    return obj
 
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _kind(value) -> str:
