@@ -461,3 +461,16 @@ def test_bad_layer_records_are_named(layer, fragment):
     expect(json.dumps(d), fragment)
     with pytest.raises(TraceError, match=re.escape(fragment)):
         Trace(d["meta"]).to_json()
+
+
+def test_unmodelled_layouts_carry_no_layers_and_layer_counts_must_match():
+    d = doc()
+    d["version"] = 2
+    d["meta"].update(num_layers=2, layout="not modelled: x: layer type 'moe' is not modelled by kvviz", windows=[])
+    meta = load_doc(d).meta
+    assert "layers" not in meta and "windows" not in meta
+    run = {"num_layers": 3, "num_kv_heads": 1, "head_dim": 4, "elem_bytes": 2, "bytes_per_token": 16,
+           "weight_bytes": 1, "prompt_tokens": 4, "batch": 2, "max_len": 9, "layers": [{"kind": "full"}] * 2}
+    with pytest.raises(TraceError, match="describes 2 layers in 'layers' but says num_layers = 3"):
+        tr.check_run_meta(Trace(run, [event()]))
+    tr.check_run_meta(Trace({**run, "num_layers": 2}, [event()]))

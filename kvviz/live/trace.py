@@ -381,6 +381,8 @@ def upgraded_meta(meta: dict) -> dict:
     """A version 1 or 2 meta with its parallel lists read into `layers` (format 3)."""
     if "layers" in meta or not _is_int(meta.get("num_layers")) or not 0 < meta["num_layers"] <= 4096:
         return meta
+    if str(meta.get("layout", "")).startswith("not modelled"):  # as format 3 writes it: no layers
+        return {k: v for k, v in meta.items() if k not in LEGACY_KEYS}
     specs = legacy_specs(meta)
     upgraded = {k: v for k, v in meta.items() if k not in LEGACY_KEYS}
     return {**upgraded, "layers": [spec_record(s) for s in specs]} if specs else upgraded
