@@ -249,3 +249,11 @@ def test_model_figures_from_specs():
     assert sp.widest(specs) == (1, 96) and sp.widest(specs[:2]) == (2, 16) and sp.widest(()) == (0, 0)
     assert sp.largest_tensor_bytes(specs, 10, 2) == 64 * 10 * 2  # the latent's 64 values × 10 tokens
     assert not sp.is_uniform_full(specs) and sp.is_uniform_full(specs[:1] * 3)
+
+
+def test_specs_survive_pickle_and_copy_as_their_own_class():
+    import copy
+    import pickle
+    hybrid = sp.SlidingSpec(kv_heads=2, values_per_token=8, token_cap=4, state_values=3)
+    for twin in (pickle.loads(pickle.dumps(hybrid)), copy.deepcopy(hybrid)):
+        assert twin == hybrid and type(twin) is sp.SlidingSpec and hash(twin) == hash(hybrid)
