@@ -71,7 +71,10 @@ def live_panels() -> None:
     if ended:  # the demo's server is gone on purpose: say so, stop retrying
         st.success(panels.DEMO_ENDED, icon=":material/check_circle:")
     for watch in watches:
-        watch.stop() if ended else panels.show_status(watch)
+        if ended:  # a statement, not an expression: Streamlit's magic would print its None
+            watch.stop()
+        else:
+            panels.show_status(watch)
     states, meta, notes = panels.snapshot(watches)
     panels.show_engines(states, panels.text_fns(meta), "live")
     panels.show_notes(notes)

@@ -6,7 +6,8 @@
 # Environment: PORT (dashboard, 8501), KVVIZ_VLLM_PORT (8000), KVVIZ_VLLM_NUM_BLOCKS (72),
 # DEMO_ROUNDS (load rounds, 3), DEMO_SECONDS (end the demo after this long; default: run until
 # Ctrl-C), DEMO_LINGER_SECONDS (the dashboard stays up this long after the end, saying the demo
-# ended; 30). The end stops the load first, then vLLM, so no request is cut by a dying server.
+# ended; 30). The end stops the load first, writes "ended" (the engine page detaches), waits
+# DEMO_DETACH_SECONDS (6), then stops vLLM: no request is cut by a dying server, no retry is logged.
 # For tests: DEMO_RUNS (log folder), DEMO_STREAMLIT, DEMO_LOAD (the dashboard and load commands).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ mkdir -p "$RUNS"
 export KVVIZ_VLLM_URL="$URL" KVVIZ_DEMO_STATE="$(cd "$RUNS" && pwd)/state"
 ENGINE_PAGE="http://localhost:$PORT/engine?engine_urls=$(printf %s "$URL" | sed 's/:/%3A/g; s#/#%2F#g')"
 echo "running $(date +%s)" > "$KVVIZ_DEMO_STATE"
-server_pid="" dashboard_pid="" load_pid="" sleep_pid=""
+server_pid="" dashboard_pid="" load_pid="" sleep_pid="" ended=""
 
 stop() {  # TERM each pid's children, then the pid, then wait for all of them
   local pid kids
@@ -34,12 +35,19 @@ stop() {  # TERM each pid's children, then the pid, then wait for all of them
 }
 
 end_demo() {  # load first, then the server; the dashboard says so (the engine page reads the state)
+  [ -n "$ended" ] && return
+  ended=1
   stop $sleep_pid $load_pid
   load_pid="" sleep_pid=""
-  echo "vllm-demo: load stopped; stopping vLLM"
+  # "ended" before the server goes: the engine page stops watching at its next refresh (every 5 s at
+  # most) instead of logging "connection refused, retrying" under "the demo has ended"
+  echo "ended $(date +%s)" > "$KVVIZ_DEMO_STATE"
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    echo "vllm-demo: load stopped; the dashboard detaches; stopping vLLM in ${DEMO_DETACH_SECONDS:-6} s"
+    sleep "${DEMO_DETACH_SECONDS:-6}" & sleep_pid=$!; wait $sleep_pid; sleep_pid=""
+  fi
   stop $server_pid
   server_pid=""
-  echo "ended $(date +%s)" > "$KVVIZ_DEMO_STATE"
 }
 
 cleanup() {

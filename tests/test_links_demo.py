@@ -3,21 +3,26 @@ port stands in for vLLM (through KVVIZ_VLLM_VENV, the venv vllm_serve.sh runs), 
 dashboard and the load record what the script handed them and the order they were stopped in.
 
 Checked: the dashboard is told the demo's own server (KVVIZ_VLLM_URL) and the printed engine-page
-link names it; when DEMO_SECONDS ends the load stops first, then the server, and the state file the
-engine page reads says "ended" while the dashboard is still up. The engine page's side of it
-(the message, no retries) is checked headless with AppTest.
+link names it; when DEMO_SECONDS ends the load stops first, the state file the engine page reads
+says "ended" (the page detaches), then the server stops, and the dashboard stays up. The engine
+page's side of it (the message, no retries) is checked headless with AppTest. And once with the
+real vLLM and Chromium (slow: ~3-5 min, most of it vLLM starting).
 """
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench.app_server import free_port
+from browser_kit import ARTIFACTS
 from kvviz.app import vllm_panels as panels
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +77,7 @@ def fakes(tmp_path: Path) -> dict:
 def test_the_demo_attaches_to_its_own_port_and_ends_load_first(tmp_path):
     port = demo_port()
     env = {**os.environ, **fakes(tmp_path), "KVVIZ_VLLM_PORT": str(port), "PORT": "0",
-           "DEMO_SECONDS": "3", "DEMO_LINGER_SECONDS": "1", "DEMO_ROUNDS": "1"}
+           "DEMO_SECONDS": "3", "DEMO_LINGER_SECONDS": "1", "DEMO_DETACH_SECONDS": "1", "DEMO_ROUNDS": "1"}
     proc = subprocess.Popen(["bash", "scripts/vllm_demo.sh"], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -88,8 +93,10 @@ def test_the_demo_attaches_to_its_own_port_and_ends_load_first(tmp_path):
     assert f"server up on {port}" in events and f"load against {url}" in events, events
     assert any(e.startswith(f"dashboard url {url} args run app.py") for e in events), events
     stops = [e for e in events if "stopped" in e]
-    assert stops == ["load stopped (state running)", "server stopped (state running)",
+    # "ended" goes out between the load and the server: the engine page detaches before the server goes
+    assert stops == ["load stopped (state running)", "server stopped (state ended)",
                      "dashboard stopped (state ended)"], events
+    assert out.count("load stopped") == 1, out  # the exit trap does not end the demo a second time
 
 
 def test_the_engine_page_says_the_demo_ended_and_stops_watching(tmp_path, monkeypatch):
@@ -103,6 +110,7 @@ def test_the_engine_page_says_the_demo_ended_and_stops_watching(tmp_path, monkey
         assert not at.exception
         assert any("demo has ended" in s.value for s in at.success)
         assert not at.warning  # no "connection refused" retried on screen
+        assert "`None`" not in [m.value for m in at.markdown], "Streamlit's magic printed a stray None"
         assert not panels.watch_for("http://127.0.0.1:9").running
     finally:
         panels.watch_for("http://127.0.0.1:9").stop()
@@ -116,3 +124,81 @@ def test_demo_state_is_read_only_from_its_file(tmp_path):
     assert panels.demo_ended({"KVVIZ_DEMO_STATE": str(tmp_path / "s")}) is False
     (tmp_path / "s").write_text("ended 9\n")
     assert panels.demo_ended({"KVVIZ_DEMO_STATE": str(tmp_path / "s")}) is True
+
+
+DEMO_START_TIMEOUT_S = 600  # vLLM --enforce-eager: ~1 min on a quiet 2-core machine, 3.5 min measured loaded
+DEMO_SECONDS, DETACH_SECONDS, LINGER_SECONDS = 45, 6, 20
+
+
+def wait_for_output(proc: subprocess.Popen, out_path: Path, text: str, timeout_s: float) -> str:
+    """The demo's output once it contains `text` (bounded); a failure quotes its tail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = out_path.read_text()
+        if text in out:
+            return out
+        if proc.poll() is not None:
+            pytest.fail(f"the demo exited with {proc.returncode} before {text!r}:\n{out[-3000:]}")
+        time.sleep(1)
+    pytest.fail(f"no {text!r} from the demo within {timeout_s:.0f} s:\n{out_path.read_text()[-3000:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_real_demo_attaches_to_its_own_port_and_ends_cleanly(tmp_path):
+    """`make vllm-demo`'s script with the real vLLM (.venv-vllm) on a port other than 8000: the
+    printed engine-page link and the page opened without one both watch this server, the page
+    says the demo ended, no request got an HTTP 500 and no retry was logged after the end.
+    Every wait is bounded; the demo's whole process group is stopped in `finally`."""
+    from bench.app_server import CHROMIUM, CHROMIUM_ARGS
+    from browser_kit import require_chromium
+    from playwright.sync_api import expect, sync_playwright
+    from test_vllm_integration import VENV, opted_out, stop
+
+    if opted_out():
+        pytest.skip("KVVIZ_SKIP_VLLM=1 (outside CI): the real-vLLM demo test is skipped on request")
+    if not (VENV / ".installed").exists():
+        pytest.fail(f"{VENV} is missing: `make test` creates it (scripts/vllm_install.sh)")
+    require_chromium()
+    port, dashboard = demo_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    runs, out_path = tmp_path / "runs", tmp_path / "demo.out"
+    env = {**os.environ, "PORT": str(dashboard), "KVVIZ_VLLM_PORT": str(port),
+           "KVVIZ_VLLM_EVENTS_PORT": str(free_port()), "KVVIZ_VLLM_REPLAY_PORT": str(free_port()),
+           "DEMO_SECONDS": str(DEMO_SECONDS), "DEMO_DETACH_SECONDS": str(DETACH_SECONDS),
+           "DEMO_LINGER_SECONDS": str(LINGER_SECONDS), "DEMO_ROUNDS": "1", "DEMO_RUNS": str(runs),
+           "DEMO_STREAMLIT": str(Path(sys.executable).parent / "streamlit")}
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(["bash", "scripts/vllm_demo.sh"], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        link = wait_for_output(proc, out_path, "vLLM is up", DEMO_START_TIMEOUT_S).split("open ")[-1].split()[0]
+        assert f"engine_urls=http%3A%2F%2F127.0.0.1%3A{port}" in link, link
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                pages = [browser.new_page(viewport={"width": 1600, "height": 1000}) for _ in range(2)]
+                for page, address in zip(pages, (link, f"http://127.0.0.1:{dashboard}/engine")):
+                    page.goto(address, timeout=120_000)
+                for page in pages:  # attached: the status line names the served model
+                    page.get_by_text(re.compile(rf"127\.0\.0\.1:{port}: vLLM 0\.32")).first.wait_for(timeout=120_000)
+                    expect(page.get_by_label(re.compile("vLLM base URLs"))).to_have_value(url, timeout=30_000)
+                for page in pages:
+                    page.get_by_text("The vLLM demo has ended").wait_for(timeout=(DEMO_SECONDS + 90) * 1000)
+                page.wait_for_timeout(DETACH_SECONDS * 1000 + 4000)  # the server has gone by now
+                texts = [p.evaluate("document.body.innerText") for p in pages]
+                stored = pages[0].get_by_test_id("stMetric").filter(has_text="Stored / evicted").first.inner_text()
+                pages[0].screenshot(path=str(ARTIFACTS / "vllm-demo-ended.png"), full_page=True)
+            finally:
+                browser.close()
+        assert proc.wait(timeout=LINGER_SECONDS + 120) == 0, out_path.read_text()[-3000:]
+        for text in texts:
+            assert "127.0.0.1:8000" not in text and "connection refused" not in text, text[-2000:]
+        # the load ran, and the page read this server's KV events: blocks stored (the shared system prompt)
+        assert int(stored.split("\n")[-1].split("/")[0]) > 0, stored
+        log = (runs / "server.log").read_text()
+        assert not re.search(r'" 5\d\d ', log), [line for line in log.splitlines() if re.search(r'" 5\d\d ', line)]
+        out = out_path.read_text()
+        assert out.count("load stopped") == 1 and "the demo ended" in out, out
+    finally:
+        stop(proc)
