@@ -204,6 +204,18 @@ def test_json_moe_reads_active_weights(capsys):
     assert plan["rows"][0]["decode_step_floor_s"] == pytest.approx(floor)
 
 
+def test_weights_sentence_words_dense_and_moe_apart(capsys):
+    """A dense model's active count differs from its total only by the untied embedding table."""
+    assert plan_cli.run(parse("Llama-3.1-8B", "--gpu", "H100", "--context", "2000")) == 0
+    dense = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("weights "))
+    assert "(every weight but the untied input embedding table, of which a token reads one row)" in dense
+    assert "experts" not in dense
+    assert plan_cli.run(parse("Qwen3-30B-A3B", "--gpu", "H100", "--context", "2000")) == 0
+    moe = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("weights "))
+    assert "(routed experts k of E; an untied embedding table not counted" in moe
+    assert run_json(capsys, "Llama-3.1-8B", "--gpu", "H100")["deployment"]["weights"]["moe"] is False
+
+
 def test_json_mla_and_hybrid(capsys):
     plan = run_json(capsys, "DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8")
     assert plan["attention"] == "MLA"

@@ -71,6 +71,7 @@ class ModelKV:
     checkpoint_bytes: int | None = None  # weights as the checkpoint stores them (quantized)
     checkpoint_active_bytes: int | None = None  # of which one token reads (MoE), else = total
     weight_format: str = ""  # the checkpoint's format in words ("mxfp4 experts + bf16")
+    moe: bool = False  # routed experts (the config names E and k); else dense
 
     def __post_init__(self) -> None:
         if not self.specs:

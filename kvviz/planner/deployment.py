@@ -105,7 +105,7 @@ def _weights(model: ModelKV, s: Setup) -> Weights:
         read = capacity.weight_bytes(model.read_params or 0, dtype)
     return Weights(model.params_total, model.params_active, model.params_total is not None,
                    model.params_source, weight_format(model, s.weight_dtype), total, read,
-                   parallel.weight_bytes_per_gpu(total, s.par))
+                   parallel.weight_bytes_per_gpu(total, s.par), model.moe)
 
 
 def _plain(stages: list[ModelKV], budget: int, s: Setup, tokens: int) -> Plain:

@@ -123,7 +123,7 @@ def _is_unknown_architecture(err: ValueError) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _model_from_json(cfg_json: str, name: str, given_params: int | None) -> capacity.ModelKV:
+def _model_from_json(cfg_json: str, name: str, given_params: int | None, measured: bool) -> capacity.ModelKV:
     cfg, note = resolve_model_type(json.loads(cfg_json))
     try:
         config = layout.config_from_dict(cfg)
@@ -131,16 +131,27 @@ def _model_from_json(cfg_json: str, name: str, given_params: int | None) -> capa
         if not _is_unknown_architecture(err):
             raise
         return generic_model(cfg, name, given_params)
-    specs = layout.layer_specs(config)
+    specs, sized = _layer_specs(config, measured)
     text = config.get_text_config(decoder=True)
     total, active, source = _counts(cfg, given_params)
-    notes = tuple(n for n in (note, "some recurrent state sizes are not modelled (counted as 0)"
+    notes = tuple(n for n in (note, sized, "some recurrent state sizes are not modelled (counted as 0)"
                               if layout.unknown_states(specs) else None) if n)
     return capacity.ModelKV(name=name, specs=tuple(specs),
                             num_attention_heads=getattr(text, "num_attention_heads", None) or 1,
                             max_position=_max_position(text), params_total=total,
                             params_active=active, params_source=source, notes=notes,
-                            **_checkpoint(cfg, source))
+                            moe=params.moe_counts(cfg)[0] is not None, **_checkpoint(cfg, source))
+
+
+def _layer_specs(config, measured: bool) -> tuple[tuple, str]:
+    """The config's layer specs; `measured`: sized by the architecture's own code on the meta device,
+    as the Live page measures a loaded model (kvviz.live.config_probe), with a note saying which."""
+    specs = layout.layer_specs(config)
+    if not measured:
+        return specs, ""
+    from kvviz.live import config_probe
+    sized, why = config_probe.measured_layout(config, specs)
+    return sized, why or "layer sizes measured from the architecture's own code (meta device, no weights)"
 
 
 _FLOAT_SPELLINGS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
@@ -158,16 +169,19 @@ def decode_saved_floats(value):
     return value
 
 
-def model_from_config(cfg: dict, name: str = "", given_params: int | None = None) -> capacity.ModelKV:
+def model_from_config(cfg: dict, name: str = "", given_params: int | None = None,
+                      measured: bool = False) -> capacity.ModelKV:
     """The ModelKV of a config.json dict. ValueError (plain words) when it cannot be planned.
 
     `given_params` replaces the meta-device count (a user's figure for an unknown architecture).
+    `measured` sizes each layer by running the architecture's code on the meta device (a pasted or
+    local config; the catalog's configs are checked against hand counts and keep field sizes).
     """
     if not isinstance(cfg, dict):
         raise UserError("a model config must be a JSON object")
     cfg = decode_saved_floats(cfg)
     key = json.dumps(cfg, sort_keys=True, default=str)
-    return _model_from_json(key, name or str(cfg.get("_name_or_path") or ""), given_params or None)
+    return _model_from_json(key, name or str(cfg.get("_name_or_path") or ""), given_params or None, measured)
 
 
 def catalog_model(name: str) -> capacity.ModelKV:

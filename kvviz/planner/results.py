@@ -24,6 +24,7 @@ class Weights:
     bytes_total: int
     bytes_active: int  # read per decode step
     bytes_per_gpu: int
+    moe: bool = False  # routed experts (the config names E and k); else dense
 
 
 @dataclass(frozen=True)

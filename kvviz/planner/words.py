@@ -14,6 +14,7 @@ from kvviz.viz.units import fmt_bytes_si as gb
 
 ACTIVE_CONVENTION = ("routed experts k of E; an untied embedding table not counted, as gpt-oss and "
                      "Llama 4 publish it: a token reads one row of it; Qwen counts the table in")
+DENSE_ACTIVE = "every weight but the untied input embedding table, of which a token reads one row"
 
 
 def fmt_seconds(s: float | None) -> str:
@@ -41,7 +42,7 @@ def weights_sentence(w: Weights) -> str:
             f"{gb(w.bytes_total)}")
     if w.params_active != w.params_total:
         text += (f"; {w.params_active:,} active per token = {gb(w.bytes_active)} read per decode "
-                 f"step ({ACTIVE_CONVENTION})")
+                 f"step ({ACTIVE_CONVENTION if w.moe else DENSE_ACTIVE})")
     return text + "."
 
 
