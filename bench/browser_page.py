@@ -217,7 +217,8 @@ def browser_vs_headless(s: Settings, model: str | None = None) -> tuple[list[Res
         finally:
             context.close()
         versions = {"headless torch threads": headless.ready["torch_threads"],
-                    "server torch threads": server_threads(headless.ready["torch_threads"])}
+                    "server torch threads": server_threads(headless.ready["torch_default"]),
+                    "torch default": headless.ready["torch_default"]}
     return browser_rows(samples), browser_method(s, samples, versions)
 
 
@@ -262,9 +263,11 @@ def browser_method(s: Settings, samples: dict, versions: dict) -> str:
         "playwright on the same machine and cores. Two tabs (two sessions) open the live page with "
         f"`?max_new={s.new_tokens}`, one with the race off and one with it on; the default prompt and "
         "model; the server's torch threads by kvviz's policy: "
-        f"{versions['server torch threads']}. A headless worker process runs the same generation "
-        "as `kvviz record` does (the engine's cached mode, torch's own thread count: "
-        f"{versions['headless torch threads']}), with the very config the page's trace records. "
+        f"{versions['server torch threads']} (torch's default here: {versions['torch default']}). A headless "
+        "worker process runs the same generation as `kvviz record` does (the engine's cached mode) with the "
+        f"server's thread policy, {versions['headless torch threads']} thread(s), so that the ratios measure "
+        "what the page costs the model and not the policy (that is `--only live-threads`), with the very "
+        "config the page's trace records. "
         f"One warm-up round, then {s.browser_reps} rounds of page (race off), headless, page (race on); "
         "ratios of medians. **Compute-only** tokens/s is 1000 / the median decode step time "
         "(forward + sampling, as the page's trace records it and its Decode step (median) figure "

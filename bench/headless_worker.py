@@ -1,9 +1,14 @@
 """The headless side of the browser benchmark: `kvviz record`'s generation, in its own process.
 
-`python -m bench.headless_worker [MODEL]` loads the default model (or MODEL) as `kvviz record` does (torch's
-own thread count, no Streamlit), then answers each line of JSON on stdin (a RunConfig's fields)
-with one line of JSON on stdout: every event's step time, phase and text, and the moment (seconds
-after the call began) the engine yielded it.
+`python -m bench.headless_worker [MODEL]` loads the default model (or MODEL) as `kvviz record` does (no
+Streamlit), then answers each line of JSON on stdin (a RunConfig's fields) with one line of JSON on
+stdout: every event's step time, phase and text, and the moment (seconds after the call began)
+the engine yielded it.
+
+Its torch threads follow the dashboard server's policy (kvviz.app.threads: all cores but one, or
+KVVIZ_TORCH_THREADS), not torch's default as `kvviz record` has them: the page-vs-headless rows
+measure what the page costs the model, so both sides get the same threads. What the policy itself
+costs or gains is `python -m bench --only live-threads`.
 """
 from __future__ import annotations
 
@@ -28,10 +33,13 @@ def timed_run(lm, fields: dict) -> dict:
 def main() -> None:
     import torch
 
+    from kvviz.app.threads import apply_torch_threads
     from kvviz.live.config import ModelSpec
     from kvviz.live.models import load_model
+    torch_default = torch.get_num_threads()
+    threads = apply_torch_threads()  # as the server does (kvviz.app.ui), before the model loads
     lm = load_model(ModelSpec(*sys.argv[1:2]))  # the default model unless one is named
-    print(json.dumps({"ready": True, "torch_threads": torch.get_num_threads()}), flush=True)
+    print(json.dumps({"ready": True, "torch_threads": threads, "torch_default": torch_default}), flush=True)
     for line in sys.stdin:
         if line.strip():
             print(json.dumps(timed_run(lm, json.loads(line))), flush=True)

@@ -4,6 +4,7 @@ the verdicts; `make bench` measures). Fails, never skips, under CI when Chromium
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from browser_kit import require_chromium
@@ -29,6 +30,9 @@ def test_browser_benchmark_measures_page_and_headless_on_a_tiny_model(chromium, 
         assert row.ratio > 0 and row.measured.split()[0] != "0.00"
         assert row.passed == (None if row.op is None else OPS[row.op](row.ratio, row.limit))
     assert "max_new=6" in method and "n=1" in method and "tokens per run" in method
+    server = re.search(r"by kvviz's policy: (\d+) \(torch's default here: (\d+)\)", method)
+    headless = re.search(r"the server's thread policy, (\d+) thread", method)
+    assert server and headless and server[1] == headless[1], method  # a fair comparison: same threads
 
 
 def test_benchmark_server_uses_the_ports_given_and_is_stopped(chromium):
