@@ -16,7 +16,8 @@ MAY_IMPORT = {
     "viz": {"errors"},
     "cache": {"errors", "viz"},
     "live": {"errors", "files", "viz", "cache"},
-    "planner": {"errors", "safe_input", "viz", "cache"},
+    # live: a pasted config's layers sized by the architecture's own code (live.config_probe), as a run measures
+    "planner": {"errors", "safe_input", "viz", "cache", "live"},
     "sweep": {"errors", "viz", "cache", "live", "planner"},
     "serving": {"errors", "viz", "cache", "live"},
     "shrink": {"errors", "files", "viz", "cache", "live", "report"},  # its HTML report reuses the run report's page

@@ -164,15 +164,36 @@ def outcome(model_type: str) -> dict:
         events = list(engine.generate(lm, run_config(), "cached", inspect=walk))
         recompute = [e.token_ids for e in engine.generate(lm, run_config(), "recompute")]
         caveat = engine.run_meta(lm, run_config()).get("cache_caveat", "")
+        run_layout = sizes(engine.plan_run(lm, run_config()).specs)
+        plan_layout, plan_note = planner_layout(lm.model.config)
     except Exception as exc:  # noqa: BLE001 - a crash is what this test exists to catch
         return {"crash": f"{type(exc).__name__}: {str(exc)[:160]}"}
     return {"notes": sorted({e.cache_note for e in events} - {""}), "caveat": caveat,
+            "run_layout": run_layout, "plan_layout": plan_layout, "plan_note": plan_note,
             "generate_without_cache": generated_without,
             "labelled": bool(events) and all(e.cache_note for e in events),
             "bytes": [(e.kv_bytes, e.formula_bytes) for e in events],
             "storage": [(w, e.storage_bytes) for w, e in zip(walked, events)],
             "cached": [e.token_ids for e in events], "recompute": recompute, "generate": generated,
             "run_s": time.perf_counter() - t0}
+
+
+def sizes(specs) -> list[tuple]:
+    """What sizes an attention layer (state layers keep the config's sizes in the planner)."""
+    return [(s.kind, s.values_per_token, s.key_values_per_token, s.index_values, s.latent_rope, s.token_cap,
+             s.fixed_tokens) for s in specs if s.kind != "state"]
+
+
+def planner_layout(config) -> tuple[list[tuple], str]:
+    """The layer sizes the planner gives this config when pasted (measured on the meta device)."""
+    from kvviz.cache import layout
+    from kvviz.live import config_probe
+    try:
+        specs = layout.layer_specs(config)
+    except ValueError as exc:
+        return [], str(exc)
+    measured, note = config_probe.measured_layout(config, specs)
+    return sizes(measured), note
 
 
 def problems(result: dict) -> list[str]:
@@ -321,3 +342,26 @@ def test_state_kept_on_modules_survives_a_race():
 def module_storages_named(model) -> list[tuple[str, torch.Tensor]]:
     return [(f"{name}.{attr}", value) for name, module in model.named_modules()
             for attr, value in module.__dict__.items() if isinstance(value, torch.Tensor)]
+
+
+def test_the_planner_sizes_a_pasted_config_as_a_run_measures_it():
+    """For every type a run measures, the planner's layout of its config (the architecture's code on
+    the meta device) has the same per-layer sizes, or says it fell back to config fields."""
+    results = {t: outcome(t) for t in TYPES}
+    measured = {t: r for t, r in results.items() if r.get("run_layout")}
+    agree = [t for t, r in measured.items() if r["plan_layout"] == r["run_layout"]]
+    fell_back = {t: r["plan_note"] for t, r in measured.items() if t not in agree}
+    assert all(note.startswith("sizes from config fields") for note in fell_back.values()), fell_back
+    assert len(agree) >= 130 and len(fell_back) <= 3, (len(agree), fell_back)
+
+
+def test_a_pasted_falcon_config_plans_the_bytes_a_run_measures():
+    """Falcon's `multi_query` is invisible to field names (they gave 4x the cache); the planner's
+    pasted-config path now gives the run's bytes per token."""
+    from kvviz.planner import planner_frames
+    config = sized_config("falcon")
+    model = planner_frames.model_from_pasted_config(config.to_json_string())
+    lm = LoadedModel(build(config), tiny_tokenizer(), "falcon", "falcon", torch.device("cpu"), torch.float32, 0.0)
+    plan = engine.plan_run(lm, run_config())
+    assert sum(s.values_per_token for s in model.specs) == sum(s.values_per_token for s in plan.specs) > 0
+    assert any("measured from the architecture" in note for note in model.notes)

@@ -151,7 +151,7 @@ def resolve_model(args: argparse.Namespace) -> capacity.ModelKV:
         return _model_from_path(path, args.params)
     entry = capacity.find_catalog_entry(args.model)
     if entry:
-        return _parse(capacity.catalog_config(entry), entry["name"], entry["name"], args.params)
+        return _parse(capacity.catalog_config(entry), entry["name"], entry["name"], args.params, measured=False)
     return _model_from_hub_cache(args.model, args.params)
 
 
@@ -193,9 +193,11 @@ def _model_from_hub_cache(model_id: str, params: int | None) -> capacity.ModelKV
     return _parse(cfg.to_dict(), model_id, model_id, params)
 
 
-def _parse(cfg: dict, name: str, where: str, params: int | None) -> capacity.ModelKV:
+def _parse(cfg: dict, name: str, where: str, params: int | None, measured: bool = True) -> capacity.ModelKV:
+    """A config's ModelKV; a local or cached config's layers measured by its own code (the catalog's
+    are checked against hand counts, and the page plans them the same way)."""
     try:
-        return plan_models.model_from_config(cfg, name=name, given_params=params)
+        return plan_models.model_from_config(cfg, name=name, given_params=params, measured=measured)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         raise PlanError(f"{where}: {_one_line(err)}") from None
 

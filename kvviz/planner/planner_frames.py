@@ -116,7 +116,7 @@ def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
         _check_int_fields(cfg["text_config"])
     cfg = {k: v for k, v in cfg.items() if k not in ("name", "_name_or_path")}
     try:
-        return plan_models.model_from_config(cfg, PASTED_NAME, given_params=params or None)
+        return plan_models.model_from_config(cfg, PASTED_NAME, given_params=params or None, measured=True)
     except Exception as err:  # noqa: BLE001 - transformers raises many kinds; all become one line
         raise ConfigError(f"The pasted config cannot be used: {_plain(err)}.") from None
 
