@@ -81,10 +81,10 @@ def execute(view: "StepView") -> serving.ServingResult | None:
             result = stream(serving.serve(lm, ids, cfg), view)
         status.empty()
         return result
+    except serving.RunTimeLimit as exc:  # a UserError too, so before ValueError
+        status.warning(f"Stopped: the run {exc}. Steps drawn so far stay above.")
     except ValueError as exc:
         status.error(ui.visitor_text(exc, "serving run"))
-    except TimeoutError as exc:
-        status.warning(f"Stopped: the run {exc}. Steps drawn so far stay above.")
     except RuntimeError as exc:
         status.error("Continuous batching failed" + ("." if rules.enabled else "; transformers said:"))
         if not rules.enabled:  # hosted visitors get no internals

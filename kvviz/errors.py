@@ -17,13 +17,31 @@ class KvvizError(Exception):
 
 
 class UserError(KvvizError, ValueError):
-    """Bad input, in one plain sentence built by kvviz (never a library's text). Every `raise` of
-    bad input in kvviz raises one (or a subclass: TraceError, PlanError, ConfigError, NotServable,
-    UnknownArchitecture, EngineError, ...). A ValueError too, so callers that catch ValueError keep
-    working; what a caller shows a visitor is `visitor_message`, which tells the two apart."""
+    """Bad input or a limit reached, in one plain sentence built by kvviz (never a library's text).
+    Every `raise` of bad input in kvviz raises one (or a subclass: TraceError, PlanError,
+    ConfigError, NotServable, UnknownArchitecture, EngineError, RunTimeLimit, ...).
+
+    Also a ValueError, on purpose: "a refused request" has always been a ValueError in kvviz, and
+    code that sorts errors by that keeps working (the sweep's failure_status, `kvviz record`'s exit
+    code 2, pages that catch ValueError to say what was refused, tests' pytest.raises(ValueError)).
+    Being a ValueError never makes a text shown: a library's ValueError is not a UserError, and
+    `visitor_message` shows only UserErrors' words to a hosted visitor."""
 
 
 GENERIC = "Something went wrong on the server; the details are in its log."
+
+# What torch's allocators say when they fail: CUDA and MPS ("... out of memory ..."), the CPU
+# allocator (c10's alloc_cpu: "DefaultCPUAllocator: can't allocate memory: you tried to ...").
+OUT_OF_MEMORY_WORDS = ("out of memory", "can't allocate memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is a device or host running out of memory: torch's OutOfMemoryError (by class
+    name: this module imports no torch), Python's MemoryError, or a RuntimeError in an allocator's
+    words (older torch, MPS, the CPU allocator). The one out-of-memory test for every page."""
+    if isinstance(exc, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(exc).__mro__):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in OUT_OF_MEMORY_WORDS)
 
 
 def visitor_message(exc: BaseException, hosted: bool, context: str = "") -> str:

@@ -59,7 +59,7 @@ class ServingConfig:
     arrival_every: int = 0  # request i is submitted after i * arrival_every steps (0: all at once)
     max_batch_tokens: int = 256  # tokens one forward pass may take; longer prefills are chunked
     prefix_sharing: bool = True  # let a request reuse the full blocks of a prefix already cached
-    time_limit_s: float | None = None  # give up (TimeoutError) past this wall-clock time
+    time_limit_s: float | None = None  # give up (RunTimeLimit, a TimeoutError) past this wall-clock time
     step_delay_ms: float = 0.0  # slow motion: pause the loop this long after each step (not timed)
 
 
@@ -428,7 +428,11 @@ def serve(lm: LoadedModel, token_ids: list[list[int]], cfg: ServingConfig,
 
 def check_time(cfg: ServingConfig, start: float) -> None:
     if cfg.time_limit_s is not None and time.perf_counter() - start > cfg.time_limit_s:
-        raise TimeoutError(f"stopped at the limit of {cfg.time_limit_s:.0f} s per run")
+        raise RunTimeLimit(f"stopped at the limit of {cfg.time_limit_s:.0f} s per run")
+
+
+class RunTimeLimit(UserError, TimeoutError):
+    """A run stopped at the host's wall-clock limit (hosted mode): a limit, worded for the visitor."""
 
 
 class ServingFailed(KvvizError, RuntimeError):
