@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.app.panels import DIM_HOLDER_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
+from kvviz.app.panels import DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
 from kvviz.app.ui import PAGE_CSS, PRESENTER_CSS, inert
+
+pytestmark = pytest.mark.slow  # runs the Live page (Streamlit AppTest) with model runs: make test, not make check
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PROMPT = "prompt-Short question"  # the prompt text_area's key under the default preset
@@ -200,7 +202,7 @@ def test_markup_in_the_prompt_is_shown_inert(at, chat):
             assert fragment not in text
     # st.html only ever carries kvviz's own fixed stylesheets, never text from the page
     assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, PAGE_CSS, PAGE_CSS + PRESENTER_CSS, DIM_HOLDER_CSS,
-                                                     RACE_NOTES_CSS}  # fixed stylesheets only
+                                                     RACE_NOTES_CSS, KEEP_HEIGHT_CSS}  # fixed stylesheets only
 
 
 def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_dir):

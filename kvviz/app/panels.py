@@ -74,17 +74,20 @@ class LiveView:
         with st.container(key="dim-styles"):  # hidden; DIM_CSS while a run's panels show the previous run
             self.dim_slots = {mode: Slot(st) for mode in ("cached", "recompute")}
         self.dimmed: set[str] = set()  # runs whose panels still show the previous run
+        self.ghosted = False  # the text boxes hold the previous run's text, hidden, for their height
         with st.container(key="headline-figures"):
             self.metric_slots = [Slot(col) for col in st.columns(8)]
         self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
         left, right, map_area = text_areas(race_on, ui.presenter_mode())
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
-        self.text_slot = titled_box(left, f"With the KV cache{which}", "cached-panel")
+        self.text_slot, cached_ghost = titled_box(left, f"With the KV cache{which}", "cached-panel")
+        self.ghosts = {"cached": cached_ghost}  # screen mode: the previous run's text, hidden (KEEP_HEIGHT_CSS)
         self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
         self.waiting: dict[str, bool] = {}  # mode -> its wait line is shown (show_wait)
         self.work = None  # sweep.ModelWork of the model, for the modelled time left (run_live)
         if right is not None:
-            self.race_slot = titled_box(right, f"Without a cache: the whole text recomputed every step{which}",
+            self.race_slot, self.ghosts["recompute"] = titled_box(
+                right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
             self.race_wait_slot = right.empty()
             right.html(RACE_NOTES_CSS)  # a fixed stylesheet, never user text
@@ -112,6 +115,10 @@ class LiveView:
         self.dimmed = {"cached", "recompute"} if self.race_on else {"cached"}
         for mode in self.dimmed:
             self.dim_slots[mode].html(DIM_CSS[mode])  # fixed stylesheets, never user text
+            if self.ghosts.get(mode) is not None:  # its box keeps at least this height until the run ends
+                self.ghosts[mode].code(text_of(previous.events_of(mode), self.show_tokens) or " ", language=None,
+                                       wrap_lines=True)
+                self.ghosted = True
         return True
 
     def undim(self, mode: str) -> None:
@@ -167,6 +174,11 @@ class LiveView:
             if final:
                 self.race_note_slot.caption(race_stop_note(cached, recompute, run_ended(cached, self.max_new_tokens),
                                                            self.scrubbing))
+        if final and self.ghosted and not self.dimmed:  # this run's text is all there: its own height
+            self.ghosted = False
+            for ghost in self.ghosts.values():
+                if ghost is not None:
+                    ghost.empty()
         now = time.monotonic()
         if self.measure_wall and len(cached) > len(self.arrivals):
             self.arrivals += [now] * (len(cached) - len(self.arrivals))
@@ -331,18 +343,30 @@ PRESENTER_TEXT_CSS = """<style>
 
 
 def titled_box(column, title: str, key: str):
-    """A bordered container with a fixed title; returns the placeholder for its text.
+    """A bordered container with a fixed title; returns (the slot for its text, a ghost slot or None).
 
     In presenter mode the text sits in a fixed-height box that scrolls to its newest line, so a
-    long output never pushes the panels below it off the screen.
+    long output never pushes the panels below it off the screen. On a screen the box grows with
+    its text; the ghost, drawn in the same grid cell but hidden (KEEP_HEIGHT_CSS), holds the
+    previous run's text during a second run, so the box does not shrink to the new run's first
+    words and grow back, moving every panel below it (measured at 1280 x 720: 45 px).
     """
     with column:
         box = st.container(border=True, key=key)
         box.markdown(f"**{title}**")  # a constant title, never user text
         if not ui.presenter_mode():
-            return Slot(box)
+            box.html(KEEP_HEIGHT_CSS)  # a fixed stylesheet, never user text
+            stack = box.container(key=f"{key}-stack")
+            return Slot(stack), Slot(stack.container(key=f"{key}-ghost"))
         box.html(PRESENTER_TEXT_CSS)  # a fixed stylesheet, never user text
-        return Slot(box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text"))
+        return Slot(box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text")), None
+
+
+KEEP_HEIGHT_CSS = """<style>
+.st-key-cached-panel-stack, .st-key-recompute-panel-stack { display: grid; }
+.st-key-cached-panel-stack > *, .st-key-recompute-panel-stack > * { grid-area: 1 / 1; }
+.st-key-cached-panel-ghost, .st-key-recompute-panel-ghost { visibility: hidden; }
+</style>"""
 
 
 SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
