@@ -412,7 +412,7 @@ def meta_probe(model, ids: torch.Tensor, cache, num_layers: int) -> layout_probe
             model(input_ids=ids, cache=cache, use_cache=True)
         reads.append(probe.read_cache(cache, num_layers, beyond=True))
     if any(r.tokens not in (0, n) for n, read in ((1, reads[0]), (2, reads[1])) for r in read):
-        raise ValueError("its code adds positions of its own (it reads token values, which meta tensors lack)")
+        raise probe.UnreadableCache("its code adds positions of its own (it reads token values, which meta tensors lack)")
     return layout_probe.ProbeRun(reads[0], reads[1], num_layers)
 
 
