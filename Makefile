@@ -38,7 +38,8 @@ $(VLLM_STAMP):
 test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q
 
-# The fast loop: lint, then every test that needs no browser, no vLLM server and no default model.
+# The fast loop (under 90 s on 2 quiet cores): lint, then every test not marked slow or browser (pyproject's
+# markers: slow is the default model, AppTest pages, model runs, processes, most of the catalog).
 check: $(STAMP)
 	$(VENV)/bin/ruff check kvviz bench app_pages tests app.py scripts
 	$(PY) -m pytest -q -m "not slow and not browser"

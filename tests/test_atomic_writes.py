@@ -21,6 +21,8 @@ from kvviz import files
 from kvviz.live.trace import Trace
 from kvviz.vllm.recording import Recording
 
+pytestmark = pytest.mark.slow  # kills writer processes mid-write, repeatedly: make test, not make check
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json"  # a real run, replayable
 NUM_EVENTS = len(Trace.load(EXAMPLE).events)

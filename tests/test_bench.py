@@ -93,6 +93,7 @@ def test_bench_command_line():
     assert args.func is bench.run and args.quick and args.out == "b.md" and args.reps is None
 
 
+@pytest.mark.slow
 def test_tiny_model_measurements_have_the_right_shape():
     """Structure only, never speed: a tiny random Llama, a few tokens, two rounds."""
     from tiny import tiny_lm
@@ -109,6 +110,7 @@ def test_tiny_model_measurements_have_the_right_shape():
     assert len(results.render_table(rows).splitlines()) == 2 + len(rows)
 
 
+@pytest.mark.slow
 def test_live_page_measurement_on_a_tiny_model(tiny_dir, monkeypatch):
     """The real page in AppTest, a tiny local model: one row, and the page's timing notes."""
     for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED"):

@@ -6,6 +6,8 @@ from tiny import tiny_lm
 from bench.settings import Settings
 from bench.shrink_modes import modes, shrink_modes
 
+pytestmark = pytest.mark.slow  # runs the shrink benchmark: make test, not make check
+
 PROMPT = "The key value cache keeps the keys and values of every past token. Tell me a story."
 
 

@@ -117,6 +117,7 @@ def test_attention_frame_maps_rows_onto_the_newest_positions_and_sums_per_column
     assert cm.attention_frame(META, [event(0, 5, [4, 3])]).empty
 
 
+@pytest.mark.slow
 def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
     events = run(META, 3, [None, 3])
     kinds = cm.layer_kinds(META)
@@ -161,6 +162,7 @@ def eager_lm(kind: str):
     return lm
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "sliding"])
 def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind):
     from kvviz.live import engine
@@ -187,6 +189,7 @@ def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind
     assert list(events) and list(engine.generate(lm, RunConfig(max_new_tokens=2)))[-1].attention is None
 
 
+@pytest.mark.slow
 def test_attention_is_cut_to_the_written_positions_of_a_static_cache():
     from kvviz.live import engine
     from kvviz.live.config import RunConfig
@@ -207,6 +210,7 @@ def test_attention_needs_eager_and_says_so():
         engine.run_meta(tiny_lm("llama"), RunConfig(attention=True))
 
 
+@pytest.mark.slow
 def test_a_trace_with_attention_round_trips():
     from kvviz.live import engine
     from kvviz.live.config import RunConfig
@@ -227,6 +231,7 @@ def test_a_trace_with_attention_round_trips():
     assert "eager" in doc.split('id="chart-cache_map"', 1)[1].split("</figure>", 1)[0]
 
 
+@pytest.mark.slow
 def test_the_cache_map_benchmark_has_the_right_shape():
     """Structure only, never speed: a tiny random Llama, a few steps."""
     from tiny import tiny_lm
@@ -268,6 +273,7 @@ def map_specs_on_page(at) -> list[dict]:
     return [s for s in specs if '"pos_start"' in json.dumps(s)]
 
 
+@pytest.mark.slow
 def test_the_live_page_draws_the_map_and_with_the_toggle_the_attention_map(at):
     at.button(key="generate").click().run()
     assert not at.exception and not at.error
@@ -282,6 +288,7 @@ def test_the_live_page_draws_the_map_and_with_the_toggle_the_attention_map(at):
     assert "eager" in " ".join(c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_a_batch_gets_a_row_picker_once_the_run_is_over(at):
     at.slider(key="batch").set_value(2)
     at.button(key="generate").click().run()
@@ -295,6 +302,7 @@ def test_a_batch_gets_a_row_picker_once_the_run_is_over(at):
 
 # --- real cache kinds, from tiny models of each family -------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch, expect", [
     ("gemma3_text", {"dropped", "K", "V"}),  # 5 sliding : 1 full
     ("llama4_text", {"dropped", "K", "V"}),  # 3 chunked : 1 full
@@ -349,6 +357,7 @@ def test_the_cache_map_modules_import_no_torch_transformers_or_streamlit(name):
     assert not imported_roots(module_path(name)) & {"torch", "transformers", "streamlit"}
 
 
+@pytest.mark.slow
 def test_replay_draws_the_map_of_the_step_the_scrubber_names():
     from streamlit.testing.v1 import AppTest
 

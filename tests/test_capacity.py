@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from catalog_cases import first_of_each_type
 from kvviz.planner import capacity, plan_models
 from kvviz.cache.layout import FULL, SLIDING, STATE, LayerSpec, config_from_dict
 
@@ -47,7 +48,7 @@ def test_bytes_per_token_per_layer_kind_by_hand(name):
     assert capacity.kv_bytes_per_token(model) == sum(EXPECTED_BYTES_PER_TOKEN[name].values())
 
 
-@pytest.mark.parametrize("entry", capacity.load_catalog(), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", first_of_each_type(lambda e: e))  # make test: all; check: one per type
 def test_every_catalog_model_bytes_per_layer_kind_from_its_config(entry):
     """For every catalog entry: attention layers cost 2 × kv_heads × head_dim, read from the
     config (its fields, or the config class's defaults where config.json leaves one out, e.g.

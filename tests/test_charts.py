@@ -209,6 +209,7 @@ def test_race_and_positions_one_line_per_mode(build, y):
     assert spec["encoding"]["color"]["scale"]["range"] == list(charts.MODE_COLORS.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(builders()))
 def test_with_data_equals_rebuilding(name):
     build, small, large = builders()[name]

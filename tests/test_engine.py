@@ -29,6 +29,7 @@ def hf_generate(lm, cfg):
     return [tuple(col) for col in out[:, plan.batch.prompt_len:].T.tolist()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("prompts", PROMPTS)
 def test_greedy_tokens_identical_cached_recompute_and_generate(kind, prompts):
@@ -41,6 +42,7 @@ def test_greedy_tokens_identical_cached_recompute_and_generate(kind, prompts):
     assert cached == recompute == hf_generate(lm, cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_measured_layer_bytes_equal_formula_every_step(kind):
     lm = tiny_lm(kind)
@@ -62,6 +64,7 @@ def test_sliding_window_caps_tokens_held():
     assert events[-1].kv_bytes == events[-2].kv_bytes  # the window is full: no growth
 
 
+@pytest.mark.slow
 def test_one_prefill_then_decode_steps_and_positions():
     events = run(tiny_lm(), prompts=("Hi", "What is a KV cache?"), batch=2)
     prompt_len = events[0].seq_len - 1
@@ -85,6 +88,7 @@ def assert_plain(value):
         assert value is None or type(value) in (int, float, str, bool), type(value)
 
 
+@pytest.mark.slow
 def test_events_hold_no_tensors():
     for e in run(tiny_lm()) + run(tiny_lm(), "recompute"):
         assert isinstance(e, StepEvent) and all(isinstance(s, LayerStat) for s in e.layers)
@@ -92,6 +96,7 @@ def test_events_hold_no_tensors():
         assert e.step_ms > 0 and all(s.forward_ms > 0 for s in e.layers)
 
 
+@pytest.mark.slow
 def test_block_accounting_follows_tokens():
     events = run(tiny_lm(), block_size=4, max_new_tokens=10)
     per_token = layout.bytes_per_token(layout.layer_specs(tiny_lm().model.config), 4)
@@ -106,6 +111,7 @@ def test_block_accounting_follows_tokens():
         assert not b.contiguous_is_real
 
 
+@pytest.mark.slow
 def test_static_cache_reservation_is_real_and_tokens_match_dynamic():
     dynamic = run(tiny_lm(), max_new_tokens=8)
     static = run(tiny_lm(), cache_backend="static", max_new_tokens=8)
@@ -116,6 +122,7 @@ def test_static_cache_reservation_is_real_and_tokens_match_dynamic():
     assert [s.tokens for s in static[-1].layers] == [s.tokens for s in dynamic[-1].layers]
 
 
+@pytest.mark.slow
 def test_sampling_repeats_with_seed_and_differs_across_seeds():
     lm = tiny_lm()
     a = run(lm, temperature=1.5, top_k=50, top_p=0.9, seed=1, max_new_tokens=20)
@@ -124,6 +131,7 @@ def test_sampling_repeats_with_seed_and_differs_across_seeds():
     assert [e.token_ids for e in a] == [e.token_ids for e in b] != [e.token_ids for e in c]
 
 
+@pytest.mark.slow
 def test_top_k_one_is_greedy():
     lm = tiny_lm()
     assert [e.token_ids for e in run(lm, temperature=1.0, top_k=1)] == [e.token_ids for e in run(lm)]
@@ -139,6 +147,7 @@ def test_should_stop_ends_within_one_step_and_hooks_are_removed():
     assert all(not layer._forward_hooks and not layer._forward_pre_hooks for layer in layers)
 
 
+@pytest.mark.slow
 def test_stop_on_eos_marks_finished_and_pads_afterwards():
     lm = tiny_lm()
     free = run(lm, max_new_tokens=6)
@@ -148,6 +157,7 @@ def test_stop_on_eos_marks_finished_and_pads_afterwards():
     assert len(events) == 3 and events[-1].finished == (True,)
 
 
+@pytest.mark.slow
 def test_text_deltas_rebuild_the_decoded_output():
     lm = tiny_lm()
     events = run(lm, max_new_tokens=20)
@@ -183,6 +193,7 @@ def opaque_layer_class():
     return OpaqueLayer
 
 
+@pytest.mark.slow
 def test_unknown_cache_layer_class_is_named_and_the_run_goes_on(monkeypatch):
     from transformers import DynamicCache
 

@@ -4,6 +4,7 @@ requests by that), and one out-of-memory test. Read from the source (ast), so a 
 that needs torch or Streamlit is checked without importing it."""
 import ast
 import builtins
+import functools
 import sys
 from pathlib import Path
 
@@ -22,17 +23,23 @@ USER_FACING = {"UserError", "TraceError", "PlanError", "ConfigError", "NotServab
 INTERNAL = {"KvvizError", "ModelLoadError", "UnreadableCache", "ServingFailed"}
 
 
+@functools.lru_cache(maxsize=None)
+def classes_in(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(name, its bases' last names) of every class defined in the file at `path`."""
+    return tuple((node.name, tuple(b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                                   for b in node.bases))
+                 for node in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(node, ast.ClassDef))
+
+
 def class_bases() -> dict[str, tuple[str, list[str]]]:
     """Every class defined in kvviz, app_pages and app.py: name -> (where, its bases' last names).
     Two classes of one name (private helpers) are read as one, their bases together."""
     found: dict[str, tuple[str, list[str]]] = {}
     for path in SOURCES:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ClassDef):
-                bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
-                where, before = found.get(node.name, ("", []))
-                rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-                found[node.name] = (where or str(rel), before + bases)
+        rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        for name, bases in classes_in(path):
+            where, before = found.get(name, ("", []))
+            found[name] = (where or str(rel), before + list(bases))
     return found
 
 

@@ -4,6 +4,7 @@ URL parameters. A library's exception escaping one of these would end a visitor'
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvviz.app import links, ui
@@ -35,6 +36,7 @@ def read_trace(data: bytes) -> None:
     cache_map.layer_kinds(trace.meta)
 
 
+@pytest.mark.slow
 @FAST
 @given(st.dictionaries(st.sampled_from(sorted(EXAMPLE["meta"]) + ["x"]), numbers, max_size=12))
 def test_trace_meta(changes):
@@ -50,6 +52,7 @@ layer_records = st.lists(st.dictionaries(st.sampled_from(list(LayerRecord.__stru
                                          max_size=5), max_size=4)
 
 
+@pytest.mark.slow
 @FAST
 @given(st.one_of(layer_records, json_values))
 def test_trace_layers(layers):
@@ -61,6 +64,7 @@ def test_trace_layers(layers):
         pass
 
 
+@pytest.mark.slow
 @FAST
 @given(st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode()),
                  st.sampled_from([b"[" * 5000, b'{"format": ' + b"9" * 5000 + b"}", b"\xef\xbb\xbf{}"])))
@@ -92,6 +96,7 @@ def test_pasted_config(text):
         pass
 
 
+@pytest.mark.slow
 @FAST
 @given(st.text(max_size=300), st.dictionaries(st.text(max_size=10),
                                               st.one_of(st.text(max_size=30), st.lists(st.text(max_size=10),

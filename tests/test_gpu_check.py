@@ -40,6 +40,7 @@ def test_static_reservation_check_can_fail(gpu_check):
     assert problems(META, [], None)  # no events is no evidence
 
 
+@pytest.mark.slow
 def test_a_static_run_on_cpu_passes_and_a_dynamic_one_fails(gpu_check):
     from tiny import tiny_lm
     lm, cfg = tiny_lm(), RunConfig(max_new_tokens=4, stop_on_eos=False)

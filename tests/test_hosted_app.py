@@ -6,6 +6,8 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.app import ui
 
+pytestmark = pytest.mark.slow  # runs the hosted Live page (Streamlit AppTest) with model runs: make test, not make check
+
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.slow  # runs the hosted pages (Streamlit AppTest): make test, not make check
+
 PAGES = Path(__file__).resolve().parent.parent / "app_pages"
 
 

@@ -10,6 +10,8 @@ from streamlit.testing.v1 import AppTest
 from kvviz.app import hosted
 from kvviz.app import vllm_panels as panels
 
+pytestmark = pytest.mark.slow  # runs the Planner and engine pages (Streamlit AppTest): make test, not make check
+
 PAGES = Path(__file__).resolve().parent.parent / "app_pages"
 POLICY = hosted.policy_from_env({"KVVIZ_HOSTED": "1"})
 TOKENS, REQUESTS, GPUS = POLICY.max_plan_tokens, POLICY.max_plan_requests, POLICY.max_plan_gpus

@@ -8,6 +8,8 @@ import pytest
 from test_vllm_integration import group_alive, start_server, stop
 from vllm_fake import free_port
 
+pytestmark = pytest.mark.slow  # starts and stops server processes: make test, not make check
+
 
 def fake_server(tmp_path, script: str):
     pid_file = tmp_path / "pid"

@@ -1,5 +1,6 @@
 """Pure modules stay pure through every import they make; kvviz.vllm needs only the trace format."""
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -42,22 +43,61 @@ def test_the_vllm_reader_needs_of_the_rest_of_kvviz_only_the_trace_format_and_er
     assert kvviz_modules(path) <= {"kvviz.live.trace", "kvviz.errors"}, kvviz_modules(path)
 
 
-def modules_loaded_by(name: str) -> set[str]:
-    """The heavy roots importing kvviz.<name> pulls in, followed through every import (a fresh
-    interpreter, so what the test process already loaded does not hide anything)."""
-    code = (f"import sys, kvviz.{name}; "
-            "print(','.join(sorted({'torch', 'transformers', 'streamlit'} & set(sys.modules))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=KVVIZ.parent)
+HEAVY = ("torch", "transformers", "streamlit")
+LIGHT = ("altair", "msgspec", "numpy", "pandas")  # the views' own libraries, loaded once by the parent
+# One fresh interpreter for all of PURE: it loads the light libraries views may use, then forks one
+# child per module, which imports it and reports which heavy roots are loaded. Preloading hides
+# nothing: a heavy root a light library pulled in would show in every child. (An interpreter per
+# module paid the light libraries' imports 18 times: ~25 s of the fast loop.)
+PROBE = """
+import json, os, sys
+for light in json.loads(sys.argv[1]):
+    __import__(light)
+heavy = set(json.loads(sys.argv[2]))
+result = {}
+for name in json.loads(sys.argv[3]):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            __import__("kvviz." + name)
+            out = sorted(heavy & set(sys.modules))
+        except BaseException as exc:
+            out = ["import failed: " + repr(exc)]
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        result[name] = json.loads(pipe.read() or '["no answer"]')
+    os.waitpid(pid, 0)
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def heavy_roots_loaded() -> dict[str, list[str]]:
+    """kvviz.<name> -> the heavy roots importing it pulls in, followed through every import."""
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(LIGHT), json.dumps(HEAVY), json.dumps(PURE)],
+                          capture_output=True, text=True, timeout=300, cwd=KVVIZ.parent)
     assert done.returncode == 0, done.stderr[-2000:]
-    return {m for m in done.stdout.strip().split(",") if m}
+    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("name", PURE)
-def test_pure_modules_stay_pure_through_every_import(name):
+def test_pure_modules_stay_pure_through_every_import(name, heavy_roots_loaded):
     """Not only their own import lines: nothing they import may pull in torch, transformers or
     Streamlit either (a view that loads torch costs 6-10 s and ties the page to the engine)."""
-    assert modules_loaded_by(name) == set()
+    assert heavy_roots_loaded[name] == []
+
+
+def test_the_purity_probe_sees_what_each_child_imports_and_only_that():
+    """kvviz.live.trace imports kvviz.live.events, kvviz.viz.units does not: each child reports its own
+    imports, none left over from a sibling (cheap stand-ins for a heavy root)."""
+    done = subprocess.run([sys.executable, "-c", PROBE, "[]", json.dumps(["kvviz.live.events"]),
+                           json.dumps(["live.trace", "viz.units"])],
+                          capture_output=True, text=True, timeout=300, cwd=KVVIZ.parent)
+    assert json.loads(done.stdout) == {"live.trace": ["kvviz.live.events"], "viz.units": []}
 
 
 def test_ruff_finds_no_bugs():

@@ -25,6 +25,8 @@ from bench.app_server import free_port
 from browser_kit import ARTIFACTS
 from kvviz.app import vllm_panels as panels
 
+pytestmark = pytest.mark.slow  # starts demo processes: make test, not make check
+
 ROOT = Path(__file__).resolve().parent.parent
 
 FAKE = textwrap.dedent('''

@@ -8,6 +8,8 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.app import vllm_panels as panels
 
+pytestmark = pytest.mark.slow  # runs every page from a link (Streamlit AppTest): make test, not make check
+
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = str(ROOT / "app_pages" / "engine.py")
 UNLISTED = "http://10.9.8.7:8000"

@@ -74,6 +74,7 @@ def test_is_complete_needs_every_recorded_size(tmp_path):
     assert not models.is_complete(tmp_path)
 
 
+@pytest.mark.slow
 def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
     from kvviz.live import engine
     from kvviz.live.config import RunConfig
@@ -85,6 +86,7 @@ def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
     assert meta["attn_implementation"] == "eager" and meta["attn_fallback"] == lm.attn_fallback
 
 
+@pytest.mark.slow
 def test_record_prints_the_layout_and_the_attention_fallback(tmp_path, capsys):
     from kvviz import cli
     from tiny import save_arch

@@ -196,6 +196,7 @@ def test_launch_bound_small_model_vs_big_model():
     assert pf.launch_bound(llama8b_plan(bandwidth_bytes_per_s=None)) is None
 
 
+@pytest.mark.slow
 def test_pasted_config_parses_like_the_catalog():
     model = pf.model_from_pasted_config(SMOLLM2_CONFIG)
     assert capacity.kv_bytes_per_token(model) == 23_040  # DESIGN.md: SmolLM2 in bf16
@@ -282,12 +283,14 @@ def test_fit_curve_chart_without_marker_or_vllm_line():
         "max_concurrent_requests"]
 
 
+@pytest.mark.slow
 def test_charts_download_as_png_and_svg():
     chart = planner_charts.what_if_chart(pf.what_if_frame(llama8b_plan(), 1024), 2000)
     assert planner_charts.chart_png(chart, scale=1).startswith(b"\x89PNG")
     assert "<svg" in planner_charts.chart_svg(chart)
 
 
+@pytest.mark.slow
 def test_what_if_chart_spec():
     df = pf.what_if_frame(llama8b_plan(), 1024)
     spec = planner_charts.what_if_chart(df, 2000).to_dict()
@@ -316,6 +319,7 @@ def metrics(at) -> dict:
     return {m.label: m.value for m in at.metric}
 
 
+@pytest.mark.slow
 def test_page_default_catalog_model():
     at = page()
     assert not at.exception and not at.error
@@ -337,6 +341,7 @@ def test_page_default_catalog_model():
     assert "lower bound" in at.markdown[-1].value
 
 
+@pytest.mark.slow
 def test_page_widgets_change_the_plan():
     at = page()
     at.selectbox(key="plan_model").select("SmolLM2-135M")
@@ -350,6 +355,7 @@ def test_page_widgets_change_the_plan():
     assert "kernel launches" in at.markdown[-1].value
 
 
+@pytest.mark.slow
 def test_page_reads_its_settings_from_the_url():
     at = page(plan_model="Qwen2.5-7B", plan_gpu="A100 40GB", plan_kv_dtype="int4",
               plan_context="8000", plan_batch="8")
@@ -362,6 +368,7 @@ def test_page_reads_its_settings_from_the_url():
     assert metrics(at) == expected
 
 
+@pytest.mark.slow
 def test_page_ignores_unknown_url_values():
     at = page(plan_model="no-such-model", plan_kv_dtype="fp3")
     assert not at.exception
@@ -369,6 +376,7 @@ def test_page_ignores_unknown_url_values():
     assert at.selectbox(key="plan_kv_dtype").value == "bf16"
 
 
+@pytest.mark.slow
 def test_page_custom_gpu_without_bandwidth():
     at = page(plan_gpu="Custom", plan_gpu_gb="24", plan_bandwidth_gbs="0")
     assert not at.exception
@@ -377,6 +385,7 @@ def test_page_custom_gpu_without_bandwidth():
     assert "Give the GPU's bandwidth" in at.markdown[-1].value
 
 
+@pytest.mark.slow
 def test_page_pasted_config():
     at = page(plan_source="Paste config.json")
     assert not at.exception and any("Paste the contents" in i.value for i in at.info)
@@ -398,6 +407,7 @@ def test_page_pasted_config():
     assert "bold" not in rendered  # the pasted _name_or_path is never shown
 
 
+@pytest.mark.slow
 def test_page_pasted_config_errors_are_plain_messages():
     at = page(plan_source="Paste config.json")
     at.text_area(key="plan_config").input('{"num_hidden_layers": 30,')
@@ -415,6 +425,7 @@ def test_page_pasted_config_errors_are_plain_messages():
     assert "num_attention_heads" in at.error[0].value.replace("\\", "")
 
 
+@pytest.mark.slow
 def test_page_warns_when_nothing_fits_and_past_max_position():
     at = page(plan_model="Llama-3.1-70B", plan_gpu="L4", plan_context="200000")
     assert not at.exception
@@ -423,6 +434,7 @@ def test_page_warns_when_nothing_fits_and_past_max_position():
     assert metrics(at)["Requests that fit at 200,000 tokens"] == "0"
 
 
+@pytest.mark.slow
 def test_page_serving_setup_controls():
     at = page(plan_model="Llama-3.1-70B", plan_context="8000")
     at.number_input(key="plan_tp").set_value(8)
@@ -441,12 +453,14 @@ def test_page_serving_setup_controls():
     assert "Modelled" in infos and "whole blocks of 128" in infos and "CPU tier" in infos
 
 
+@pytest.mark.slow
 def test_page_impossible_tp_is_a_message():
     at = page(plan_model="Llama-3.1-70B", plan_tp="3")
     assert not at.exception
     assert "TP 3 does not divide" in at.error[0].value.replace("\\", "") and not at.metric
 
 
+@pytest.mark.slow
 def test_page_warns_when_vllm_would_refuse_to_start():
     at = page(plan_model="Llama-4-Scout", plan_tp="4")  # max_position_embeddings 10,485,760
     assert not at.exception
@@ -456,6 +470,7 @@ def test_page_warns_when_vllm_would_refuse_to_start():
     assert not any("refuse to start" in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_page_plans_gpt_oss_120b_on_one_h100_as_served():
     at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM")  # first build of a 117B MoE
     assert not at.exception and not at.error
@@ -464,12 +479,14 @@ def test_page_plans_gpt_oss_120b_on_one_h100_as_served():
     assert not any("refuse to start" in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_page_says_what_would_fit():
     at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM", plan_weight_dtype="bf16")
     assert not at.exception
     assert any("TP 4 (4 GPUs) is the smallest that fits it" in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_page_bandwidth_sentence_follows_the_models_own_bound():
     small = page().markdown[-1].value  # SmolLM2-135M on an H100: launching as long as reading
     big = page(120, plan_model="DeepSeek-V3", plan_gpu="H200", plan_tp="8").markdown[-1].value
@@ -518,6 +535,7 @@ SAME_SETUPS = [  # (page query, `kvviz plan` arguments) for one setup
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query, argv", SAME_SETUPS, ids=["what-ifs", "vllm-refuses", "nothing-fits"])
 def test_page_and_cli_say_the_same_sentences(capsys, query, argv):
     """Every planner sentence kvviz.planner.words words (the budget, the weights, the what-ifs,

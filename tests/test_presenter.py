@@ -4,10 +4,13 @@ What it looks like on a projector is checked in Chromium (tests/test_browser_pag
 """
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.viz import charts
 from kvviz.app import ui
+
+pytestmark = pytest.mark.slow  # runs the Live page in presenter mode (Streamlit AppTest): make test, not make check
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 

@@ -1,10 +1,13 @@
 """Failures midway: an injected out-of-memory error ends the run cleanly and the next run works."""
 from pathlib import Path
 
+import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
 from kvviz.live import engine
+
+pytestmark = pytest.mark.slow  # runs the Live page (Streamlit AppTest) through failures: make test, not make check
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 

@@ -7,6 +7,8 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.live.trace import Trace
 
+pytestmark = pytest.mark.slow  # runs the Replay page (Streamlit AppTest): make test, not make check
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))[0]
 

@@ -153,6 +153,7 @@ def test_examples_are_shipped():
     assert EXAMPLES, "kvviz/assets/traces/*.json: no example trace to report on"
 
 
+@pytest.mark.slow
 def test_example_report_has_figures_texts_and_settings(example):
     t, doc = example
     cached = t.events_of("cached")
@@ -168,6 +169,7 @@ def test_example_report_has_figures_texts_and_settings(example):
     assert "Same tokens" in doc  # the recompute run matched
 
 
+@pytest.mark.slow
 def test_example_report_has_an_svg_per_chart(example):
     t, doc = example
     names = chart_names(t)
@@ -182,12 +184,14 @@ def test_example_report_has_an_svg_per_chart(example):
         assert ref in ids
 
 
+@pytest.mark.slow
 def test_example_report_loads_nothing(example):
     _, doc = example
     assert_loads_nothing(doc)
     assert "http://" not in doc and "https://" not in doc  # not even a namespace URI
 
 
+@pytest.mark.slow
 def test_example_report_steps_table(example):
     t, doc = example
     table = doc.split('class="dataframe steps"', 1)[1].split("</table>", 1)[0]
@@ -198,6 +202,7 @@ def test_example_report_steps_table(example):
 
 # --- the hand-built trace: hostile text everywhere ------------------------------------------------
 
+@pytest.mark.slow
 def test_hostile_text_is_escaped_everywhere(hand):
     t, doc = hand
     assert_loads_nothing(doc)
@@ -216,6 +221,7 @@ def test_hostile_text_is_escaped_everywhere(hand):
     assert "**bold** _it_ [click](https://evil.example/x)" in doc
 
 
+@pytest.mark.slow
 def test_hand_report_figures_and_charts(hand):
     t, doc = hand
     sums = summary(t)
@@ -231,6 +237,7 @@ def test_hand_report_figures_and_charts(hand):
     assert "sequence 1" in doc  # batch 2: both sequences' texts
 
 
+@pytest.mark.slow
 def test_report_of_lone_surrogates_encodes():
     t = hand_trace()
     t.events[0] = event("cached", 0, 40.0, ("bad \ud800 text", "ok"))
@@ -249,6 +256,7 @@ def test_without_vl_convert_the_report_says_so(monkeypatch):
     assert_loads_nothing(doc)
 
 
+@pytest.mark.slow
 def test_a_chart_that_fails_costs_only_itself():
     def flaky(spec):
         if spec.get("mark", {}) == {"type": "rect", "stroke": "white", "strokeWidth": 1}:
@@ -273,6 +281,7 @@ def test_sparse_traces_still_report(t):
     assert_loads_nothing(doc)
 
 
+@pytest.mark.slow
 def test_a_huge_heatmap_is_left_out_with_a_note(monkeypatch):
     monkeypatch.setattr(report, "MAX_HEATMAP_CELLS", 5)  # the hand trace has 3 x 2 decode cells
     t = hand_trace()
@@ -300,6 +309,7 @@ def test_vl_convert_fetches_nothing():
 
 # --- CSV -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_csv_tables_parse_back(hand):
     t, _ = hand
     tables = report.csv_tables(t)
@@ -320,6 +330,7 @@ def test_csv_tables_parse_back(hand):
     assert not any(text in tables["steps"] + tables["layers"] for text in HOSTILE)
 
 
+@pytest.mark.slow
 def test_example_csv_tables_parse_back(example):
     t, _ = example
     tables = report.csv_tables(t)

@@ -46,6 +46,7 @@ def greedy(lm, ids: list[int]) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tight", "shared"])
 def test_every_request_finishes_with_the_greedy_tokens(lm, name, request):
     ids, result = request.getfixturevalue(name)
@@ -97,6 +98,7 @@ def test_later_requests_reuse_the_cached_prefix(shared):
     assert first.step_tokens == ids[1].__len__() - reused[1]  # only the rest of the prompt is computed
 
 
+@pytest.mark.slow
 def test_unreadable_allocator_falls_back_to_a_modelled_pool(lm, monkeypatch):
     def unreadable(cache):
         raise AttributeError("no block tables here")
@@ -107,6 +109,7 @@ def test_unreadable_allocator_falls_back_to_a_modelled_pool(lm, monkeypatch):
     assert all(len(r.output_ids) > 0 for r in result.requests)
 
 
+@pytest.mark.slow
 def test_a_run_past_its_time_limit_stops_and_leaves_the_model_usable(lm):
     ids = serving.encode_requests(lm.tokenizer, PROMPTS, chat=False)
     with pytest.raises(TimeoutError):
@@ -126,6 +129,7 @@ def test_requests_that_can_never_fit_are_refused(lm):
     assert serving.parse_requests(" a \n\n b ") == ["a", "b"]
 
 
+@pytest.mark.slow
 def test_charts_have_stable_specs(shared):
     _, result = shared
     ids, steps = ["r0", "r1", "r2"], result.snapshots
@@ -158,6 +162,7 @@ def page(tiny_dir, monkeypatch) -> AppTest:
     return app
 
 
+@pytest.mark.slow
 def test_page_runs_three_requests_and_replays_them(page):
     assert any("Press **Run**" in i.value for i in page.info)
     page.text_area(key="srv_requests").set_value("\n".join(PROMPTS))
@@ -177,6 +182,7 @@ def test_page_runs_three_requests_and_replays_them(page):
     assert not page.exception and any(c.value.startswith("Step 1 ·") for c in page.caption)
 
 
+@pytest.mark.slow
 def test_page_refuses_a_pool_too_small(page):
     page.text_area(key="srv_requests").set_value("\n".join(PROMPTS))
     page.toggle(key="srv_share").set_value(False)
@@ -195,6 +201,7 @@ def test_axis_estimates_from_the_requests():
     assert serving.unshared_blocks_bound(ids, cfg) == cdiv(18, 4) + cdiv(38, 4) + cdiv(13, 4)
 
 
+@pytest.mark.slow
 def test_slow_motion_pauses_the_loop_but_no_time_shown(lm):
     import time
     ids = serving.encode_requests(lm.tokenizer, PROMPTS[:1], chat=False)

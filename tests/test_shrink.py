@@ -22,12 +22,14 @@ def spec(lm) -> tuple[int, int, int]:
     return c.num_hidden_layers, c.num_key_value_heads, c.hidden_size // c.num_attention_heads
 
 
+@pytest.mark.slow
 def test_every_press_is_offered_here():
     offered, refused = presses.offered()
     assert set(offered) == set(presses.PRESSES) and not refused
     assert all(sentence.endswith(".") and len(sentence) > 30 for sentence in offered.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", list(presses.PRESSES))
 def test_press_runs_keeps_half_and_bytes_equal_formula(kind, name):
@@ -71,6 +73,7 @@ def test_streaming_llm_keeps_sinks_and_recent_window():
         assert all(row.tolist() == want for row in positions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_full_cache_run_equals_generate(kind):
     lm, ids = tiny_lm(kind), prompt(1)
@@ -87,6 +90,7 @@ def test_full_cache_run_equals_generate(kind):
 QUANT = [("quanto", 2), ("quanto", 4), ("hqq", 2), ("hqq", 4), ("hqq", 8), ("fp8", 8)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("backend,nbits", QUANT)
 def test_quantized_bytes_equal_formula(kind, backend, nbits):
@@ -117,6 +121,7 @@ def test_bad_settings_get_plain_messages():
         presses.make_press("Magic", 0.5, 100)
 
 
+@pytest.mark.slow
 def test_divergence_and_caption():
     assert shrink.first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert shrink.first_divergence([1, 2, 3], [1, 5, 3]) == 1
@@ -151,6 +156,7 @@ def test_default_model_press_and_quantized(default_lm):
     assert quant.steps[0].kv_bytes < full.steps[0].kv_bytes / 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [shrink.ShrinkMode(press="SnapKV", ratio=0.5),
                                   shrink.ShrinkMode(backend="quanto", nbits=4, residual_length=4)])
 def test_taking_turns_gives_each_side_the_tokens_and_bytes_it_gives_alone(mode):

@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.slow  # runs the Shrink page (Streamlit AppTest) with model runs: make test, not make check
+
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "shrink.py")
 PROMPT = "The key value cache keeps the keys and values of every past token. " * 3 + "What is a KV cache?"
 

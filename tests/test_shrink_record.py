@@ -26,6 +26,7 @@ def result(request) -> shrink.Comparison:
     return shrink.compare(tiny_lm("llama"), ids, NEW_TOKENS, request.param)
 
 
+@pytest.mark.slow
 def test_what_is_written_is_read_back(result):
     back = record.from_json(record.to_json(result, PIECES, "tiny llama"))
     assert back.prompt_pieces == PIECES and back.model == "tiny llama"
@@ -122,6 +123,7 @@ def test_report_without_a_renderer_still_has_every_figure(result):
     assert "could not be drawn (RuntimeError)" in html and result.caption() in html
 
 
+@pytest.mark.slow
 def test_replay_page_plays_a_shrink_file(result, tmp_path, monkeypatch):
     path = tmp_path / "shrink.json"
     path.write_bytes(record.to_json(result, PIECES, "tiny llama"))
@@ -139,6 +141,7 @@ def test_replay_page_plays_a_shrink_file(result, tmp_path, monkeypatch):
     assert [c.value for c in at.main.code] == [result.full.text, result.shrunk.text]
 
 
+@pytest.mark.slow
 def test_replay_page_refuses_a_bad_shrink_file_in_words(result, tmp_path, monkeypatch):
     path = tmp_path / "shrink.json"
     path.write_text(json.dumps(bad(record.as_record(result, PIECES),
@@ -161,6 +164,7 @@ def test_the_shipped_example_replays_and_reports():
         assert rec.result.caption() in shrink_report.html_report(rec.result, rec.prompt_pieces, rec.model, svg=fake_svg)
 
 
+@pytest.mark.slow
 def test_cli_writes_a_file_replay_reads(tiny_dir, tmp_path, capsys):
     from kvviz import cli
     out, html = tmp_path / "s.json", tmp_path / "s.html"

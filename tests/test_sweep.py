@@ -45,6 +45,7 @@ def test_prompt_has_exactly_n_tokens_as_the_engine_reads_it(lm, num_tokens):
 # ---------------------------------------------------------------- the runner
 
 
+@pytest.mark.slow
 def test_two_point_sweep_measures_each_point(lm):
     settings = SweepSettings(prompt_tokens=(32, 16), batches=(1,), new_tokens=3)
     rows = list(sweep.run_sweep(lm, settings, warmup=False))
@@ -72,6 +73,7 @@ def fail_at(monkeypatch, bad_point, exc):
     return ran
 
 
+@pytest.mark.slow
 def test_out_of_memory_point_is_recorded_and_the_sweep_continues(lm, monkeypatch):
     ran = fail_at(monkeypatch, (16, 2), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate"))
     freed = []
@@ -100,11 +102,13 @@ def test_other_errors_are_not_swallowed(lm, monkeypatch):
         list(sweep.run_sweep(lm, SweepSettings((8,), (1,), 2), warmup=False))
 
 
+@pytest.mark.slow
 def test_point_past_the_context_is_an_error_row(lm):
     row = sweep.run_point(lm, (250, 1), 16)  # tiny models allow 256 positions
     assert row.status == "error" and "exceeds this model's context" in row.message
 
 
+@pytest.mark.slow
 def test_should_stop_ends_between_and_within_points(lm):
     settings = SweepSettings((8, 16), (1,), 3)
     rows = []
@@ -266,6 +270,7 @@ def marks(spec: dict) -> list[str]:
             for layer in spec["layer"]]
 
 
+@pytest.mark.slow
 def test_cache_chart_draws_measured_points_formula_line_failures_and_budget():
     spec = sweep_charts.cache_bytes_chart(sample_frame(), budget_bytes=123_456).to_dict()
     assert marks(spec) == ["line", "point", "point", "rule", "text"]
@@ -309,6 +314,7 @@ def test_bandwidth_chart_draws_the_peak_rule():
 # ---------------------------------------------------------------- the page
 
 
+@pytest.mark.slow
 def test_page_runs_a_two_point_sweep_and_reuses_it(tiny_dir, monkeypatch):
     monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
     at = AppTest.from_file(PAGE, default_timeout=120)
@@ -330,6 +336,7 @@ def test_page_runs_a_two_point_sweep_and_reuses_it(tiny_dir, monkeypatch):
     assert len(at.get("vega_lite_chart")) == 5
 
 
+@pytest.mark.slow
 def test_hosted_page_applies_the_hosts_caps(monkeypatch, default_lm):
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     monkeypatch.delenv("KVVIZ_MODEL", raising=False)

@@ -11,6 +11,8 @@ from kvviz.app import vllm_panels as panels
 from vllm_fake import FakeVllm, free_port
 from test_vllm_readers import recording_of_capture
 
+pytestmark = pytest.mark.slow  # runs the vLLM pages (Streamlit AppTest) against fake servers: make test, not make check
+
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = str(ROOT / "app_pages" / "engine.py")
 

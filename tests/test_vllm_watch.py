@@ -43,6 +43,7 @@ def pool_of(watch: EngineWatch):
     return watch.read(lambda states, conns: next(iter(states.values())).pool if states else None)
 
 
+@pytest.mark.slow
 def test_missed_batches_are_replayed_then_live_ones_follow(fake):
     n_before = fake.publish_captured(upto=30)  # published before kvviz attached: only replay has them
     watch = watching([fake.url])
@@ -63,6 +64,7 @@ def test_missed_batches_are_replayed_then_live_ones_follow(fake):
         watch.stop()
 
 
+@pytest.mark.slow
 def test_a_gap_in_sequence_numbers_is_filled_from_replay(fake):
     watch = watching([fake.url])
     try:
@@ -78,6 +80,7 @@ def test_a_gap_in_sequence_numbers_is_filled_from_replay(fake):
         watch.stop()
 
 
+@pytest.mark.slow
 def test_a_restarted_server_s_sequence_starts_over(fake):
     fake.publish_captured(upto=20)
     watch = watching([fake.url])
@@ -97,6 +100,7 @@ def test_a_restarted_server_s_sequence_starts_over(fake):
         watch.stop()
 
 
+@pytest.mark.slow
 def test_a_payload_of_another_schema_becomes_a_status_line(fake):
     watch = watching([fake.url])
     try:
@@ -141,6 +145,7 @@ def test_an_unreachable_url_is_named_and_retried():
         watch.stop()
 
 
+@pytest.mark.slow
 def test_the_watch_reconnects_when_the_server_comes_back(fake):
     fake.publish_captured(upto=5)
     watch = watching([fake.url])
@@ -206,6 +211,7 @@ def test_hosted_engine_allowlist():
     assert engine_urls({"KVVIZ_ENGINE_URLS": "http://a:8000/, http://b:8000"}) == ["http://a:8000", "http://b:8000"]
 
 
+@pytest.mark.slow
 def test_kvviz_watch_records_a_file_that_replays(fake, tmp_path, capsys):
     fake.publish_captured()
     out = tmp_path / "watch.json"
@@ -219,6 +225,7 @@ def test_kvviz_watch_records_a_file_that_replays(fake, tmp_path, capsys):
     assert json.loads(out.read_text())["format"] == "kvviz-vllm-watch"
 
 
+@pytest.mark.slow
 def test_kvviz_watch_on_nothing_says_so_and_fails(tmp_path, capsys):
     url = f"http://127.0.0.1:{free_port()}"
     assert cli.main(["watch", url, "--seconds", "1", "--out", str(tmp_path / "w.json")]) == 2
