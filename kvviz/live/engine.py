@@ -384,42 +384,54 @@ def takes_cache(model) -> bool:
 
 
 def probe_run(model, batch: Batch, num_layers: int) -> Callable[[], layout_probe.ProbeRun]:
-    """For layout_probe: one token of the first prompt, then one more, batch 1, every cache layer
-    read after each; module tensors the decode step rewrote; its logits against a full forward.
+    """For layout_probe: a prefill of PREFILL_TOKENS copies of the first prompt's last token, then
+    one decode step, batch 1, every cache layer read after each; module tensors the decode step
+    rewrote; its logits against a full forward. (Two prefill tokens, not one: RecurrentGemma takes a
+    one-token prefill for a decode step and reads the state an earlier run left on its modules.)
     On the meta device (a config without weights) there are shapes but no values: the reads only."""
     def run() -> layout_probe.ProbeRun:
-        one = Batch(batch.ids[:1, -1:].clone(), torch.ones_like(batch.ids[:1, -1:]), 1)
-        cache = make_cache(model, "dynamic", 4)
-        if one.ids.is_meta:  # the model's plain forward: its input preparation may read values
-            return meta_probe(model, one.ids, cache, num_layers)
-        prefill(model, one, cache)
+        ids = probe_tokens(batch)
+        probed = Batch(ids, torch.ones_like(ids), ids.shape[1])
+        cache = make_cache(model, "dynamic", layout_probe.PREFILL_TOKENS + 2)
+        if ids.is_meta:  # the model's plain forward: its input preparation may read values
+            return meta_probe(model, ids, cache, num_layers)
+        prefill(model, probed, cache)
         first = probe.read_cache(cache, num_layers, beyond=True)
         before = probe.module_tensors(model)
-        cached = decode_step(model, grown(one), cache).float()
+        cached = decode_step(model, grown(probed), cache).float()
         states = probe.changed_module_states(model, before, decoder_layers(model, num_layers))
         first = probe.add_module_states(first, states)  # fixed-size: as held after the decode step
         second = probe.add_module_states(probe.read_cache(cache, num_layers, beyond=True), states)
-        drift = (cached - recompute_step(model, one).float()).abs().max() / cached.abs().max().clamp(min=1e-9)
+        drift = (cached - recompute_step(model, probed).float()).abs().max() / cached.abs().max().clamp(min=1e-9)
         return layout_probe.ProbeRun(first, second, num_layers, states, float(drift))
     return run
+
+
+def probe_tokens(batch: Batch) -> torch.Tensor:
+    """The probe's prefill (1, PREFILL_TOKENS): the first prompt's last tokens (never padding: the
+    left padding sits before them), its last token repeated where the prompt is shorter."""
+    n = layout_probe.PREFILL_TOKENS
+    last = batch.ids[:1, -n:]
+    return last if last.shape[1] == n and bool(batch.mask[:1, -n:].all()) else batch.ids[:1, -1:].repeat(1, n)
 
 
 def meta_probe(model, ids: torch.Tensor, cache, num_layers: int) -> layout_probe.ProbeRun:
     """The probe's two steps on the meta device, as plain forwards (shapes only)."""
     reads = []
-    for _ in range(2):
+    for fed in (ids, ids[:, :1]):
         with torch.inference_mode():
-            model(input_ids=ids, cache=cache, use_cache=True)
+            model(input_ids=fed, cache=cache, use_cache=True)
         reads.append(probe.read_cache(cache, num_layers, beyond=True))
-    if any(r.tokens not in (0, n) for n, read in ((1, reads[0]), (2, reads[1])) for r in read):
+    seen = ids.shape[1]
+    if any(r.tokens not in (0, n) for n, read in ((seen, reads[0]), (seen + 1, reads[1])) for r in read):
         raise probe.UnreadableCache("its code adds positions of its own (it reads token values, which meta tensors lack)")
     return layout_probe.ProbeRun(reads[0], reads[1], num_layers)
 
 
-def grown(one: Batch) -> Batch:
-    """The one-token probe batch with a second token (the same id) appended, in place."""
-    one.ids, one.mask = one.ids.repeat(1, 2), one.mask.repeat(1, 2)
-    return one
+def grown(batch: Batch) -> Batch:
+    """The probe batch with one more token (a copy of its last), in place."""
+    batch.ids, batch.mask = torch.cat([batch.ids, batch.ids[:, -1:]], 1), torch.cat([batch.mask, batch.mask[:, -1:]], 1)
+    return batch
 
 
 def run_step(model, batch: Batch, cache, step: int) -> torch.Tensor:

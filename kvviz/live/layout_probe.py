@@ -4,13 +4,13 @@
 field names. Field names miss what the code does (Falcon's `num_kv_heads` / `multi_query`,
 per-layer-type head counts, keys and values of different sizes, indexers shared between layers,
 positions the code adds, looped layers, states kept on modules). So before a run kvviz feeds the
-loaded model one token, then one more, with a fresh cache of the kind the run uses, and reads every
+loaded model two tokens, then one more, with a fresh cache of the kind the run uses, and reads every
 cache layer (K, V, indexer keys and state tensors with their dtypes; layers past the decoder count
 too) after each, plus every tensor the decode step rewrote on the model's own modules. Per layer:
 K and V per token = growth between the two reads; positions the code adds = what the first read
-holds beyond one token; state = the fixed tensors; the window = the one the layer object keeps.
+holds beyond the tokens fed; state = the fixed tensors; the window = the one the layer object keeps.
 Kinds are the layout's (transformers' names). The decode step's logits are also compared with a
-full forward of the same two tokens: a model whose cached step computes something else gets a
+full forward of the same three tokens: a model whose cached step computes something else gets a
 caveat, since its no-cache run may choose other tokens. A model whose probe fails keeps the
 field-name layout, with the reason.
 """
@@ -25,9 +25,9 @@ from kvviz.live import probe
 
 @dataclass(frozen=True)
 class ProbeRun:
-    """What the model's own code did with two probe tokens of batch 1."""
+    """What the model's own code did with the probe's tokens (batch 1)."""
 
-    one: list  # probe.LayerBytes per cache layer after a one-token prefill
+    one: list  # probe.LayerBytes per cache layer after the probe's prefill (PREFILL_TOKENS)
     two: list  # ... after one decode step (both include the module states found)
     decoder_layers: int  # the model's decoder layers (the cache may hold more)
     module_states: tuple = ()  # probe.ModuleState: tensors the model rewrote on its own modules
@@ -43,6 +43,8 @@ class Probed:
     caveat: str = ""  # what the model's own code does that a reader of the figures should know
     module_states: tuple = ()  # probe.ModuleState the run must read beside the cache object
 
+
+PREFILL_TOKENS = 2  # the probe's prefill; then one decode step (kvviz.live.engine.probe_run)
 
 # Relative logit drift of one cached decode step vs a full forward above which a model's cached
 # steps are not the same computation as recomputing (fp32 noise is ~1e-6; half precision ~1e-2).
@@ -88,7 +90,7 @@ def _corrected(spec: layout.LayerSpec, one: probe.LayerBytes, two: probe.LayerBy
         return replace(spec, values_per_token=0, **state) if spec.kind == layout.STATE else replace(spec, **state)
     index = (two.index_bytes - one.index_bytes) // elem_bytes
     held = (one.k_bytes + one.v_bytes) // elem_bytes // (k + v)
-    sizes = dict(values_per_token=k + v, index_values=index, fixed_tokens=max(held - 1, 0),
+    sizes = dict(values_per_token=k + v, index_values=index, fixed_tokens=max(held - PREFILL_TOKENS, 0),
                  kv_heads=1 if spec.kind == layout.LATENT else (two.k_heads or spec.kv_heads))
     if spec.kind == layout.LATENT:
         sizes["latent_rope"] = v
