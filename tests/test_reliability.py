@@ -14,16 +14,16 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 def test_out_of_memory_midway_keeps_output_and_next_run_works(monkeypatch, tiny_dir):
     monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
-    real_forward, calls, freed = engine.forward, [], []
+    real_step, calls, freed = engine.run_step, [], []
 
-    def failing_forward(*args, **kwargs):
+    def failing_step(*args, **kwargs):  # every forward pass of a run, cached or recompute
         calls.append(1)
         if len(calls) == 5:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_forward(*args, **kwargs)
+        return real_step(*args, **kwargs)
 
     real_free = engine.free_device_memory
-    monkeypatch.setattr(engine, "forward", failing_forward)
+    monkeypatch.setattr(engine, "run_step", failing_step)
     monkeypatch.setattr(engine, "free_device_memory", lambda d: (freed.append(d), real_free(d)))
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.slider(key="max_new").set_value(8).run()
@@ -33,7 +33,7 @@ def test_out_of_memory_midway_keeps_output_and_next_run_works(monkeypatch, tiny_
     assert freed, "memory was not released"
     kept = at.session_state["trace"].events_of("cached")  # what was produced before the failure
     assert kept and {m.label: m.value for m in at.metric}["Tokens"] == f"{len(kept)} × 1"
-    monkeypatch.setattr(engine, "forward", real_forward)
+    monkeypatch.setattr(engine, "run_step", real_step)
     at.button(key="generate").click().run()
     assert not at.exception and not at.error
     assert {m.label: m.value for m in at.metric}["Tokens"] == "8 × 1"
@@ -47,11 +47,9 @@ def test_hooks_are_removed_after_a_failed_run(monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(engine, "forward", boom)
-    try:
+    monkeypatch.setattr(engine, "run_step", boom)
+    with pytest.raises(RuntimeError, match="out of memory"):
         list(engine.generate(lm, RunConfig(max_new_tokens=3)))
-    except RuntimeError:
-        pass
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lm.model.model.layers)
 
 
