@@ -16,7 +16,7 @@ from kvviz.app import ui
 from kvviz.live import cache_map_panel
 from kvviz.live import captions, engine, live_charts, race
 from kvviz.viz import charts
-from kvviz import report
+from kvviz import errors, report
 from kvviz.sweep import sweep
 from kvviz.live.live_pump import Pump, Running
 from kvviz.live.slots import Slot
@@ -555,7 +555,7 @@ def changed_settings(meta: dict, cfg, ran_race: bool, race_on: bool) -> list[str
 
 def failure_message(exc: Exception, hide_details: bool) -> str:
     """What the user reads when a run fails midway; hosted visitors get no internals."""
-    if "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError":
+    if errors.out_of_memory(exc):
         return ("The device ran out of memory during this run; what was produced is kept and the "
                 "memory was released. Try fewer tokens, a smaller batch, or a smaller model.")
     if hide_details:

@@ -30,7 +30,7 @@ from kvviz.live.config import RunConfig
 from kvviz.live.events import StepEvent
 from kvviz.live.models import LoadedModel
 from kvviz.live.trace import mode_summary, percentile
-from kvviz.errors import UserError
+from kvviz.errors import UserError, out_of_memory
 
 STATUSES = ("ok", "oom", "skipped", "error")
 MIN_PROMPT_TOKENS = 64  # first default prompt length
@@ -206,8 +206,7 @@ def measure(lm: LoadedModel, point: Point, new_tokens: int,
 
 def failure_status(exc: BaseException) -> str | None:
     """"oom" for out-of-memory, "error" for a refused request (ValueError), else None."""
-    if isinstance(exc, torch.OutOfMemoryError) or (
-            isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()):
+    if out_of_memory(exc):
         return "oom"
     return "error" if isinstance(exc, ValueError) else None
 
