@@ -17,7 +17,7 @@ ROOT = Path(__file__).parent.parent
 SOURCES = sorted([*(ROOT / "kvviz").rglob("*.py"), *(ROOT / "app_pages").glob("*.py"), ROOT / "app.py"])
 BUILTIN_EXCEPTIONS = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
 # Pinned: a class moving between the visitor's side and the log's is a decision, not a refactor.
-USER_FACING = {"UserError", "TraceError", "PlanError", "ConfigError", "NotServable", "UnknownArchitecture",
+USER_FACING = {"UserError", "UnknownModelType", "TraceError", "PlanError", "ConfigError", "NotServable", "UnknownArchitecture",
                "EngineError", "EngineUnreachable", "NotVllm", "EventsDisabled", "NotVllmMetrics",
                "SchemaMismatch", "RunTimeLimit"}
 INTERNAL = {"KvvizError", "ModelLoadError", "UnreadableCache", "ServingFailed"}

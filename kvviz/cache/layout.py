@@ -44,6 +44,11 @@ LayerSpec = CacheSpec  # the name the planner and older callers use: `LayerSpec(
 
 # --- building configs ----------------------------------------------------------------------------
 
+class UnknownModelType(UserError):
+    """A config without a model_type, or one transformers has no class for (the planner then reads
+    its generic fields)."""
+
+
 def config_from_dict(d: dict):
     """A transformers config from published config.json values (`model_type` picks the class).
 
@@ -55,14 +60,14 @@ def config_from_dict(d: dict):
     fields = dict(d)
     model_type = fields.pop("model_type", None)
     if not isinstance(model_type, str) or not model_type:
-        raise UserError("the config has no 'model_type' (e.g. \"llama\"): kvviz cannot tell the architecture")
+        raise UnknownModelType("the config has no 'model_type' (e.g. \"llama\"): kvviz cannot tell the architecture")
     fields.pop("auto_map", None)  # remote code is never run
     from transformers import AutoConfig
     try:
         return AutoConfig.for_model(model_type, **fields)
     except Exception as exc:  # noqa: BLE001 - config classes raise many types; all mean "bad input"
         if "Unrecognized model identifier" in str(exc):
-            raise UserError(f"unknown model_type {model_type!r}: transformers has no such architecture") from None
+            raise UnknownModelType(f"unknown model_type {model_type!r}: transformers has no such architecture") from None
         raise UserError(f"{model_type} config: {_config_problem(exc)}") from None
 
 

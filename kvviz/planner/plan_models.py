@@ -117,19 +117,12 @@ def generic_model(cfg: dict, name: str, given_params: int | None) -> capacity.Mo
                    notes=(note,))
 
 
-def _is_unknown_architecture(err: ValueError) -> bool:
-    text = str(err)
-    return "unknown model_type" in text or "has no 'model_type'" in text
-
-
 @lru_cache(maxsize=64)
 def _model_from_json(cfg_json: str, name: str, given_params: int | None, measured: bool) -> capacity.ModelKV:
     cfg, note = resolve_model_type(json.loads(cfg_json))
     try:
         config = layout.config_from_dict(cfg)
-    except ValueError as err:
-        if not _is_unknown_architecture(err):
-            raise
+    except layout.UnknownModelType:
         return generic_model(cfg, name, given_params)
     specs, sized = _layer_specs(config, measured)
     text = config.get_text_config(decoder=True)
