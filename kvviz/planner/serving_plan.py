@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from functools import lru_cache
 from dataclasses import dataclass
 
 from kvviz.cache.layout import CHUNKED, FULL, LATENT, SLIDING, STATE
@@ -67,17 +68,31 @@ class Platform:
 
     name: str
     kernel_block: int  # tokens: the attention kernel's block sizes are multiples of this
-    ssm_float32: bool  # the recurrent state is float32 whatever the model's dtype ("auto" resets)
+    ssm_float32: bool | None  # the recurrent state is float32 whatever the model's dtype ("auto"
+    # resets); None: as on this machine's CPU (float32 only with AVX-512 BF16, as vLLM decides)
     async_scheduling: bool  # vLLM's default here: two batches in flight (sliding layers reserve for both)
+
+    def state_float32(self) -> bool:
+        return self.ssm_float32 if self.ssm_float32 is not None else avx512_bf16()
 
 
 # CUDA (FlashAttention / Triton: MultipleOf(16); mamba_ssm_cache_dtype "auto" = the model's dtype;
 # asynchronous scheduling on by default).
 CUDA = Platform("CUDA", 16, False, True)
-# vLLM's CPU backend (MultipleOf(32)); with AVX-512 BF16 it resets the SSM state to float32
-# (vllm/platforms/cpu.py); its executor schedules synchronously — measured on this machine.
-CPU = Platform("CPU", 32, True, False)
+# vLLM's CPU backend (MultipleOf(32)); where the CPU has AVX-512 BF16 it resets an "auto" SSM state
+# to float32 (vllm/platforms/cpu.py: "Reset SSM cache type to float32 ..."), elsewhere the state
+# stays in the model's dtype (measured: float32 on an AVX-512 BF16 machine, bf16 on an AMD EPYC
+# without AVX-512); its executor schedules synchronously. kvviz reads the CPU it runs on.
+CPU = Platform("CPU", 32, None, False)
+CPU_AVX512_BF16 = Platform("CPU", 32, True, False)  # the same backend on a CPU with AVX-512 BF16
 PLATFORMS = {"cuda": CUDA, "cpu": CPU}
+@lru_cache(maxsize=1)
+def avx512_bf16() -> bool:
+    """Whether this machine's CPU has AVX-512 BF16 (torch's own check, the one vLLM calls)."""
+    import torch
+    return bool(torch.cpu._is_avx512_bf16_supported())
+
+
 # Prefill checkpoint pages a mixer keeps in "align" mode (prefix caching on): Mamba-2's one.
 _CHECKPOINT_PAGES = {"mamba2": 1}
 
@@ -128,7 +143,7 @@ def _state_page(spec, kv_dtype: str, platform: Platform) -> int:
     float32 or the platform resets it."""
     model_bytes = 4 if kv_dtype == "fp32" else 2  # the KV dtype stands for the model's ("auto")
     conv = spec.conv_values // spec.conv_kernel * (spec.conv_kernel - 1) if spec.conv_kernel else 0
-    state_bytes = 4 if spec.state_pinned or platform.ssm_float32 else model_bytes
+    state_bytes = 4 if spec.state_pinned or platform.state_float32() else model_bytes
     return ((conv + spec.state_values - spec.conv_values) * model_bytes
             + spec.state_float32_values * state_bytes)
 
