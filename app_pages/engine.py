@@ -11,8 +11,8 @@ import os
 import streamlit as st
 
 from kvviz.app import ui
-from kvviz.app import vllm_panels as panels
-from kvviz.errors import UserError
+from kvviz.vllm import panel as panels
+from kvviz.core.errors import UserError
 from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
 
 st.title("vLLM engine · a real serving engine's KV cache, live")

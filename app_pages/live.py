@@ -3,7 +3,8 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.app import panels, ui
+from kvviz.app import ui
+from kvviz.live import panel as panels
 from kvviz.live import cache_map_panel
 
 spec, cfg, opts = ui.sidebar()

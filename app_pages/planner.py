@@ -1,7 +1,7 @@
 """Capacity planner: how many requests of T tokens fit on a serving setup, and what bounds a step.
 
 Widgets and layout only: the arithmetic is kvviz.planner.deployment's (capacity, parallel,
-serving_plan), the tables kvviz.planner.planner_frames', the charts kvviz.planner.planner_charts',
+serving_plan), the tables kvviz.planner.frames', the charts kvviz.planner.charts',
 and every sentence `kvviz plan` also prints is kvviz.planner.words'. Every widget
 but the pasted config is bound to the URL (`bind="query-params"`, the key is the parameter
 name), so a link reproduces the view; the config text is left out of the URL (long, and not
@@ -11,12 +11,15 @@ size over a cap, typed or carried by a link, is answered in one sentence, not si
 """
 import streamlit as st
 
-from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames, words
-from kvviz.app import panels
-from kvviz.viz import units
+from kvviz.planner import capacity, deployment, parallel, words
+from kvviz.planner import configs as plan_models
+from kvviz.planner import charts as planner_charts
+from kvviz.planner import frames as planner_frames
+from kvviz.live import panel as panels
+from kvviz.core import units
 from kvviz.app import ui
 from kvviz.app.ui import inert
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
 GPUS = {g["name"]: g for g in capacity.load_gpus()}

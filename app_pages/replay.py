@@ -1,8 +1,11 @@
 """Replay: play a recorded run through the live panels. Needs no model and no GPU."""
 import streamlit as st
 
-from kvviz.app import panels, shrink_panels, ui, vllm_panels
-from kvviz.live.trace import TraceError
+from kvviz.app import ui
+from kvviz.live import panel as panels
+from kvviz.shrink import panel as shrink_panels
+from kvviz.vllm import panel as vllm_panels
+from kvviz.core.trace import TraceError
 
 presenting = ui.presenter_mode()
 if presenting:  # on stage: title and controls in one row, the trace choice tucked in a popover,

@@ -1,6 +1,6 @@
 """Serving: several requests share one real paged KV cache (transformers' continuous batching).
 
-Widgets and placeholders only: the run is kvviz.serving.serving's, the charts kvviz.serving.serving_charts'.
+Widgets and placeholders only: the run is kvviz.serving.compute's, the charts kvviz.serving.charts'.
 Each forward pass's snapshot is drawn as transformers' loop produces it (slow motion pauses the
 loop itself after each step); a finished run can be scrubbed step by step.
 """
@@ -9,9 +9,10 @@ import time
 import streamlit as st
 
 from kvviz.viz import charts
-from kvviz.app import panels, ui
-from kvviz.serving import serving
-from kvviz.serving import serving_charts as sc
+from kvviz.app import ui
+from kvviz.live import panel as panels
+from kvviz.serving import compute as serving
+from kvviz.serving import charts as sc
 
 COLUMNS = 16  # blocks per row of the grid
 LIVE_INTERVAL_S = 0.1  # without slow motion, redraw at most ten times a second while running
@@ -180,7 +181,7 @@ def grid_caption(size: int, source: str) -> str:
     return (f"Each cell is one block of {size} token slots. A number: the request holding it; "
             "S: shared by several requests (a common prefix); c: no longer referenced but kept "
             "cached for reuse until the pool needs it; blank: free."
-            + (" **Modelled** with kvviz.cache.blocks (no sharing shown)." if source != "real" else ""))
+            + (" **Modelled** with kvviz.core.blocks (no sharing shown)." if source != "real" else ""))
 
 
 def step_specs(ids: list[str], snap, max_step: int, top_blocks: int) -> dict:

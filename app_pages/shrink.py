@@ -1,13 +1,15 @@
 """Shrink: the same prompt with the full KV cache and with a shrunk one (a kvpress press or
 transformers' quantized cache), side by side: answers, where they diverge, bytes, step time, and
-which prompt positions each layer kept. Widgets only: kvviz.shrink.shrink runs, kvviz.app.shrink_panels draws."""
+which prompt positions each layer kept. Widgets only: kvviz.shrink.compute runs, kvviz.shrink.panel draws."""
 import time
 from contextlib import nullcontext
 
 import streamlit as st
 
-from kvviz.app import shrink_panels, ui
-from kvviz.shrink import presses, quant_cache, shrink
+from kvviz.app import ui
+from kvviz.shrink import panel as shrink_panels
+from kvviz.shrink import presses, quant_cache
+from kvviz.shrink import compute as shrink
 
 DRAW_EVERY_S = 0.15  # redraw both answers at most this often while the runs take turns
 PRESS, QUANT = "Press (evict positions)", "Quantized cache"

@@ -1,7 +1,7 @@
 """Sweep: cache bytes and latency measured over prompt length × batch size on the loaded model.
 
-Widgets and layout only: the runner and its arithmetic are kvviz.sweep.sweep's, the charts
-kvviz.sweep.sweep_charts'. Results live in st.session_state["sweeps"], keyed on (model, settings): a
+Widgets and layout only: the runner and its arithmetic are kvviz.sweep.compute's, the charts
+kvviz.sweep.charts'. Results live in st.session_state["sweeps"], keyed on (model, settings): a
 stopped sweep keeps its points, and running the same settings again measures only what is missing.
 Stop acts between points (Streamlit interrupts the script at its next call, after a point's row
 is stored), so a long point finishes first. In hosted mode the host's caps (prompt tokens, batch,
@@ -13,9 +13,11 @@ import pandas as pd
 import streamlit as st
 
 from kvviz.planner import capacity
-from kvviz.app import panels, ui
-from kvviz.sweep import sweep, sweep_charts
-from kvviz.viz import units
+from kvviz.app import ui
+from kvviz.live import panel as panels
+from kvviz.sweep import compute as sweep
+from kvviz.sweep import charts as sweep_charts
+from kvviz.core import units
 
 URL = "query-params"
 WHERE_TIME_GOES = (

@@ -23,7 +23,7 @@ APP = Path(__file__).resolve().parent.parent / "app.py"
 
 
 class GenerateSpy:
-    """Stands in for `kvviz.live.engine.generate` (which the live page calls) to time its token loop.
+    """Stands in for `kvviz.engine.loop.generate` (which the live page calls) to time its token loop.
 
     The clock starts when the page asks for the first event and stops when it asks for the one
     after the last, so the window holds every step plus everything the page did with each event.
@@ -35,13 +35,13 @@ class GenerateSpy:
         self.tokens, self.wall_s = 0, 0.0
 
     def __enter__(self):
-        from kvviz.live import engine
+        from kvviz.engine import loop as engine
         self.real = engine.generate
         engine.generate = self.generate
         return self
 
     def __exit__(self, *exc):
-        from kvviz.live import engine
+        from kvviz.engine import loop as engine
         engine.generate = self.real
         return False
 
@@ -62,7 +62,7 @@ class PageClock:
     (`LiveView.draw_figures`) while installed; the final redraw after a run is left out."""
 
     def __enter__(self):
-        from kvviz.app import panels
+        from kvviz.live import panel as panels
         self.real_update, self.real_draw = panels.LiveView.update, panels.LiveView.draw_figures
         self.update_ms: list[float] = []
         self.draw_ms: list[float] = []
@@ -89,7 +89,7 @@ class PageClock:
         return self
 
     def __exit__(self, *exc):
-        from kvviz.app import panels
+        from kvviz.live import panel as panels
         panels.LiveView.update, panels.LiveView.draw_figures = self.real_update, self.real_draw
         return False
 
@@ -155,7 +155,7 @@ def page_tokens_per_s(at, spy: GenerateSpy) -> float:
 def headless_tokens_per_s(spy: GenerateSpy) -> float:
     """The same run (model, config, timing window) with the events only appended to a Trace,
     in a fresh thread as Streamlit runs each script run in a fresh thread."""
-    from kvviz.live.trace import Trace
+    from kvviz.core.trace import Trace
 
     def consume():
         trace = Trace({}, [])
@@ -183,7 +183,7 @@ def catch(work: Callable[[], object], failure: list) -> None:
 
 
 def chart_interval_s() -> float:
-    from kvviz.app.panels import CHART_INTERVAL_S
+    from kvviz.live.panel import CHART_INTERVAL_S
     return CHART_INTERVAL_S
 
 
@@ -217,7 +217,7 @@ def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[R
         "The real app (`app.py`, the Live page) runs in Streamlit's `AppTest`: "
         f"{s.new_tokens} max new tokens, race off, real-time pace, then **Generate** is clicked; "
         f"one warm-up click, then {s.reps} page runs interleaved with {s.reps} headless runs. "
-        "`kvviz.live.engine.generate` is wrapped so that a clock starts when the page asks for the first "
+        "`kvviz.engine.loop.generate` is wrapped so that a clock starts when the page asks for the first "
         "event and stops when it asks for the one after the last: the window holds every step "
         "plus everything `panels.run_live` does per event — the streamed text rewritten every "
         f"token, and the metrics, captions and Altair charts redrawn at most every "

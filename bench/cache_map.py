@@ -15,7 +15,7 @@ REDRAW_LIMIT = 0.5  # re-feeding the built spec must cost at most half of buildi
 def attention_step_ms(loop, attention: bool) -> float:
     """One decode step of `loop` (engine_runs.BareDecodeLoop): eager with the attention hooks and
     the rows read as the engine reads them, or sdpa without; the switch is outside the clock."""
-    from kvviz.live.hooks import attention_rows
+    from kvviz.engine.hooks import attention_rows
 
     loop.lm.model.set_attn_implementation("eager" if attention else "sdpa")
     with attention_rows(loop.layers) if attention else nullcontext() as rows:
@@ -52,7 +52,7 @@ def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
     return [row, redraw], (
         "The Live page's \"Attention over the cache\" toggle loads the model with eager attention "
         "(sdpa returns no weights) and hooks every layer's attention module to keep the newest "
-        "token's weights, averaged over heads (`kvviz.live.hooks.attention_rows`). A bare greedy loop "
+        "token's weights, averaged over heads (`kvviz.engine.hooks.attention_rows`). A bare greedy loop "
         "(`BareDecodeLoop`) on the default model alternates its decode steps one by one between "
         "that (the rows read after each step, as the engine does) and sdpa without hooks, so both "
         f"see the same lengths and load; {loops(s)} loops of {s.new_tokens} steps per variant after "
@@ -62,7 +62,7 @@ def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
 
 def long_run(positions: int, layers: int):
     """Synthetic meta and events of a run with `positions` cached over `layers` full layers."""
-    from kvviz.live.events import LayerStat, StepEvent
+    from kvviz.core.events import LayerStat, StepEvent
 
     prompt = positions // 2
     meta = {"num_layers": layers, "windows": [None] * layers, "prompt_tokens": prompt,

@@ -24,8 +24,8 @@ def engine_bench(name: str) -> Callable:
 
 def default_lm(ctx: dict):
     if "lm" not in ctx:
-        from kvviz.live.config import ModelSpec
-        from kvviz.live.models import load_model
+        from kvviz.core.config import ModelSpec
+        from kvviz.engine.models import load_model
         ctx["lm"] = load_model(ModelSpec())
     return ctx["lm"]
 

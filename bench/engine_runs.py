@@ -12,7 +12,7 @@ from bench.settings import Settings
 
 def bench_config(new_tokens: int):
     """The greedy run every benchmark uses: the default short prompt, never stopping early at EOS."""
-    from kvviz.live.config import RunConfig
+    from kvviz.core.config import RunConfig
     return RunConfig(max_new_tokens=new_tokens, stop_on_eos=False)
 
 
@@ -27,9 +27,9 @@ class BareDecodeLoop:
     per step (cache probe, block accounting, text, events); `step_ms` times one decode step."""
 
     def __init__(self, lm, cfg):
-        from kvviz.live import engine
-        from kvviz.cache import layout
-        from kvviz.live.hooks import find_decoder_layers
+        from kvviz.engine import loop as engine
+        from kvviz.core import layout
+        from kvviz.engine.hooks import find_decoder_layers
         self.lm, self.engine = lm, engine
         self.batch = engine.encode_prompts(lm.tokenizer, cfg, lm.device)
         self.cache = engine.make_cache(lm.model, "dynamic", self.batch.prompt_len + cfg.max_new_tokens)
@@ -43,7 +43,7 @@ class BareDecodeLoop:
         times (`take_ms`, which the engine does every step) is inside the clock.
         """
         import torch
-        from kvviz.live.hooks import timed_layers
+        from kvviz.engine.hooks import timed_layers
         column = self.next_ids[:, None]  # (B, 1)
         self.batch.ids = torch.cat([self.batch.ids, column], dim=1)
         self.batch.mask = torch.cat([self.batch.mask, torch.ones_like(column)], dim=1)
@@ -81,8 +81,8 @@ def run_timing(stamps: list[float], start: float, end: float) -> RunTiming:
 
 
 def engine_timing(lm, cfg) -> RunTiming:
-    """`kvviz.live.engine.generate`, stamped each time it yields an event."""
-    from kvviz.live import engine
+    """`kvviz.engine.loop.generate`, stamped each time it yields an event."""
+    from kvviz.engine import loop as engine
     start, stamps = time.perf_counter(), []
     for _ in engine.generate(lm, cfg):
         stamps.append(time.perf_counter())
@@ -103,7 +103,7 @@ class StampLogits:
 def hf_generate_timing(lm, cfg) -> RunTiming:
     """`model.generate` (greedy, exactly max_new_tokens), same prompt, stamped each step."""
     from transformers import LogitsProcessorList
-    from kvviz.live import engine
+    from kvviz.engine import loop as engine
     start, stamp = time.perf_counter(), StampLogits()
     batch = engine.encode_prompts(lm.tokenizer, cfg, lm.device)
     lm.model.generate(input_ids=batch.ids, attention_mask=batch.mask, do_sample=False,
@@ -115,7 +115,7 @@ def hf_generate_timing(lm, cfg) -> RunTiming:
 
 def generate_s(lm, cfg, mode: str) -> float:
     """Wall seconds of one whole engine run in `mode` ("cached" or "recompute")."""
-    from kvviz.live import engine
+    from kvviz.engine import loop as engine
     start = time.perf_counter()
     for _ in engine.generate(lm, cfg, mode):
         pass
@@ -137,7 +137,7 @@ def hook_overhead(lm, s: Settings) -> tuple[list[Result], str]:
     return [row], (
         "A bare greedy loop (`BareDecodeLoop` in `bench/engine_runs.py`) runs the engine's own `prefill` "
         "and `decode_step` and nothing else. Its decode steps alternate one by one (A, B, A, B, …) "
-        "between having `kvviz.live.hooks.timed_layers` installed on every decoder layer — reading the "
+        "between having `kvviz.engine.hooks.timed_layers` installed on every decoder layer — reading the "
         "layer times after the step, as the engine does — and having no hooks; so both variants "
         "see the same sequence lengths and the same background load, step for step. "
         f"{s.reps} loops of {s.new_tokens} steps per variant (after one discarded pair each); the "
@@ -157,7 +157,7 @@ def engine_vs_generate(lm, s: Settings) -> tuple[list[Result], str]:
                  f"{m['generate']:.2f} tok/s", m["engine"] / m["generate"], ">=", 0.95)
     w = medians(whole)
     return [row], (
-        f"`kvviz.live.engine.generate` (every event built: cache probe, block accounting, layer hooks, "
+        f"`kvviz.engine.loop.generate` (every event built: cache probe, block accounting, layer hooks, "
         f"text) against `model.generate(do_sample=False, max_new_tokens={s.new_tokens}, "
         f"min_new_tokens={s.new_tokens})` on the same chat-templated prompt, EOS ignored so both "
         f"produce exactly {s.new_tokens} tokens; {s.reps} interleaved rounds after a warm-up round. "

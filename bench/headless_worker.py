@@ -19,8 +19,8 @@ import time
 
 def timed_run(lm, fields: dict) -> dict:
     """One cached-mode generation, stamped when each event arrives."""
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
     cfg = RunConfig(**{**fields, "prompts": tuple(fields["prompts"])})
     start, events, stamps = time.perf_counter(), [], []
     for event in engine.generate(lm, cfg, "cached"):
@@ -34,8 +34,8 @@ def main() -> None:
     import torch
 
     from kvviz.app.threads import apply_torch_threads
-    from kvviz.live.config import ModelSpec
-    from kvviz.live.models import load_model
+    from kvviz.core.config import ModelSpec
+    from kvviz.engine.models import load_model
     torch_default = torch.get_num_threads()
     threads = apply_torch_threads()  # as the server does (kvviz.app.ui), before the model loads
     lm = load_model(ModelSpec(*sys.argv[1:2]))  # the default model unless one is named

@@ -48,8 +48,8 @@ def model_load(s: Settings) -> tuple[list[Result], str]:
 def load_timings() -> dict:
     """The subprocess side: import kvviz, convert the default model if needed, load it."""
     start = time.perf_counter()
-    from kvviz.live import models
-    from kvviz.live.config import ModelSpec
+    from kvviz.engine import models
+    from kvviz.core.config import ModelSpec
     imported = time.perf_counter()
     models.convert_default_model()
     converted = time.perf_counter()

@@ -36,7 +36,7 @@ def machine_facts(lm, load_at_start: str) -> dict:
              "Load average at start (1, 5, 15 min)": load_at_start,
              "Load average at end": ", ".join(f"{x:.1f}" for x in os.getloadavg())}
     if lm is not None:
-        from kvviz.live import engine
+        from kvviz.engine import loop as engine
         from bench.engine_runs import bench_config
         cfg = bench_config(1)
         prompt_tokens = engine.encode_prompts(lm.tokenizer, cfg, lm.device).prompt_len

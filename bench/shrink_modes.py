@@ -21,7 +21,7 @@ def preset_prompt(name: str = PRESET) -> str:
 def modes() -> tuple[list, list[str]]:
     """(every shrink mode that can run here, a sentence per press or backend that cannot)."""
     from kvviz.shrink import presses, quant_cache
-    from kvviz.shrink.shrink import ShrinkMode
+    from kvviz.shrink.compute import ShrinkMode
     offered, refused = presses.offered()
     backends, refused_backends = quant_cache.available()
     out = [ShrinkMode(press=name, ratio=PRESS_RATIO) for name in offered]
@@ -52,7 +52,7 @@ def divergence(result) -> str:
 
 
 def shrink_modes(lm, s: Settings, prompt: str | None = None) -> tuple[list[Result], str]:
-    from kvviz.shrink import shrink
+    from kvviz.shrink import compute as shrink
     ids = shrink.prompt_ids(lm.tokenizer, prompt if prompt is not None else preset_prompt())
     n, new = ids.shape[1], s.new_tokens
     every, missing = modes()
@@ -78,7 +78,7 @@ def shrink_modes(lm, s: Settings, prompt: str | None = None) -> tuple[list[Resul
                        agree / len(full_tokens) if full_tokens else 0.0, ">=", 1.0))
     refused = f" Not run here: {'; '.join(missing)}." if missing else ""
     return rows, (
-        f"`kvviz.shrink.shrink.compare` on the default model, one run per shrink mode: the "
+        f"`kvviz.shrink.compute.compare` on the default model, one run per shrink mode: the "
         f"\"{PRESET}\" preset of `kvviz/assets/prompts.json` through the chat template ({n} prompt "
         f"tokens), then {new} greedy tokens (prefill included, EOS not a stop) with the full dynamic "
         "cache and with the shrunk one, taking turns step by step so both sides see the same load. "

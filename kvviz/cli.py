@@ -1,6 +1,6 @@
 """`kvviz record`, `kvviz plan`, `kvviz shrink`, `kvviz watch`: the headless side of kvviz.
 
-`record`'s flags are derived from the run settings (kvviz.live.config's ModelSpec and RunConfig):
+`record`'s flags are derived from the run settings (kvviz.core.config's ModelSpec and RunConfig):
 a field's type gives the flag's type (a Literal its choices, a bool --x/--no-x, a tuple a repeated
 flag), its default the default and its comment the help, so a new field gets a flag unedited.
 """
@@ -13,9 +13,9 @@ import re
 import sys
 import typing
 
-from kvviz.live.config import ModelSpec, RunConfig
-from kvviz.planner import plan_cli
-from kvviz.shrink import shrink_cli
+from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.planner import cli as plan_cli
+from kvviz.shrink import cli as shrink_cli
 from kvviz.vllm import cli as vllm_cli
 
 
@@ -78,8 +78,8 @@ def values_of(args, cls, names: list[str]):
 
 def add_record(sub) -> None:
     p = sub.add_parser("record", help="run one generation and save its trace")
-    model = p.add_argument_group("model (kvviz.live.config.ModelSpec)")
-    run = p.add_argument_group("run (kvviz.live.config.RunConfig; the Live page's sidebar)")
+    model = p.add_argument_group("model (kvviz.core.config.ModelSpec)")
+    run = p.add_argument_group("run (kvviz.core.config.RunConfig; the Live page's sidebar)")
     p.set_defaults(model_fields=config_flags(model, ModelSpec), run_fields=config_flags(run, RunConfig))
     p.add_argument("--recompute", action="store_true", help="also run without a cache, after")
     p.add_argument("--out", required=True, help="where to write the trace (JSON)")
@@ -87,9 +87,9 @@ def add_record(sub) -> None:
 
 
 def run_record(args) -> int:
-    from kvviz.live.engine import generate, run_meta
-    from kvviz.live.models import ModelLoadError, load_model
-    from kvviz.live.trace import Trace, TraceError, format_summary, summary
+    from kvviz.engine.loop import generate, run_meta
+    from kvviz.engine.models import ModelLoadError, load_model
+    from kvviz.core.trace import Trace, TraceError, format_summary, summary
 
     try:
         cfg = values_of(args, RunConfig, args.run_fields)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 
-from kvviz.live import engine, models
-from kvviz.sweep import sweep
-from kvviz.live.config import ModelSpec, RunConfig
-from kvviz.live.trace import Trace, format_summary, summary
+from kvviz.engine import loop as engine
+from kvviz.engine import models
+from kvviz.sweep import compute as sweep
+from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.core.trace import Trace, format_summary, summary
 
 FAILURES: list[str] = []
 

@@ -6,9 +6,10 @@ Prints one row per mode; the full-cache bytes are checked against tokens x 46,08
 """
 import argparse
 
-from kvviz.shrink import presses, quant_cache, shrink
-from kvviz.live.config import ModelSpec
-from kvviz.live.models import load_model
+from kvviz.shrink import presses, quant_cache
+from kvviz.shrink import compute as shrink
+from kvviz.core.config import ModelSpec
+from kvviz.engine.models import load_model
 
 CONTEXT = ("The old lighthouse on Gull Point was kept for forty years by Marta Olsen, who logged every "
            "ship that passed and every storm that broke on the rocks. ") * 12

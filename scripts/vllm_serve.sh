@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${KVVIZ_VLLM_VENV:-.venv-vllm}"
-MODEL="${KVVIZ_VLLM_MODEL:-$(.venv/bin/python -c 'from kvviz.live.models import convert_default_model; print(convert_default_model())')}"
+MODEL="${KVVIZ_VLLM_MODEL:-$(.venv/bin/python -c 'from kvviz.engine.models import convert_default_model; print(convert_default_model())')}"
 PORT="${KVVIZ_VLLM_PORT:-8000}"
 EVENTS="tcp://127.0.0.1:${KVVIZ_VLLM_EVENTS_PORT:-5557}"
 REPLAY="tcp://127.0.0.1:${KVVIZ_VLLM_REPLAY_PORT:-5558}"

@@ -20,6 +20,6 @@ def tiny_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_lm():
     """The real embedded default model (converted once into the user cache)."""
-    from kvviz.live.config import ModelSpec
-    from kvviz.live.models import load_model
+    from kvviz.core.config import ModelSpec
+    from kvviz.engine.models import load_model
     return load_model(ModelSpec())

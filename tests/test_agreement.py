@@ -2,7 +2,7 @@
 
 For every catalog model (and the tiny models the live page runs): the cache bytes the planner
 shows for a context (kvviz.planner.capacity) and the live page's formula at the same token count
-(kvviz.cache.layout.formula_bytes, also the Sweep's and the trace's) are the same number, in every
+(kvviz.core.layout.formula_bytes, also the Sweep's and the trace's) are the same number, in every
 dtype the live page can run; and the Sweep's out-of-memory boundary agrees with its own
 'predicted not to fit' flag. Below, every figure two views show (bytes at n tokens, bytes per token,
 tokens held, caps, per-kind groups) is computed through every path that shows it, for every catalog
@@ -11,8 +11,9 @@ model and every tiny architecture of tests/test_architectures.py, from the one c
 import pytest
 
 from catalog_cases import first_of_each_type
-from kvviz.planner import capacity, plan_models
-from kvviz.cache import layout
+from kvviz.planner import capacity
+from kvviz.planner import configs as plan_models
+from kvviz.core import layout
 
 CATALOG = [e["name"] for e in capacity.load_catalog()]
 CATALOG_PARAMS = first_of_each_type()  # make check: one model per model_type; make test: all
@@ -42,7 +43,7 @@ def test_planner_specs_are_the_layout_of_the_catalog_config(name):
 
 # --- every figure two views show, through every path that shows it (issue 17) ---------------------
 #
-# One cache spec per layer (kvviz.cache.spec) is the source; the paths are what the pages draw:
+# One cache spec per layer (kvviz.core.spec) is the source; the paths are what the pages draw:
 # the live formula (engine: layout.formula_bytes per step, probe: per layer), the trace (the engine's
 # meta written and read back as a file), the cache map (cells per layer), the per-layer chart
 # (groups, window marks, y top), the sweep (its out-of-memory boundary), the planner (bytes per
@@ -50,11 +51,13 @@ def test_planner_specs_are_the_layout_of_the_catalog_config(name):
 
 import json  # noqa: E402
 
-from kvviz.cache import spec as sp  # noqa: E402
-from kvviz.live import cache_map, engine, live_charts  # noqa: E402
-from kvviz.live import trace as tr  # noqa: E402
-from kvviz.live.events import LayerStat, StepEvent  # noqa: E402
-from kvviz.sweep import sweep  # noqa: E402
+from kvviz.core import spec as sp  # noqa: E402
+from kvviz.live import cache_map
+from kvviz.engine import loop as engine
+from kvviz.live import charts as live_charts  # noqa: E402
+from kvviz.core import trace as tr  # noqa: E402
+from kvviz.core.events import LayerStat, StepEvent  # noqa: E402
+from kvviz.sweep import compute as sweep  # noqa: E402
 from tiny import ARCHS, STATE_ARCHS, arch_config  # noqa: E402
 
 TINY = sorted({**ARCHS, **STATE_ARCHS})

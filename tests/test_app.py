@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.app.panels import DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
+from kvviz.live.panel import DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
 from kvviz.app.ui import PAGE_CSS, PRESENTER_CSS, inert
 
 pytestmark = pytest.mark.slow  # runs the Live page (Streamlit AppTest) with model runs: make test, not make check
@@ -222,7 +222,7 @@ def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_d
 def test_run_notes_say_what_the_figures_lack():
     from types import SimpleNamespace
 
-    from kvviz.app.panels import run_notes
+    from kvviz.live.panel import run_notes
     meta = {"attn_fallback": "sdpa → eager: refused", "attn_implementation": "eager", "state_modelled": False}
     notes = run_notes(meta, SimpleNamespace(cache_note="kvviz cannot read cache layers of class X"))
     assert notes[0].startswith("kvviz cannot read") and "eager" in notes[1] and "formula leaves" in notes[2]
@@ -251,7 +251,7 @@ def test_the_layout_probe_runs_while_this_session_holds_the_device(at, monkeypat
     """run_meta's probe forwards use the shared model: outside the device turn they would run
     inside another visitor's timed steps (negative layer times, an unsaveable trace)."""
     from kvviz.app import ui
-    from kvviz.live import engine
+    from kvviz.engine import loop as engine
     seen, real = [], engine.run_meta
 
     def watched(lm, cfg):
@@ -268,7 +268,8 @@ def test_a_hosts_time_limit_ends_slow_motion_drawing_too(monkeypatch):
     host's limit must end the drawing, not only the generation (else others wait on a replay)."""
     from types import SimpleNamespace
 
-    from kvviz.app import panels, ui
+    from kvviz.app import ui
+    from kvviz.live import panel as panels
 
     delays, clock = [], {"t": 0.0}
     monkeypatch.setattr(ui, "pace_delay", lambda step_ms, pace: (delays.append(step_ms),

@@ -19,11 +19,11 @@ from functools import lru_cache
 import pytest
 import torch
 
-from kvviz.live import engine
-from kvviz.live import trace as trace_module
-from kvviz.cache import layout
-from kvviz.live.config import RunConfig
-from kvviz.live.trace import Trace
+from kvviz.engine import loop as engine
+from kvviz.core import trace as trace_module
+from kvviz.core import layout
+from kvviz.core.config import RunConfig
+from kvviz.core.trace import Trace
 from tiny import ARCHS, STATE_ARCHS, WINDOW, arch_lm
 
 NEW_TOKENS = 6
@@ -201,7 +201,8 @@ def test_state_sizes_and_dtypes_of_state_space_families(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_planner_on_the_same_config_agrees_with_the_live_run(name):
     """The capacity planner reads the model's config.json; its bytes equal the live measurement."""
-    from kvviz.planner import capacity, plan_models
+    from kvviz.planner import capacity
+    from kvviz.planner import configs as plan_models
     model = plan_models.model_from_config(arch_lm(name).model.config.to_dict(), name, given_params=1)
     first, second, *_, last = recorded(name).events_of("cached")
     assert capacity.kv_bytes_per_token(model, "fp32") * 2 == second.kv_bytes - first.kv_bytes

@@ -1,4 +1,4 @@
-"""kill -9 mid-write: every file kvviz writes (kvviz.files.write_atomic, used by Trace.save,
+"""kill -9 mid-write: every file kvviz writes (kvviz.core.files.write_atomic, used by Trace.save,
 Recording.save and the default model's marker) is afterwards the old complete file or the new
 complete one, a stray temp file is never read as data, and the app's loaders still serve.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import files
-from kvviz.live.trace import Trace
+from kvviz.core import files
+from kvviz.core.trace import Trace
 from kvviz.vllm.recording import Recording
 
 pytestmark = pytest.mark.slow  # kills writer processes mid-write, repeatedly: make test, not make check
@@ -31,7 +31,7 @@ CHILD = r"""
 import sys, time
 from pathlib import Path
 from kvviz import files
-from kvviz.live.trace import Trace
+from kvviz.core.trace import Trace
 from kvviz.vllm.recording import NoteRecord, Recording
 
 folder, example, pad = Path(sys.argv[1]), Trace.load(sys.argv[2]), int(sys.argv[3])

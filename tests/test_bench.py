@@ -116,8 +116,8 @@ def test_live_page_measurement_on_a_tiny_model(tiny_dir, monkeypatch):
     for name in ("KVVIZ_MODEL", "KVVIZ_PRESENT", "KVVIZ_HOSTED"):
         monkeypatch.setenv(name, "")  # so that monkeypatch restores it: the bench sets KVVIZ_MODEL
         monkeypatch.delenv(name)
-    from kvviz.live import engine
-    from kvviz.app import panels
+    from kvviz.engine import loop as engine
+    from kvviz.live import panel as panels
     real = engine.generate, panels.LiveView.update, panels.LiveView.draw_figures
     rows, method = apptest_page.live_page_vs_headless(Settings(reps=1, new_tokens=4), str(tiny_dir))
     assert (engine.generate, panels.LiveView.update, panels.LiveView.draw_figures) == real  # unpatched

@@ -1,7 +1,7 @@
 """Block accounting invariants, vLLM-style: tiny pools, an assert after every operation."""
 import pytest
 
-from kvviz.cache.blocks import BlockPool, cdiv
+from kvviz.core.blocks import BlockPool, cdiv
 
 
 def check(pool: BlockPool) -> None:

@@ -52,8 +52,8 @@ def tiny_as_default(cache: Path) -> None:
     """The tiny Llama saved where kvviz keeps the converted default model, with its marker."""
     from tiny import save_tiny
 
-    from kvviz import files
-    from kvviz.live import models
+    from kvviz.core import files
+    from kvviz.engine import models
     folder = cache / models.DEFAULT_FOLDER
     folder.mkdir(parents=True)
     save_tiny(folder)

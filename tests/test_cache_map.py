@@ -9,7 +9,7 @@ import pytest
 from kvviz.live import cache_map as cm
 from kvviz.live import cache_map_charts as cc
 from kvviz.viz import charts
-from kvviz.live.events import LayerStat, StepEvent
+from kvviz.core.events import LayerStat, StepEvent
 
 
 def event(step: int, seq_len: int, tokens: list[int], text: str = "x", attention=None) -> StepEvent:
@@ -165,8 +165,8 @@ def eager_lm(kind: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "sliding"])
 def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind):
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
 
     lm = eager_lm(kind)
     cfg = RunConfig(prompts=("Hello there", "The key value cache keeps"), max_new_tokens=12,
@@ -191,8 +191,8 @@ def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind
 
 @pytest.mark.slow
 def test_attention_is_cut_to_the_written_positions_of_a_static_cache():
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
 
     cfg = RunConfig(max_new_tokens=4, stop_on_eos=False, attention=True, cache_backend="static")
     last = list(engine.generate(eager_lm("llama"), cfg))[-1]
@@ -203,8 +203,8 @@ def test_attention_is_cut_to_the_written_positions_of_a_static_cache():
 def test_attention_needs_eager_and_says_so():
     from tiny import tiny_lm
 
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
 
     with pytest.raises(ValueError, match="eager attention"):
         engine.run_meta(tiny_lm("llama"), RunConfig(attention=True))
@@ -212,9 +212,9 @@ def test_attention_needs_eager_and_says_so():
 
 @pytest.mark.slow
 def test_a_trace_with_attention_round_trips():
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
-    from kvviz.live.trace import Trace
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
+    from kvviz.core.trace import Trace
 
     lm = eager_lm("llama")
     cfg = RunConfig(max_new_tokens=3, stop_on_eos=False, attention=True)
@@ -222,7 +222,7 @@ def test_a_trace_with_attention_round_trips():
     again = Trace.from_json(trace.to_json())
     assert again.events[-1].attention == trace.events[-1].attention
     assert not cm.attention_frame(again.meta, again.events).empty
-    from kvviz import report
+    from kvviz.live import report
 
     doc = report.html_report(again)
     for name in ("cache_map", "attention"):
@@ -313,8 +313,8 @@ def test_a_batch_gets_a_row_picker_once_the_run_is_over(at):
 def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
     from tiny import arch_lm
 
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
 
     lm = arch_lm(arch)
     cfg = RunConfig(max_new_tokens=10, stop_on_eos=False)
@@ -330,7 +330,7 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
         if kind.kind in ("sliding", "chunked"):
             assert mine[mine.status != "dropped"].positions.max() <= kind.token_cap * 2
             assert (mine.status == "dropped").any()  # the run crossed the window / chunk
-    from kvviz.live import live_charts
+    from kvviz.live import charts as live_charts
 
     data = live_charts.chart_data(meta, events, [])
     groups = data["layers"]

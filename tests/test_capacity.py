@@ -1,6 +1,6 @@
 """kvviz.planner.capacity against worked examples computed by hand (the arithmetic is in the comments).
 
-Models are kvviz.cache.layout's per-layer specs (via kvviz.planner.plan_models for catalog entries, or
+Models are kvviz.core.layout's per-layer specs (via kvviz.planner.configs for catalog entries, or
 capacity.uniform_model for explicit numbers).
 """
 from __future__ import annotations
@@ -10,8 +10,9 @@ import json
 import pytest
 
 from catalog_cases import first_of_each_type
-from kvviz.planner import capacity, plan_models
-from kvviz.cache.layout import FULL, SLIDING, STATE, LayerSpec, config_from_dict
+from kvviz.planner import capacity
+from kvviz.planner import configs as plan_models
+from kvviz.core.layout import FULL, SLIDING, STATE, LayerSpec, config_from_dict
 
 GB = 10**9
 LLAMA_8B = capacity.uniform_model(32, 8, 128, 32, "Llama-3.1-8B", params_total=8_030_261_248)

@@ -1,6 +1,6 @@
 """Captions and headline figures carry the right live numbers."""
 from kvviz.live import captions
-from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.core.events import BlockStat, LayerStat, StepEvent
 
 META = {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 2, "bytes_per_token": 23_040,
         "weight_bytes": 269_030_016, "prompt_tokens": 31, "batch": 1, "max_len": 95}
@@ -45,7 +45,7 @@ def test_race_caption_extrapolates_only_when_final_and_behind():
 
 
 def test_headline_names_what_each_rate_times_and_shows_the_wall_clock_beside_it():
-    from kvviz.live.trace import Trace, summary
+    from kvviz.core.trace import Trace, summary
     cached = [event(i, 32 + i, 100.0 if i == 0 else 50.0) for i in range(5)]
     recompute = [event(i, 32 + i, 120.0, "recompute", blocks=False) for i in range(3)]
     sums = summary(Trace(META, cached + recompute))
@@ -82,7 +82,7 @@ def test_durations_read_in_human_units():
 
 
 def test_the_ratio_waits_for_three_shared_steps():
-    from kvviz.live.trace import Trace, summary
+    from kvviz.core.trace import Trace, summary
     cached = [event(i, 32 + i, 100.0 if i == 0 else 50.0) for i in range(5)]
     for shared, shown in ((1, False), (2, False), (3, True)):
         recompute = [event(i, 32 + i, 60.0, "recompute", blocks=False) for i in range(shared)]
@@ -99,7 +99,7 @@ def test_few_recompute_steps_give_a_range_in_minutes():
 
 
 def test_caption_and_headline_share_one_median():
-    from kvviz.live.trace import Trace, summary
+    from kvviz.core.trace import Trace, summary
     cached = [event(0, 32, 100.0)] + [event(i, 32 + i, ms) for i, ms in enumerate([10.0, 40.0, 20.0, 30.0], 1)]
     median = captions.median_decode_ms(cached)
     assert median == 25.0  # the even count's midpoint, not the upper middle (30 ms)
@@ -116,7 +116,7 @@ def test_race_captions_name_both_race_panels():
 
 
 def test_no_cache_note_fits_a_stop_a_scrub_and_the_end():
-    from kvviz.app import panels
+    from kvviz.live import panel as panels
     cached = [event(i, 32 + i, 10.0) for i in range(6)]
     recompute = [event(i, 32 + i, 20.0, "recompute", blocks=False) for i in range(3)]
     assert panels.run_ended(cached, 6) and not panels.run_ended(cached, 8)
@@ -128,7 +128,7 @@ def test_no_cache_note_fits_a_stop_a_scrub_and_the_end():
 
 
 def test_wall_clock_help_names_the_no_cache_runs_turns():
-    from kvviz.live.trace import Trace, summary
+    from kvviz.core.trace import Trace, summary
     cached = [event(i, 32 + i, 50.0) for i in range(3)]
     figures = {label: help_text for label, _, help_text in
                captions.headline(META, summary(Trace(META, cached)), cached[-1], wall_tokens_per_s=9.0)}

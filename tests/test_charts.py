@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from kvviz.viz import charts
-from kvviz.live import live_charts
-from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.live import charts as live_charts
+from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from kvviz.live.frames import (
     block_grid_frame, layer_times_frame, reservation_frame, steps_frame,
 )

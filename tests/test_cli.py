@@ -7,8 +7,8 @@ import typing
 import pytest
 
 from kvviz import cli
-from kvviz.live.config import ModelSpec, RunConfig
-from kvviz.live.trace import Trace
+from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.core.trace import Trace
 
 
 @pytest.mark.slow

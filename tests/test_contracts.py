@@ -8,31 +8,32 @@ import pytest
 
 KVVIZ = Path(__file__).resolve().parent.parent / "kvviz"
 
-# Wing -> the wings it may import (besides itself). Lower wings never import higher ones.
+# The layers, lowest first: a file may import its own wing and the layers below its own.
+# core: the run's contract (specs, layout, settings, events, trace, errors, units); engine: all
+# that runs a model; viz: chart theme and builders; app: the Streamlit shell every panel stands on
+# (sidebar, cached model, device queue, hosted policy, links, slots); the features, which never
+# import one another; kvviz/cli.py, the one command that dispatches to every feature's cli.
+FEATURES = {"live", "planner", "sweep", "serving", "shrink", "vllm"}
 MAY_IMPORT = {
-    "errors": set(),
-    "files": {"errors"},  # atomic writes; stdlib only
-    "safe_input": {"errors"},
-    "viz": {"errors"},
-    "cache": {"errors", "viz"},
-    "live": {"errors", "files", "viz", "cache"},
-    # live: a pasted config's layers sized by the architecture's own code (live.config_probe), as a run measures
-    "planner": {"errors", "safe_input", "viz", "cache", "live"},
-    "sweep": {"errors", "viz", "cache", "live", "planner"},
-    "serving": {"errors", "viz", "cache", "live"},
-    "shrink": {"errors", "files", "viz", "cache", "live", "report"},  # its HTML report reuses the run report's page
-    "vllm": {"errors", "live"},  # kvviz's error base and the trace format only (tests/test_imports.py)
-    "report": {"errors", "viz", "cache", "live"},
-    "app": {"errors", "safe_input", "viz", "cache", "live", "planner", "sweep", "serving", "shrink", "vllm",
-            "report"},
-    "cli": {"errors", "viz", "cache", "live", "planner", "shrink", "vllm", "report"},
+    "core": set(),
+    "engine": {"core"},
+    "viz": {"core"},
+    "app": {"core", "engine", "viz"},
+    **{feature: {"core", "engine", "viz", "app"} for feature in FEATURES},
+    "cli": {"core", "engine", "viz", "app"} | FEATURES,
+}
+# Crossings between features that the house still has, each to be moved down into core or engine.
+CROSSINGS = {
+    "live/panel.py": {"sweep"},  # the prefill cost model (sweep.compute.model_work)
+    "shrink/report.py": {"live"},  # the run report's page (live.report)
+    "sweep/compute.py": {"live", "planner"},  # captions' formula, capacity's GPU presets
 }
 # Heavy roots and the files that may import them; nowhere else.
 ONLY_IN = {
-    "streamlit": lambda f: f.startswith("app/"),
-    "torch": lambda f: f.split("/")[0] in {"live", "planner", "sweep", "serving", "shrink"}
+    "streamlit": lambda f: f.startswith("app/") or f.endswith("/panel.py"),
+    "torch": lambda f: f.split("/")[0] in {"engine", "planner", "sweep", "serving", "shrink"}
                        or f == "app/threads.py",
-    "transformers": lambda f: f.split("/")[0] in {"live", "planner", "serving", "shrink"} or f == "cache/layout.py",
+    "transformers": lambda f: f.split("/")[0] in {"engine", "planner", "serving", "shrink"} or f == "core/layout.py",
     "playwright": lambda f: False,  # the browser drivers live in bench/ and tests/, never in the package
     "vllm": lambda f: False,  # kvviz.vllm reads a vLLM server's wire formats; it never imports vLLM
 }
@@ -62,7 +63,15 @@ def test_every_file_belongs_to_a_wing_with_rules():
 def test_wings_import_only_the_wings_below_them(rel):
     mine = wing(rel)
     used = {m.split(".")[1] for m in imports(rel) if m.startswith("kvviz.")}
-    assert used - {mine} <= MAY_IMPORT.get(mine, set()), f"{rel} imports {used - {mine} - MAY_IMPORT[mine]}"
+    allowed = MAY_IMPORT.get(mine, set()) | CROSSINGS.get(rel, set())
+    assert used - {mine} <= allowed, f"{rel} imports {used - {mine} - allowed}"
+
+
+def test_crossings_listed_are_still_there():
+    """A crossing moved down is struck from CROSSINGS, so the list only ever shrinks."""
+    for rel, wings in CROSSINGS.items():
+        used = {m.split(".")[1] for m in imports(rel) if m.startswith("kvviz.")}
+        assert wings <= used, f"{rel} no longer imports {wings - used}: strike it from CROSSINGS"
 
 
 @pytest.mark.parametrize("rel", FILES)
@@ -73,18 +82,18 @@ def test_heavy_libraries_only_where_allowed(rel):
 
 
 def test_the_rules_catch_a_violation(tmp_path, monkeypatch):
-    """The checks above can fail: a view module that imports the engine, or the cache wing torch."""
+    """The checks above can fail: a view module that imports the engine, or torch."""
     (tmp_path / "viz").mkdir()
-    (tmp_path / "viz" / "bad.py").write_text("def f():\n    import torch\n    from kvviz.live import engine\n")
+    (tmp_path / "viz" / "bad.py").write_text("def f():\n    import torch\n    from kvviz.engine import loop\n")
     monkeypatch.setattr(__import__(__name__), "KVVIZ", tmp_path)
-    with pytest.raises(AssertionError, match="live"):
+    with pytest.raises(AssertionError, match="engine"):
         test_wings_import_only_the_wings_below_them("viz/bad.py")
     with pytest.raises(AssertionError, match="torch"):
         test_heavy_libraries_only_where_allowed("viz/bad.py")
 
 
 def test_kvviz_raises_no_bare_value_error():
-    """Bad input is a UserError (kvviz.errors): only those reach a hosted visitor in their words."""
+    """Bad input is a UserError (kvviz.core.errors): only those reach a hosted visitor in their words."""
     found = [f"{rel}:{node.lineno}" for rel in FILES for node in ast.walk(ast.parse((KVVIZ / rel).read_text()))
              if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
              and getattr(node.exc.func, "id", None) in {"ValueError", "Exception", "RuntimeError"}]
@@ -95,7 +104,7 @@ def test_every_exception_class_is_on_the_kvviz_base():
     import importlib
     import inspect
 
-    from kvviz.errors import KvvizError
+    from kvviz.core.errors import KvvizError
     outside = []
     for rel in FILES:
         module = importlib.import_module("kvviz." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__"))

@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from kvviz.live import engine, models
-from kvviz.live.config import ModelSpec, RunConfig
+from kvviz.engine import loop as engine
+from kvviz.engine import models
+from kvviz.core.config import ModelSpec, RunConfig
 
 pytestmark = pytest.mark.slow  # loads the real default model: make test, not make check
 

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from kvviz.live import engine
-from kvviz.cache import layout
-from kvviz.live.config import RunConfig
-from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.engine import loop as engine
+from kvviz.core import layout
+from kvviz.core.config import RunConfig
+from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from tiny import tiny_lm
 
 KINDS = ["llama", "gpt2", "qwen2", "sliding"]

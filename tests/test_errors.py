@@ -1,4 +1,4 @@
-"""kvviz's one error hierarchy (kvviz.errors): every exception class kvviz or a page defines is a
+"""kvviz's one error hierarchy (kvviz.core.errors): every exception class kvviz or a page defines is a
 KvvizError, the user-facing ones UserErrors (also ValueErrors, for the callers that sort refused
 requests by that), and one out-of-memory test. Read from the source (ast), so a class in a module
 that needs torch or Streamlit is checked without importing it."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvviz import errors
-from kvviz.errors import GENERIC, KvvizError, UserError, out_of_memory, visitor_message
+from kvviz.core import errors
+from kvviz.core.errors import GENERIC, KvvizError, UserError, out_of_memory, visitor_message
 
 ROOT = Path(__file__).parent.parent
 SOURCES = sorted([*(ROOT / "kvviz").rglob("*.py"), *(ROOT / "app_pages").glob("*.py"), ROOT / "app.py"])
@@ -81,9 +81,9 @@ def test_the_ast_reading_catches_a_class_off_the_base(tmp_path, monkeypatch):
 
 
 def test_user_errors_are_value_errors_and_internal_ones_are_not_user_errors():
-    from kvviz.live.models import ModelLoadError
-    from kvviz.live.trace import TraceError
-    from kvviz.serving.serving import RunTimeLimit, ServingFailed
+    from kvviz.engine.models import ModelLoadError
+    from kvviz.core.trace import TraceError
+    from kvviz.serving.compute import RunTimeLimit, ServingFailed
 
     assert issubclass(UserError, ValueError) and issubclass(TraceError, ValueError)
     assert issubclass(RunTimeLimit, TimeoutError)  # the Serving page's "Stopped" warning reads it
@@ -93,7 +93,7 @@ def test_user_errors_are_value_errors_and_internal_ones_are_not_user_errors():
 
 
 def test_a_time_limit_is_worded_for_the_visitor():
-    from kvviz.serving import serving
+    from kvviz.serving import compute as serving
 
     cfg = serving.ServingConfig(time_limit_s=0.0)
     with pytest.raises(serving.RunTimeLimit) as info:

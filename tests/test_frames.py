@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from kvviz.live.events import BlockStat, LayerStat, StepEvent
+from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from kvviz.live.frames import (
     STEP_COLUMNS, block_grid_frame, layer_bytes_frame, layer_times_frame, reservation_frame,
     steps_frame,

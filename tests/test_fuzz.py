@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvviz.app import links, ui
-from kvviz.planner import planner_frames
-from kvviz import safe_input
-from kvviz.errors import UserError
+from kvviz.planner import frames as planner_frames
+from kvviz.core import safe_input
+from kvviz.core.errors import UserError
 from kvviz.shrink import record as shrink_record
 from kvviz.live import cache_map
-from kvviz.live.trace import LayerRecord, Trace, TraceError, check_run_meta
+from kvviz.core.trace import LayerRecord, Trace, TraceError, check_run_meta
 
 EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json")
                           if not shrink_record.is_record(p.read_bytes())).read_text())  # a run trace

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvviz.live import engine, hooks
-from kvviz.live.config import RunConfig
+from kvviz.engine import loop as engine
+from kvviz.engine import hooks
+from kvviz.core.config import RunConfig
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
 

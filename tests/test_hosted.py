@@ -117,7 +117,7 @@ class FakeUpload:
 
 def test_upload_over_the_hosted_cap_is_refused_before_it_is_read(monkeypatch):
     from kvviz.app import ui
-    from kvviz.live.trace import TraceError
+    from kvviz.core.trace import TraceError
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     upload = FakeUpload("{}", size=9 * 2**20)
     with pytest.raises(TraceError, match="9.0 MiB; traces are limited to 8 MiB"):
@@ -151,7 +151,7 @@ def test_trace_meta_out_of_bounds_is_refused_at_load(key, value, message):
     import json
 
     from kvviz.app import ui
-    from kvviz.live.trace import TraceError
+    from kvviz.core.trace import TraceError
     doc = example_doc()
     doc["meta"][key] = value
     with pytest.raises(TraceError, match=message):
@@ -162,7 +162,7 @@ def test_a_huge_step_time_is_refused_at_load():
     import json
 
     from kvviz.app import ui
-    from kvviz.live.trace import TraceError
+    from kvviz.core.trace import TraceError
     doc = example_doc()
     doc["events"][3]["step_ms"] = 1e12  # a replay would sleep for 31 years
     with pytest.raises(TraceError, match="event 3: step_ms = 1,000,000,000,000, more than the 10 minutes"):

@@ -58,7 +58,7 @@ def test_hosted_prompt_boxes_have_a_character_cap(hosted):
 
 def test_hosted_run_checks_allowlist_and_caps_where_it_starts():
     from kvviz.app import hosted
-    from kvviz.live.config import RunConfig
+    from kvviz.core.config import RunConfig
     p = hosted.policy_from_env({"KVVIZ_HOSTED": "1"})
     p.check_run("default", RunConfig(max_new_tokens=128, batch=4))
     for name, cfg, message in (("evil/model", RunConfig(), "only runs"),

@@ -1,13 +1,13 @@
-"""kvviz.errors and kvviz.safe_input: only kvviz's own sentences reach a hosted visitor; bounded JSON."""
+"""kvviz.core.errors and kvviz.core.safe_input: only kvviz's own sentences reach a hosted visitor; bounded JSON."""
 import json
 
 import pytest
 
-from kvviz import safe_input
+from kvviz.core import safe_input
 from kvviz.app import hosted
-from kvviz.planner import planner_frames
-from kvviz.live.config import RunConfig
-from kvviz.errors import GENERIC, UserError, visitor_message
+from kvviz.planner import frames as planner_frames
+from kvviz.core.config import RunConfig
+from kvviz.core.errors import GENERIC, UserError, visitor_message
 
 
 def raise_library_error():
@@ -37,7 +37,7 @@ def test_kvviz_own_raise_is_told_apart_from_a_builtin_call():
     """kvviz's own sentences are UserErrors; a ValueError a builtin raised inside kvviz is not."""
     with pytest.raises(UserError):
         planner_frames.model_from_pasted_config("[1]")
-    from kvviz.live import engine
+    from kvviz.engine import loop as engine
     with pytest.raises(UserError) as own:
         next(engine.generate(None, None, "nope"))
     assert visitor_message(own.value, hosted=True).startswith("unknown mode")

@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.app import hosted
-from kvviz.app import vllm_panels as panels
+from kvviz.vllm import panel as panels
 
 pytestmark = pytest.mark.slow  # runs the Planner and engine pages (Streamlit AppTest): make test, not make check
 

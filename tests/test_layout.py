@@ -1,4 +1,4 @@
-"""kvviz.cache.layout: per-layer cache specs from transformers configs, checked against hand-derived bytes.
+"""kvviz.core.layout: per-layer cache specs from transformers configs, checked against hand-derived bytes.
 
 The published configs below are typed from public copies of each model's config.json (the
 attention-related fields, exactly as published; the source of each is given beside it). The
@@ -8,8 +8,8 @@ chunked layer holds cap - 1 tokens.
 """
 import pytest
 
-from kvviz.cache import layout
-from kvviz.cache.layout import CHUNKED, FULL, LATENT, SHARED, SLIDING, STATE
+from kvviz.core import layout
+from kvviz.core.layout import CHUNKED, FULL, LATENT, SHARED, SLIDING, STATE
 
 BF16 = 2
 CONTEXT = 32_768
@@ -187,11 +187,11 @@ def test_bad_configs_get_a_clear_value_error(config, message):
         layout.config_from_dict(config)
 
 
-# --- the spec classes (kvviz.cache.spec) ----------------------------------------------------------
+# --- the spec classes (kvviz.core.spec) ----------------------------------------------------------
 
 from dataclasses import replace  # noqa: E402
 
-from kvviz.cache import spec as sp  # noqa: E402
+from kvviz.core import spec as sp  # noqa: E402
 
 
 def test_each_kind_builds_its_own_class_and_replace_changes_class_with_kind():

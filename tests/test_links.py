@@ -54,7 +54,7 @@ def test_sweep_cache_axis_ticks_are_round_byte_values():
     import pandas as pd
 
     from kvviz.viz import charts
-    from kvviz.sweep import sweep_charts
+    from kvviz.sweep import charts as sweep_charts
 
     assert charts.power_of_two_ticks([1_000_000, 9_000_000]) == [2**19, 2**20, 2**21, 2**22, 2**23, 2**24]
     assert charts.power_of_two_ticks([0, None, float("nan")]) == []
@@ -71,6 +71,6 @@ def test_sweep_cache_axis_ticks_are_round_byte_values():
 def test_the_sweep_formula_legend_label_fits_a_half_width_chart():
     """At 1280 px the cache chart is ≈ 300 px wide: its dashed-line legend label must be short
     (the 64-character formula text was cut to "… × head_dim × tol")."""
-    from kvviz.sweep import sweep_charts
+    from kvviz.sweep import charts as sweep_charts
 
     assert len(sweep_charts.FORMULA_SERIES) <= 30

@@ -23,7 +23,7 @@ from streamlit.testing.v1 import AppTest
 
 from bench.app_server import free_port
 from browser_kit import ARTIFACTS
-from kvviz.app import vllm_panels as panels
+from kvviz.vllm import panel as panels
 
 pytestmark = pytest.mark.slow  # starts demo processes: make test, not make check
 

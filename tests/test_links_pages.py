@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.app import vllm_panels as panels
+from kvviz.vllm import panel as panels
 
 pytestmark = pytest.mark.slow  # runs every page from a link (Streamlit AppTest): make test, not make check
 

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from kvviz.live.live_pump import Pump
+from kvviz.engine.pump import Pump
 
 
 def slow(n, step_s):

@@ -28,9 +28,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from kvviz.live import engine
-from kvviz.live.config import RunConfig
-from kvviz.live.models import LoadedModel
+from kvviz.engine import loop as engine
+from kvviz.core.config import RunConfig
+from kvviz.engine.models import LoadedModel
 from tiny import tiny_tokenizer
 
 pytestmark = pytest.mark.slow  # ~1 minute for every type on 2 cores; `make test`, not `make check`
@@ -186,8 +186,8 @@ def sizes(specs) -> list[tuple]:
 
 def planner_layout(config) -> tuple[list[tuple], str]:
     """The layer sizes the planner gives this config when pasted (measured on the meta device)."""
-    from kvviz.cache import layout
-    from kvviz.live import config_probe
+    from kvviz.core import layout
+    from kvviz.engine import config_probe
     try:
         specs = layout.layer_specs(config)
     except ValueError as exc:
@@ -280,7 +280,7 @@ def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, ca
     """Falcon (num_kv_heads / multi_query) measured == formula; RWKV (no attention-head fields, no
     cache argument) recorded recompute-only with the reason, never a traceback."""
     from kvviz import cli
-    from kvviz.live.trace import Trace
+    from kvviz.core.trace import Trace
     build(sized_config(model_type)).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
     out = tmp_path / "trace.json"
@@ -301,9 +301,9 @@ def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, ca
     ("dory", "2 layers beyond its 4 decoder layers"), ("recurrent_gemma", "state on its own modules")])
 def test_what_a_models_own_code_does_is_said_in_the_trace_and_on_the_page(model_type, words):
     """The caveat the probe measured reaches the trace's meta, the CLI's notes and the Live page's notes."""
-    from kvviz.app.panels import run_notes
+    from kvviz.live.panel import run_notes
     from kvviz.cli import layout_lines
-    from kvviz.live.trace import Trace
+    from kvviz.core.trace import Trace
     lm = LoadedModel(build(sized_config(model_type)), tiny_tokenizer(), model_type, model_type,
                      torch.device("cpu"), torch.float32, 0.0)
     meta = engine.run_meta(lm, run_config())
@@ -358,7 +358,7 @@ def test_the_planner_sizes_a_pasted_config_as_a_run_measures_it():
 def test_a_pasted_falcon_config_plans_the_bytes_a_run_measures():
     """Falcon's `multi_query` is invisible to field names (they gave 4x the cache); the planner's
     pasted-config path now gives the run's bytes per token."""
-    from kvviz.planner import planner_frames
+    from kvviz.planner import frames as planner_frames
     config = sized_config("falcon")
     model = planner_frames.model_from_pasted_config(config.to_json_string())
     lm = LoadedModel(build(config), tiny_tokenizer(), "falcon", "falcon", torch.device("cpu"), torch.float32, 0.0)

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import BertConfig, T5Config
 
-from kvviz.live import models
-from kvviz.live.config import ModelSpec
+from kvviz.engine import models
+from kvviz.core.config import ModelSpec
 
 
 def test_local_folder_loads_in_eval_mode(tiny_dir):
@@ -76,8 +76,8 @@ def test_is_complete_needs_every_recorded_size(tmp_path):
 
 @pytest.mark.slow
 def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
     from tiny import save_arch
     lm = models.load_model(ModelSpec(name=str(save_arch(tmp_path, "gpt_oss"))))  # asks for sdpa
     assert lm.model.config._attn_implementation == "eager"
@@ -103,8 +103,8 @@ def test_supported_sdpa_is_kept_without_a_fallback_note(tiny_dir):
 
 
 def test_without_a_chat_template_the_prompt_gets_bos_as_generate_callers_do():
-    from kvviz.live import engine
-    from kvviz.live.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.core.config import RunConfig
     from tiny import tiny_bos_tokenizer
     tok = tiny_bos_tokenizer()
     for chat in (True, False):  # no template: asking for one changes nothing
@@ -116,7 +116,7 @@ def test_without_a_chat_template_the_prompt_gets_bos_as_generate_callers_do():
 
 def test_work_folders_a_killed_conversion_left_are_removed_but_not_a_running_one(tmp_path):
     import os
-    from kvviz.live.models import STALE_WORK_S, remove_stale_work
+    from kvviz.engine.models import STALE_WORK_S, remove_stale_work
     old, young, other = tmp_path / ".convert-old", tmp_path / ".convert-young", tmp_path / "kept"
     for folder in (old, young, other):
         folder.mkdir()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz.planner import capacity, deployment, parallel, plan_models
+from kvviz.planner import capacity, deployment, parallel
+from kvviz.planner import configs as plan_models
 from kvviz.planner.parallel import Parallel
 
 H100 = capacity.find_gpu("H100 SXM")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from catalog_cases import first_of_each_type
-from kvviz.planner import capacity, params, plan_models
+from kvviz.planner import capacity, params
+from kvviz.planner import configs as plan_models
 
 
 def rounded_like(count: int, published: int) -> int:
@@ -69,7 +70,7 @@ def test_tiny_real_models_count_as_on_meta():
                          num_experts=4, num_experts_per_tok=2, head_dim=8).to_dict()
     count = params.parameter_count(cfg)
     from transformers import AutoModelForCausalLM
-    from kvviz.cache.layout import config_from_dict
+    from kvviz.core.layout import config_from_dict
     real = AutoModelForCausalLM.from_config(config_from_dict(cfg))
     assert count.total == sum(p.numel() for p in real.parameters())
     routed = 2 * 4 * 3 * 32 * 16

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvviz.planner import plan_cli
+from kvviz.planner import cli as plan_cli
 
 GPT2_CONFIG = {"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024}
 

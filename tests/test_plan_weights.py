@@ -17,7 +17,9 @@ from __future__ import annotations
 import pytest
 
 from kvviz.planner import checkpoint_weights as cw
-from kvviz.planner import deployment, parallel, plan_cli, plan_models, words
+from kvviz.planner import deployment, parallel, words
+from kvviz.planner import cli as plan_cli
+from kvviz.planner import configs as plan_models
 from kvviz.planner.results import FitChange
 from kvviz.planner.params import Tensor
 

@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.planner import capacity, deployment, parallel, plan_models, planner_charts, planner_frames as pf, words
-from kvviz.viz.units import fmt_bytes
+from kvviz.planner import capacity, deployment, parallel, words
+from kvviz.planner import configs as plan_models
+from kvviz.planner import charts as planner_charts
+from kvviz.planner import frames as pf
+from kvviz.core.units import fmt_bytes
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "planner.py")
 H100 = capacity.find_gpu("H100 SXM")
@@ -245,7 +248,7 @@ def test_planner_frames_imports():
         names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert names <= {"__future__", "json", "math", "collections.abc", "dataclasses", "pandas",
                          "altair", "kvviz", "kvviz.viz", "kvviz.planner", "kvviz.viz.charts", "kvviz.planner.capacity", "functools",
-                         "kvviz.report", "vl_convert", "kvviz.errors"}, names
+                         "kvviz.live.report", "vl_convert", "kvviz.core", "kvviz.core.errors"}, names
 
 
 # ---------------------------------------------------------------- charts
@@ -504,11 +507,11 @@ def test_a_what_if_window_of_one_token_is_one_sentence_not_a_division_by_zero():
 
 def test_page_and_cli_show_memory_figures_in_one_unit(capsys):
     """Weights and the KV budget in GB on the page's metrics, its per-GPU line and the CLI alike;
-    cache sizes in KiB / MiB on both (kvviz.viz.units' policy)."""
+    cache sizes in KiB / MiB on both (kvviz.core.units' policy)."""
     import argparse
 
-    from kvviz.planner import plan_cli
-    from kvviz.viz import units
+    from kvviz.planner import cli as plan_cli
+    from kvviz.core import units
 
     plan = llama8b_plan()
     values = {m.label: m for m in pf.memory_metrics(plan, fmt_bytes)}
@@ -543,7 +546,7 @@ def test_page_and_cli_say_the_same_sentences(capsys, query, argv):
     page and in `kvviz plan` for one setup."""
     import argparse
 
-    from kvviz.planner import plan_cli
+    from kvviz.planner import cli as plan_cli
 
     parser = argparse.ArgumentParser(prog="kvviz")
     plan_cli.add_parser(parser.add_subparsers(dest="command"))

@@ -1,6 +1,6 @@
 """The no-cache race: fair interleaving and the extrapolation of an unfinished recompute run."""
-from kvviz.live import race
-from kvviz.live.events import StepEvent
+from kvviz.engine import race
+from kvviz.core.events import StepEvent
 
 
 def ev(mode, step, ms, seq_len=10, batch=1):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from kvviz.live import engine
+from kvviz.engine import loop as engine
 
 pytestmark = pytest.mark.slow  # runs the Live page (Streamlit AppTest) through failures: make test, not make check
 
@@ -41,7 +41,7 @@ def test_out_of_memory_midway_keeps_output_and_next_run_works(monkeypatch, tiny_
 
 def test_hooks_are_removed_after_a_failed_run(monkeypatch):
     from tiny import tiny_lm
-    from kvviz.live.config import RunConfig
+    from kvviz.core.config import RunConfig
     lm = tiny_lm()
 
     def boom(*args, **kwargs):

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.live.trace import Trace
+from kvviz.core.trace import Trace
 
 pytestmark = pytest.mark.slow  # runs the Replay page (Streamlit AppTest): make test, not make check
 
@@ -45,7 +45,7 @@ def test_play_instantly_ends_on_the_last_step(page):
 
 
 def test_play_starts_from_the_scrubbed_step(page, monkeypatch):
-    from kvviz.app import panels
+    from kvviz.live import panel as panels
     drawn = []  # cached steps shown by each redraw of the text, in order
     update = panels.LiveView.update
     monkeypatch.setattr(panels.LiveView, "update", lambda self, trace, final=False: (
@@ -81,8 +81,8 @@ def test_trace_text_is_shown_inert():
 
 
 def _replay_text(text):
-    from kvviz.app import panels
-    from kvviz.live.trace import Trace
+    from kvviz.live import panel as panels
+    from kvviz.core.trace import Trace
     panels.replay(Trace.from_json(text), 0.0, False)
 
 
@@ -118,13 +118,13 @@ def without_meta() -> bytes:
 ])
 def test_bad_uploads_get_clear_errors(data, message):
     from kvviz.app import ui
-    from kvviz.live.trace import TraceError
+    from kvviz.core.trace import TraceError
     with pytest.raises(TraceError, match=message):
         ui.read_trace(None, Upload(data))
 
 
 def test_oversized_upload_refused_before_parsing(monkeypatch):
-    from kvviz.live import trace as trace_mod
+    from kvviz.core import trace as trace_mod
     from kvviz.app import ui
     monkeypatch.setattr(ui, "MAX_TRACE_BYTES", 1000)
     with pytest.raises(trace_mod.TraceError, match="limited to"):
@@ -133,7 +133,7 @@ def test_oversized_upload_refused_before_parsing(monkeypatch):
 
 def test_hosted_uploads_have_a_smaller_limit(monkeypatch):
     from kvviz.app import ui
-    from kvviz.live.trace import TraceError
+    from kvviz.core.trace import TraceError
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     with pytest.raises(TraceError, match="limited to 8 MiB here"):
         ui.read_trace(None, Upload(b" " * (9 * 2**20)))

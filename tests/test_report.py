@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from kvviz.live import captions, frames
-from kvviz import report
+from kvviz.live import report
 from kvviz.shrink import record
 from kvviz.viz import export
-from kvviz.live.events import BlockStat, LayerStat, StepEvent
-from kvviz.live.trace import Trace, summary
+from kvviz.core.events import BlockStat, LayerStat, StepEvent
+from kvviz.core.trace import Trace, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [p for p in sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))
@@ -342,7 +342,7 @@ def test_example_csv_tables_parse_back(example):
 
 
 def test_report_module_is_pure():
-    tree = ast.parse((ROOT / "kvviz" / "report.py").read_text())
+    tree = ast.parse((ROOT / "kvviz" / "live" / "report.py").read_text())
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     roots |= {n.module.split(".")[0] for n in ast.walk(tree)
               if isinstance(n, ast.ImportFrom) and n.module}

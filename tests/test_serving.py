@@ -7,9 +7,9 @@ from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
 from kvviz.viz import charts
-from kvviz.serving import serving
-from kvviz.serving import serving_charts as sc
-from kvviz.cache.blocks import cdiv
+from kvviz.serving import compute as serving
+from kvviz.serving import charts as sc
+from kvviz.core.blocks import cdiv
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "serving.py")
 PROMPTS = ["Hello there, how are you?", "Attention reads the cache instead of recomputing the whole prefix.",

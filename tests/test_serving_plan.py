@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz.planner import capacity, plan_models
+from kvviz.planner import capacity
+from kvviz.planner import configs as plan_models
 from kvviz.planner import serving_plan as sp
-from kvviz.cache.layout import FULL, SLIDING, LayerSpec
+from kvviz.core.layout import FULL, SLIDING, LayerSpec
 
 GIB = 2**30
 

@@ -1,12 +1,13 @@
 """Shrinking the cache: kvpress presses on 5.24 (kvviz.shrink.presses), transformers' quantized cache
-(kvviz.shrink.quant_cache) and the full-vs-shrunk runs (kvviz.shrink.shrink), on tiny random models of two
+(kvviz.shrink.quant_cache) and the full-vs-shrunk runs (kvviz.shrink.compute), on tiny random models of two
 architectures, plus the default model once (slow)."""
 import pytest
 import torch
 from tiny import tiny_lm
 from transformers import DynamicCache
 
-from kvviz.shrink import presses, quant_cache, shrink
+from kvviz.shrink import presses, quant_cache
+from kvviz.shrink import compute as shrink
 
 KINDS = ("llama", "qwen2")  # tiny: 2 layers, 2 KV heads, head_dim 16, fp32
 PROMPT_TOKENS, NEW_TOKENS = 40, 12

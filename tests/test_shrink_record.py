@@ -1,4 +1,4 @@
-"""The kvviz-shrink file (kvviz.shrink.record), its HTML report (kvviz.shrink.shrink_report) and its
+"""The kvviz-shrink file (kvviz.shrink.record), its HTML report (kvviz.shrink.report) and its
 replay (the Replay page): what is written is what is read back, the figures are the same in every
 place that shows them, and a bad or hostile file is refused in one sentence or shown inert."""
 import json
@@ -10,8 +10,10 @@ from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
 from kvviz.app import ui
-from kvviz.live.trace import TraceError
-from kvviz.shrink import record, shrink, shrink_report
+from kvviz.core.trace import TraceError
+from kvviz.shrink import record
+from kvviz.shrink import compute as shrink
+from kvviz.shrink import report as shrink_report
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT_TOKENS, NEW_TOKENS = 40, 6

@@ -1,6 +1,6 @@
-"""kvviz.live.slots.Slot: the first draw goes into its own container (which a rerun re-sends with
+"""kvviz.app.slots.Slot: the first draw goes into its own container (which a rerun re-sends with
 the previous run's element still in it), every later one replaces the element it drew."""
-from kvviz.live.slots import Slot
+from kvviz.app.slots import Slot
 
 
 class Recorder:

@@ -8,10 +8,11 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
-from kvviz.live import engine
-from kvviz.cache import layout
-from kvviz.sweep import sweep, sweep_charts
-from kvviz.sweep.sweep import SweepRow, SweepSettings
+from kvviz.engine import loop as engine
+from kvviz.core import layout
+from kvviz.sweep import compute as sweep
+from kvviz.sweep import charts as sweep_charts
+from kvviz.sweep.compute import SweepRow, SweepSettings
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "sweep.py")
 TINY_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4  # K and V x 2 layers x 2 KV heads x head_dim 16 x fp32

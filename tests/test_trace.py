@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from kvviz.live import trace as tr
-from kvviz.live.events import BlockStat, LayerStat, StepEvent
-from kvviz.live.trace import Trace, TraceError, format_summary, replay, summary
+from kvviz.core import trace as tr
+from kvviz.core.events import BlockStat, LayerStat, StepEvent
+from kvviz.core.trace import Trace, TraceError, format_summary, replay, summary
 
 
 def layer(i, tokens=5, ms=0.5):
@@ -406,7 +406,7 @@ def test_dataclass_fields_all_checked():
 
 # --- format 3: the cache layout as typed specs ---------------------------------------------------
 
-from kvviz.cache import spec as sp  # noqa: E402
+from kvviz.core import spec as sp  # noqa: E402
 
 V3_SPECS = (sp.FullSpec(kv_heads=2, values_per_token=64), sp.SlidingSpec(kv_heads=2, values_per_token=64, token_cap=4),
             sp.LatentSpec(kv_heads=1, values_per_token=576, latent_rope=64),

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from transformers import DeepseekV32Config, GraniteMoeHybridConfig, Lfm2Config, Qwen3NextConfig
 
-from kvviz.planner import plan_models
+from kvviz.planner import configs as plan_models
 from kvviz.planner import serving_plan as sp
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.app import ui
-from kvviz.app import vllm_panels as panels
+from kvviz.vllm import panel as panels
 from vllm_fake import FakeVllm, free_port
 from test_vllm_readers import recording_of_capture
 

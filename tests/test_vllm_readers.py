@@ -3,7 +3,7 @@ Prometheus metrics, frames for the panels, and the watch file format."""
 import msgspec
 import pytest
 
-from kvviz.live.trace import TraceError
+from kvviz.core.trace import TraceError
 from kvviz.vllm import views
 from kvviz.vllm.events import (AllBlocksCleared, BlockRemoved, BlockStored, SchemaMismatch,
                                decode_message, decode_payload)

@@ -10,7 +10,7 @@ from tokenizers import processors
 from transformers import (AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 
-from kvviz.live.models import LoadedModel
+from kvviz.engine.models import LoadedModel
 
 CORPUS = [
     "The key value cache keeps the keys and values of every past token.",

@@ -1,1 +1,1 @@
-"""The dashboard's Streamlit side: shell, sidebar, panels, hosted policy, links, the device queue."""
+"""The Streamlit shell every page and panel stands on: sidebar, cached model, device queue, hosted policy, links, slots."""

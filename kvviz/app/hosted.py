@@ -28,8 +28,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from kvviz.live.config import DEFAULT_MODEL
-from kvviz.errors import UserError
+from kvviz.core.config import DEFAULT_MODEL
+from kvviz.core.errors import UserError
 
 
 @dataclass(frozen=True)

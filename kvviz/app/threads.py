@@ -13,7 +13,7 @@ clock with this policy (1 thread) against 0.55 with torch's default (2), compute
 from __future__ import annotations
 
 import os
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 ENV = "KVVIZ_TORCH_THREADS"
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz import errors
+from kvviz.core import errors
 from kvviz.app import hosted, links, threads
-from kvviz.live import models
+from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
-from kvviz.live.config import DEFAULT_MODEL, ModelSpec, RunConfig
-from kvviz.live.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
+from kvviz.core.config import DEFAULT_MODEL, ModelSpec, RunConfig
+from kvviz.core.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MAX_PROMPT_CHARS = 200_000  # the prompt boxes' cap on your own machine (hosted: kvviz.app.hosted)

@@ -1,1 +1,1 @@
-"""One run on the loaded model: loading, hooks, the engine, the race, events, traces, the cache map."""
+"""The Live page: its frames, charts, captions, the cache map, the panel and the run report."""

@@ -4,8 +4,8 @@ A run's cached events and its meta in, long-form DataFrames out (kvviz/live/cach
 them). Positions run along x, layers along y. After a step the cache holds positions
 0 .. seq_len - 2 (the token just sampled is fed, and cached, by the next step); a layer that holds
 `tokens` of them holds the newest ones, so a sliding or chunked layer's older positions are
-"dropped". Each layer is drawn from its cache spec (kvviz.cache.spec), read from the trace meta by
-`kvviz.live.trace.layer_specs` (format 3's `layers`, or an older file's lists).
+"dropped". Each layer is drawn from its cache spec (kvviz.core.spec), read from the trace meta by
+`kvviz.core.trace.layer_specs` (format 3's `layers`, or an older file's lists).
 
 Two frames keep the chart cheap at any width:
 - `cells_frame`: one row per run of equal positions in one layer and tensor (run-length encoded:
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from kvviz.cache.spec import CacheSpec, FullSpec, SharedSpec, StateSpec
-from kvviz.live import trace
-from kvviz.live.events import StepEvent
+from kvviz.core.spec import CacheSpec, FullSpec, SharedSpec, StateSpec
+from kvviz.core import trace
+from kvviz.core.events import StepEvent
 
 MAX_COLUMNS = 160  # hover / attention columns at most; wider runs are binned
 MAX_TEXT_CHARS = 80  # a binned column's text is cut here, with an ellipsis
@@ -39,7 +39,7 @@ ATTENTION_COLUMNS = ["layer", "pos_start", "pos_end", "share", "part", "text"]
 
 
 def layer_kinds(meta: dict) -> tuple[CacheSpec, ...]:
-    """Each layer's cache spec, from the trace meta (`kvviz.live.trace.layer_specs`)."""
+    """Each layer's cache spec, from the trace meta (`kvviz.core.trace.layer_specs`)."""
     return trace.layer_specs(meta)
 
 

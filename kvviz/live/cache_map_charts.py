@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from kvviz.cache.spec import CacheSpec
+from kvviz.core.spec import CacheSpec
 from kvviz.live.cache_map import SAFE_LABEL, uniform_label
 
 SHADES = {"K": "#4C78A8", "V": "#F58518", "latent (MLA)": "#B279A2", "rope key (MLA)": "#FF9DA6",

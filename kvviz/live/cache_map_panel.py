@@ -9,8 +9,8 @@ from __future__ import annotations
 from kvviz.live import cache_map as cm
 from kvviz.live import cache_map_charts as cc
 from kvviz.viz import charts
-from kvviz.live.events import StepEvent
-from kvviz.live.slots import Slot
+from kvviz.core.events import StepEvent
+from kvviz.app.slots import Slot
 
 TITLE = "The cache, position by position"
 SPECS: dict[tuple, dict] = {}  # process-wide: (kinds, max_len, prompt_len) -> spec, holding no data
@@ -45,7 +45,7 @@ class CacheMapPanel:
         self.attention = attention_recorded(meta)
         container.markdown(f"**{TITLE}**")  # a constant title, never user text
         self.picker_slot = container.empty() if self.batch > 1 else None
-        self.map_slot = Slot(container)  # keeps the previous run's map until redrawn (kvviz.live.slots)
+        self.map_slot = Slot(container)  # keeps the previous run's map until redrawn (kvviz.app.slots)
         self.attention_slot = Slot(container) if self.attention else None
         self.caption_slot = Slot(container)
         self.seq, self.draws, self.picked = 0, 0, False

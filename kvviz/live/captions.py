@@ -1,11 +1,12 @@
 """Plain-language captions and headline figures, carrying the live numbers. Pure functions."""
 from __future__ import annotations
 
-from kvviz.cache import spec
-from kvviz.live import race, trace
-from kvviz.live.events import StepEvent
-from kvviz.live.trace import percentile
-from kvviz.viz.units import fmt_bytes, fmt_ms, fmt_ratio
+from kvviz.core import spec
+from kvviz.engine import race
+from kvviz.core import trace
+from kvviz.core.events import StepEvent
+from kvviz.core.trace import percentile
+from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
 
 
 def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int,
@@ -33,7 +34,7 @@ def headline(meta: dict, sums: dict, last: StepEvent,
         ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
         cache_figure(last),
         ("Formula (computed)", fmt_bytes(last.formula_bytes),
-         "computed from the model's config, not measured: per layer (kvviz.cache.layout): tokens held × K+V values per token × batch × bytes per element, "
+         "computed from the model's config, not measured: per layer (kvviz.core.layout): tokens held × K+V values per token × batch × bytes per element, "
          "a sliding / chunked layer holding at most its window − 1, plus state layers' fixed state"),
         ("Time to first token", fmt_ms(c.get("ttft_ms")), "the prefill: the whole prompt in one pass"),
         ("Decode step (median)", fmt_ms(c.get("itl_median_ms")),
@@ -73,7 +74,7 @@ def cache_figure(last: StepEvent) -> tuple[str, str, str]:
 
 
 def is_uniform(meta: dict) -> bool:
-    """Every layer a plain full-attention layer, without a state (`kvviz.cache.spec.is_uniform_full`
+    """Every layer a plain full-attention layer, without a state (`kvviz.core.spec.is_uniform_full`
     on the run's specs; traces from before the layout model count as such)."""
     return spec.is_uniform_full(trace.layer_specs(meta))
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from kvviz.live.events import BlockStat, StepEvent
+from kvviz.core.events import BlockStat, StepEvent
 
 STEP_COLUMNS = (
     "mode", "phase", "step", "step_ms", "elapsed_ms", "seq_len", "new_tokens",

@@ -1,6 +1,6 @@
 """KV-cache arithmetic and capacity planning, for `kvviz plan` and the Capacity planner page.
 
-The cache's shape is kvviz.cache.layout's: one `LayerSpec` per decoder layer (full, sliding, chunked,
+The cache's shape is kvviz.core.layout's: one `LayerSpec` per decoder layer (full, sliding, chunked,
 latent/MLA, state, shared). Everything here is arithmetic on those specs:
 
     kv_bytes(T) = Σ_layers values_per_token × tokens_held(layer, T) × bytes_per_value
@@ -18,8 +18,8 @@ kv_lora_rank + rope dim for a latent layer). Refinements, each in its own small 
   `(active_weight_bytes + cache_bytes) / bandwidth` is a lower bound on its time.
 
 Units live in names: `_bytes`, `_s`, `_tokens`, `_per_s`. "GB" in this project means 1e9 bytes.
-Imports only the standard library and kvviz.cache.layout's spec type and helpers (which build on
-transformers' config classes); kvviz.planner.plan_models turns configs into a `ModelKV`.
+Imports only the standard library and kvviz.core.layout's spec type and helpers (which build on
+transformers' config classes); kvviz.planner.configs turns configs into a `ModelKV`.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kvviz.cache.layout import CHUNKED, FULL, LATENT, SLIDING, LayerSpec, kinds_summary
-from kvviz.cache.layout import layer_tokens_held
-from kvviz.errors import UserError
+from kvviz.core.layout import CHUNKED, FULL, LATENT, SLIDING, LayerSpec, kinds_summary
+from kvviz.core.layout import layer_tokens_held
+from kvviz.core.errors import UserError
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
@@ -61,7 +61,7 @@ class ModelKV:
     """A model as the planner sees it: its per-layer cache specs and its weights."""
 
     name: str  # label for tables and charts
-    specs: tuple[LayerSpec, ...]  # one per decoder layer (kvviz.cache.layout)
+    specs: tuple[LayerSpec, ...]  # one per decoder layer (kvviz.core.layout)
     num_attention_heads: int  # query heads (for the MHA what-if and labels)
     max_position: int | None = None  # longest context the model was trained for, when known
     params_total: int | None = None  # every parameter (weights' memory); None: unknown

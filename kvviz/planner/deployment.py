@@ -17,7 +17,7 @@ from kvviz.planner.capacity import ModelKV
 from kvviz.planner.results import (
     Bandwidth, ContextRow, FitChange, OffloadWhatIf, PerGpu, Plain, PrefixWhatIf, SetupPlan, VllmPlan,
     VllmUnavailable, Weights)
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 CHECKPOINT = "checkpoint"  # weight_dtype: as the checkpoint stores them (quantization_config)
 PCIE_BYTES_PER_S = 64e9  # assumed host link for the offload what-if: PCIe 5.0 x16, one way

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kvviz.cache.layout import CHUNKED, FULL, SLIDING, LayerSpec
-from kvviz.errors import UserError
+from kvviz.core.layout import CHUNKED, FULL, SLIDING, LayerSpec
+from kvviz.core.errors import UserError
 
 _SPLIT_BY_HEAD = (FULL, SLIDING, CHUNKED)
 

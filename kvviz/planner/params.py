@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 # Config fields naming the routed experts (E) and the experts each token uses (k), by family:
 # DeepSeek / Kimi `n_routed_experts`, Qwen MoE `num_experts`, Mixtral / Llama 4 / gpt-oss /
@@ -126,7 +126,7 @@ def _architecture_only(cfg: dict) -> dict:
 
 @lru_cache(maxsize=64)
 def _tensors_from_json(config_json: str) -> tuple[str, tuple[Tensor, ...]]:
-    from kvviz.cache.layout import config_from_dict
+    from kvviz.core.layout import config_from_dict
 
     cfg = _architecture_only(json.loads(config_json))
     try:

@@ -38,8 +38,8 @@ from collections import Counter
 from functools import lru_cache
 from dataclasses import dataclass
 
-from kvviz.cache.layout import CHUNKED, FULL, LATENT, SLIDING, STATE
-from kvviz.errors import UserError
+from kvviz.core.layout import CHUNKED, FULL, LATENT, SLIDING, STATE
+from kvviz.core.errors import UserError
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on CUDA (128 on CPU)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` default on GPUs with ≥ 70 GiB (2,048 below)

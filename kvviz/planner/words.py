@@ -1,16 +1,16 @@
 """The planner's sentences, worded once: `kvviz plan` prints them and the Capacity planner page
 shows them, from the same typed results (kvviz.planner.results).
 
-Memory and weights in GB (1e9 B), cache sizes in KiB / MiB (kvviz.viz.units' policy). Where the
+Memory and weights in GB (1e9 B), cache sizes in KiB / MiB (kvviz.core.units' policy). Where the
 page and the CLI differ only in how the reader acts (a field on the page, a flag in the CLI),
-the caller passes the remedy. Standard library and kvviz.viz.units only.
+the caller passes the remedy. Standard library and kvviz.core.units only.
 """
 from __future__ import annotations
 
 import math
 
 from kvviz.planner.results import FitChange, OffloadWhatIf, PrefixWhatIf, SetupPlan, VllmPlan, Weights
-from kvviz.viz.units import fmt_bytes_si as gb
+from kvviz.core.units import fmt_bytes_si as gb
 
 ACTIVE_CONVENTION = ("routed experts k of E; an untied embedding table not counted, as gpt-oss and "
                      "Llama 4 publish it: a token reads one row of it; Qwen counts the table in")

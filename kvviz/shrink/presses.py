@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 # name -> (kvpress class, one plain sentence on what it keeps and why)
 PRESSES = {

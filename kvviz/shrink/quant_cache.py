@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 # backend -> the bit widths whose packing kvviz counts (hqq's 1/3-bit packings are not offered)
 BACKENDS = {"quanto": (2, 4), "hqq": (2, 4, 8), "fp8": (8,)}

@@ -14,8 +14,8 @@ from typing import Annotated
 import msgspec
 import torch
 
-from kvviz.live.trace import TraceError
-from kvviz.shrink.shrink import Comparison, ShrinkRun, StepRecord, first_divergence
+from kvviz.core.trace import TraceError
+from kvviz.shrink.compute import Comparison, ShrinkRun, StepRecord, first_divergence
 
 FORMAT, VERSION = "kvviz-shrink", 1
 MAX_PROMPT_TOKENS = 1_000_000  # a bound on what a file may claim, far above any real prompt

@@ -1,1 +1,1 @@
-"""The shared chart theme and number formatting."""
+"""The shared chart theme, chart builders and chart export."""

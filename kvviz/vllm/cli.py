@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kvviz.live.trace import TraceError
+from kvviz.core.trace import TraceError
 from kvviz.vllm.client import EngineError
 from kvviz.vllm.state import format_summary, summary
 from kvviz.vllm.watch import EngineWatch

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_S = 3.0

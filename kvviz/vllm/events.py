@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 import msgspec
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 # A block hash: the low 64 bits of a sha256 as an int by default, raw bytes in some configurations.
 BlockHash = Union[int, bytes]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
-from kvviz.errors import UserError
+from kvviz.core.errors import UserError
 
 PREFIX = "vllm:"
 SCALARS = {  # field -> sample name

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from kvviz.live.trace import MAX_TRACE_BYTES, TraceError, write_atomic
+from kvviz.core.trace import MAX_TRACE_BYTES, TraceError, write_atomic
 from kvviz.vllm.events import KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
 from kvviz.vllm.state import EngineState, apply_batch, apply_scrape
@@ -73,7 +73,7 @@ class Recording:
             raise TraceError(f"the watch is {len(data) // 2**20} MiB; traces are limited to "
                              f"{MAX_TRACE_BYTES // 2**20} MiB (watch for fewer seconds)")
         try:
-            write_atomic(path, data)  # kvviz.files: old file or new one, never half
+            write_atomic(path, data)  # kvviz.core.files: old file or new one, never half
         except OSError as exc:
             raise TraceError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
 

@@ -1,0 +1,1 @@
+"""Everything that runs a model: loading, probes, hooks, the decode loop, the race, the worker pump."""

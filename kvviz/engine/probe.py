@@ -1,0 +1,220 @@
+"""The only place that reads the Hugging Face cache object (transformers 5.x): bytes per layer.
+
+A `Cache` holds one layer object per decoder layer. What each keeps is modelled in
+`kvviz.core.layout`; this module measures it, two ways:
+
+- logical bytes: numel × element size of the tensors the layer keeps (K, V, and the conv /
+  recurrent states of linear-attention layers);
+- storage bytes: the allocations those tensors pin, each underlying storage counted once (by
+  data pointer). They differ when a tensor is a view of a larger buffer: a sliding-window layer
+  keeps a slice of the freshly concatenated keys (W − 1 of W tokens, or of the whole prompt right
+  after a long prefill).
+
+Layer classes read (exactly these, see READABLE): DynamicLayer, DynamicSlidingWindowLayer,
+DynamicIndexedLayer (DeepSeek-V3.2: its indexer keys are counted with the keys), the
+static layers, LinearAttentionLayer and the hybrid linear + attention layers, DummyLayer (a layer
+that reuses another layer's KV: it holds nothing), and MiniMax's own cache (its `linear_cache`
+beside plain dynamic layers). Any other layer class raises `UnreadableCache` naming it, and the
+engine shows the run without cache bytes rather than wrong ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import (CacheLayerMixin, DummyLayer, DynamicIndexedLayer, DynamicLayer,
+                                      DynamicSlidingWindowLayer,
+                                      LinearAttentionAndFullAttentionLayer,
+                                      LinearAttentionAndSlidingWindowAttentionLayer,
+                                      LinearAttentionAndStaticFullAttentionLayer,
+                                      LinearAttentionAndStaticSlidingWindowAttentionLayer,
+                                      LinearAttentionCacheLayerMixin, LinearAttentionLayer, StaticLayer,
+                                      StaticSlidingWindowLayer)
+
+from kvviz.core import layout
+from kvviz.core.events import LayerStat
+from kvviz.core.errors import KvvizError
+
+
+# Exactly these classes: a subclass (a model's own layer, a quantized or indexed layer) may keep
+# tensors elsewhere, and guessing would show wrong bytes as measured.
+READABLE = (DynamicLayer, DynamicSlidingWindowLayer, DynamicIndexedLayer, StaticLayer, StaticSlidingWindowLayer,
+            LinearAttentionLayer, LinearAttentionAndFullAttentionLayer,
+            LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionAndStaticFullAttentionLayer,
+            LinearAttentionAndStaticSlidingWindowAttentionLayer, DummyLayer)
+
+
+class UnreadableCache(KvvizError):
+    """A cache layer class kvviz cannot read; the message names the class."""
+
+
+@dataclass
+class LayerBytes:
+    """What one cache layer holds right now."""
+
+    k_bytes: int = 0
+    v_bytes: int = 0
+    state_bytes: int = 0  # conv + recurrent states (linear-attention / state-space layers)
+    state_float32_bytes: int = 0  # the part of state_bytes held in float32 tensors
+    tokens: int = 0  # token positions of K/V held
+    k_heads: int = 0  # heads of the keys tensor ([batch, heads, seq, dim]), 0 if not 4-D
+    index_bytes: int = 0  # of k_bytes, sparse-attention indexer keys (DeepSeek-V3.2-style layers)
+    window: int | None = None  # the window a sliding / chunked layer object keeps (its own attribute)
+    storages: dict[int, int] = field(default_factory=dict)  # data pointer -> storage bytes
+
+
+def tensor_bytes(t) -> int:
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+def _pin(storages: dict[int, int], t) -> None:
+    if isinstance(t, torch.Tensor) and t.numel():
+        s = t.untyped_storage()
+        storages[s.data_ptr()] = s.nbytes()
+
+
+def _read_kv(layer, out: LayerBytes) -> None:
+    if not getattr(layer, "is_initialized", False):
+        return
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    out.k_bytes, out.v_bytes = tensor_bytes(keys), tensor_bytes(values)
+    out.tokens = keys.shape[-2] if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else 0
+    out.k_heads = keys.shape[1] if isinstance(keys, torch.Tensor) and keys.dim() == 4 else 0
+    if isinstance(layer, StaticLayer):  # preallocated: filled up to the sequence length
+        out.tokens = min(int(layer.get_seq_length()), out.tokens)
+    _pin(out.storages, keys)
+    _pin(out.storages, values)
+    out.window = getattr(layer, "sliding_window", None)
+    if isinstance(layer, DynamicIndexedLayer):  # sparse-attention indexer keys count as keys
+        for t in (getattr(layer, "indexer_keys", None), getattr(layer, "indexer_position_ids", None)):
+            out.k_bytes += tensor_bytes(t)
+            out.index_bytes += tensor_bytes(t)
+            _pin(out.storages, t)
+
+
+def _read_states(layer, out: LayerBytes) -> None:
+    for states in (layer.conv_states, layer.recurrent_states):
+        for t in states.values():
+            out.state_bytes += tensor_bytes(t)
+            out.state_float32_bytes += tensor_bytes(t) if getattr(t, "dtype", None) == torch.float32 else 0
+            _pin(out.storages, t)
+
+
+def read_layer(layer) -> LayerBytes:
+    """Bytes, tokens and pinned storages of one cache layer; UnreadableCache for unknown classes."""
+    try:
+        return _read_layer(layer)
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__} "
+                              f"({type(exc).__name__}: {exc})") from exc
+
+
+def _read_layer(layer) -> LayerBytes:
+    out = LayerBytes()
+    if type(layer) not in READABLE:
+        raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__}")
+    if isinstance(layer, DummyLayer):
+        return out
+    if isinstance(layer, LinearAttentionCacheLayerMixin):
+        _read_states(layer, out)
+    if isinstance(layer, CacheLayerMixin):
+        _read_kv(layer, out)
+    return out
+
+
+def read_cache(cache, num_layers: int, beyond: bool = False) -> list[LayerBytes]:
+    """One LayerBytes per decoder layer (MiniMax's `linear_cache` counted as state); with `beyond`,
+    also every cache layer past the decoder count (a looped model's copies of its layers)."""
+    if cache is None:
+        raise UnreadableCache("the model returned no cache object")
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise UnreadableCache(f"kvviz cannot read caches of class {type(cache).__name__}")
+    read = [read_layer(layer) for layer in (layers if beyond else layers[:num_layers])]
+    read += [LayerBytes() for _ in range(num_layers - len(read))]
+    for i, state in enumerate(getattr(cache, "linear_cache", None) or []):
+        if isinstance(state, torch.Tensor) and i < num_layers:
+            read[i].state_bytes += tensor_bytes(state)
+            read[i].state_float32_bytes += tensor_bytes(state) if state.dtype == torch.float32 else 0
+            _pin(read[i].storages, state)
+    return read
+
+
+@dataclass(frozen=True)
+class ModuleState:
+    """A tensor a model keeps as a plain attribute of one of its modules and rewrites every decode
+    step (RecurrentGemma's conv and recurrent states): cache the cache object never holds."""
+
+    layer: int  # the decoder layer the module sits in (0 when no decoder-layer list was found)
+    module: torch.nn.Module
+    attr: str
+
+
+def module_tensors(model: torch.nn.Module) -> dict[tuple[int, str], torch.Tensor]:
+    """Every tensor kept as a plain attribute of a module (not a parameter or buffer), copied."""
+    return {(id(m), attr): v.clone() for m in model.modules() for attr, v in vars(m).items()
+            if isinstance(v, torch.Tensor)}
+
+
+def changed_module_states(model: torch.nn.Module, before: dict, layers) -> tuple[ModuleState, ...]:
+    """The plain tensor attributes that a step replaced or rewrote since `before` was taken."""
+    owner = {id(m): i for i, layer in enumerate(layers) for m in layer.modules()}
+    found = []
+    for m in model.modules():
+        for attr, v in vars(m).items():
+            old = before.get((id(m), attr))
+            if isinstance(v, torch.Tensor) and v.numel() and (old is None or old.shape != v.shape
+                                                             or not torch.equal(old, v)):
+                found.append(ModuleState(owner.get(id(m), 0), m, attr))
+    return tuple(found)
+
+
+def add_module_states(read: list[LayerBytes], states) -> list[LayerBytes]:
+    """`read` with each module state's bytes counted as its layer's state (in place; returned)."""
+    for s in states:
+        t = getattr(s.module, s.attr, None)
+        if isinstance(t, torch.Tensor) and s.layer < len(read):
+            read[s.layer].state_bytes += tensor_bytes(t)
+            read[s.layer].state_float32_bytes += tensor_bytes(t) if t.dtype == torch.float32 else 0
+            _pin(read[s.layer].storages, t)
+    return read
+
+
+def held_module_states(states) -> list:
+    """The tensors the module states hold now (to put back with `restore_module_states`)."""
+    return [getattr(s.module, s.attr, None) for s in states]
+
+
+def restore_module_states(states, held: list) -> None:
+    """Put a run's module states back: in a race the no-cache run's forwards rewrite them too."""
+    for s, t in zip(states, held):
+        setattr(s.module, s.attr, t)
+
+
+def storage_bytes(read: list[LayerBytes]) -> int:
+    """Bytes the whole cache pins, each storage once even when layers share it."""
+    pinned: dict[int, int] = {}
+    for r in read:
+        pinned.update(r.storages)
+    return sum(pinned.values())
+
+
+def cache_layer_stats(read: list[LayerBytes], specs, tokens: int, batch: int, elem_bytes: int,
+                      forward_ms: list[float]) -> tuple[LayerStat, ...]:
+    """Per-layer measured bytes beside the layout's formula, with each layer's forward time."""
+    stats = []
+    for i, (r, spec) in enumerate(zip(read, specs)):
+        ms = forward_ms[i] if i < len(forward_ms) else 0.0
+        formula = layout.layer_formula_bytes(spec, tokens, batch, elem_bytes)
+        stats.append(LayerStat(i, r.k_bytes, r.v_bytes, r.tokens, ms, r.state_bytes,
+                               sum(r.storages.values()), formula))
+    return tuple(stats)
+
+
+def empty_layer_stats(forward_ms: list[float]) -> tuple[LayerStat, ...]:
+    """Layer stats for a pass that kept no cache (recompute mode): times only."""
+    return tuple(LayerStat(i, 0, 0, 0, ms) for i, ms in enumerate(forward_ms))
+
+
+def is_static(cache) -> bool:
+    return any(isinstance(layer, StaticLayer) for layer in getattr(cache, "layers", ()))

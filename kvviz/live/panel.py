@@ -1,0 +1,663 @@
+"""The live page's panels: placeholders built once, then filled from a growing list of events.
+
+Text updates on every event; figures and charts at most every `CHART_INTERVAL_S`. Each chart
+spec is built once per run and only its data is swapped (kvviz.viz.charts.spec_with_data).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, replace
+
+import pandas as pd
+import streamlit as st
+
+from kvviz.app import ui
+from kvviz.live import cache_map_panel
+from kvviz.live import captions
+from kvviz.engine import loop as engine
+from kvviz.live import charts as live_charts
+from kvviz.engine import race
+from kvviz.viz import charts
+from kvviz.core import errors
+from kvviz.live import report
+from kvviz.sweep import compute as sweep
+from kvviz.engine.pump import Pump, Running
+from kvviz.app.slots import Slot
+from kvviz.core.trace import Trace, summary
+from kvviz.core.units import fmt_bytes
+
+LOG = logging.getLogger("kvviz")
+CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
+TICK_S = 0.25  # the page redraws at least this often during a run (a long step's progress)
+FRAME_S = 0.1  # and at most ten times a second: tokens arriving faster are drawn together
+WAIT_SHOWN_S = 1.0  # a forward pass running longer than this gets a progress line
+REDRAW_SHARE = 0.25  # at most this share of a run's wall clock goes to redrawing figures
+TOKEN_MARK = "│"
+HEIGHTS = {"layers": 260, "total": 260, "reservation": 130, "steps": 240, "layer_times": 200,
+           "race": 220, "positions": 220}  # pixels; the block grid sizes itself
+PRESENTER_HEIGHTS = {"layers": 340, "total": 340, "reservation": 190, "steps": 320, "layer_times": 280,
+                     "race": 320, "positions": 320}  # room for chart text 1.5x as large
+PANELS = {  # chart name -> panel title
+    "layers": "Cache bytes per layer (K and V)",
+    "total": "Whole cache vs the formula",
+    "blocks": "Blocks: paged (modelled) vs contiguous",
+    "timings": "Time per step and per layer",
+    "race": "The race: time to write the same tokens",
+    "positions": "Token positions processed: ≈ n²/2 without a cache vs n with it",
+}
+LAYOUT = (  # rows of two panels: (panel, the charts stacked in it)
+    (("layers", ["layers"]), ("total", ["total"])),
+    (("blocks", ["grid", "reservation"]), ("timings", ["steps", "layer_times"])),
+)
+RACE_ROW = (("race", ["race"]), ("positions", ["positions"]))
+RACE_PANELS = ("race", "positions")
+RACE_NOTES_CSS = """<style>.st-key-race-notes { min-height: 9.5rem; }</style>"""
+# Room for the parity line and the race's end note at two lines each (measured 109 + 21 + 64 px at
+# 1920 x 1080 in presenter mode, 9.2 rem): the note appears at the end and the parity line wraps as
+# its count grows ("so far"), and neither may push the panels below down.
+
+
+def text_of(events, show_tokens: bool) -> str:
+    """Sequence 0's generated text; token boundaries marked on demand."""
+    pieces = [e.texts[0] for e in events]
+    return TOKEN_MARK.join(pieces) if show_tokens else "".join(pieces)
+
+
+class LiveView:
+    """All panels of one run. Build it before the first event; call `update` after each."""
+
+    def __init__(self, meta: dict, max_new_tokens: int, race_on: bool, show_tokens: bool):
+        self.meta, self.race_on, self.show_tokens = meta, race_on, show_tokens
+        self.last_chart_t = 0.0
+        self.chart_gap_s = CHART_INTERVAL_S  # grows when redraws are slow (REDRAW_SHARE)
+        self.measure_wall = False  # run_live: time the tokens' arrival for the wall-clock rate
+        self.arrivals: list[float] = []  # monotonic seconds when each cached event arrived
+        self.wall_rate: float | None = None  # show_result: the rate its run measured
+        st.html(DIM_HOLDER_CSS)  # a fixed stylesheet, never user text
+        with st.container(key="dim-styles"):  # hidden; DIM_CSS while a run's panels show the previous run
+            self.dim_slots = {mode: Slot(st) for mode in ("cached", "recompute")}
+        self.dimmed: set[str] = set()  # runs whose panels still show the previous run
+        self.ghosted = False  # the text boxes hold the previous run's text, hidden, for their height
+        with st.container(key="headline-figures"):
+            self.metric_slots = [Slot(col) for col in st.columns(8)]
+        self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
+        left, right, map_area = text_areas(race_on, ui.presenter_mode())
+        which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
+        self.text_slot, cached_ghost = titled_box(left, f"With the KV cache{which}", "cached-panel")
+        self.ghosts = {"cached": cached_ghost}  # screen mode: the previous run's text, hidden (KEEP_HEIGHT_CSS)
+        self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
+        self.waiting: dict[str, bool] = {}  # mode -> its wait line is shown (show_wait)
+        self.work = None  # sweep.ModelWork of the model, for the modelled time left (run_live)
+        if right is not None:
+            self.race_slot, self.ghosts["recompute"] = titled_box(
+                right, f"Without a cache: the whole text recomputed every step{which}",
+                                        "recompute-panel")
+            self.race_wait_slot = right.empty()
+            right.html(RACE_NOTES_CSS)  # a fixed stylesheet, never user text
+            notes = right.container(key="race-notes")  # RACE_NOTES_CSS: room for both lines' longest forms
+            self.parity_slot, self.race_note_slot = Slot(notes), Slot(notes)
+        self.cache_map = cache_map_panel.CacheMapPanel(map_area.container(border=True, key="cache-map-panel"),
+                                                      meta, ui.chart_font_scale())
+        self.max_new_tokens = max_new_tokens
+        self.scrubbing = False  # replay: the scrubber, not the run's end, set where it stands
+        self.specs: dict | None = None  # built from the first data, then only re-fed
+        self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
+        self.figure_updates = 0
+        self.slots = chart_slots(LAYOUT + ((RACE_ROW,) if race_on else ()))
+
+    def show_previous(self, previous: Trace | None) -> bool:
+        """Draw the previous run, dimmed and labelled, where this run's panels are, so that the
+        stage keeps its shape until each panel has new data (`undim`). False when it cannot
+        (no previous run, or one of another shape)."""
+        if previous is None or not previous.events or not same_stage(previous.meta, self.meta) or (
+                self.race_on != ("recompute" in previous.modes)):
+            return False
+        self.update(previous, final=True)
+        self.specs, self.drawn, self.figure_updates, self.last_chart_t = None, {}, 0, 0.0
+        self.cache_map.draws = 0
+        self.dimmed = {"cached", "recompute"} if self.race_on else {"cached"}
+        for mode in self.dimmed:
+            self.dim_slots[mode].html(DIM_CSS[mode])  # fixed stylesheets, never user text
+            if self.ghosts.get(mode) is not None:  # its box keeps at least this height until the run ends
+                self.ghosts[mode].code(text_of(previous.events_of(mode), self.show_tokens) or " ", language=None,
+                                       wrap_lines=True)
+                self.ghosted = True
+        return True
+
+    def undim(self, mode: str) -> None:
+        if mode in self.dimmed:
+            self.dimmed.discard(mode)
+            self.dim_slots[mode].empty()
+
+    def clear(self) -> None:
+        """Blank text panels before a run's first token (the previous run's text must not linger).
+
+        Charts and figures of a previous run that cannot stand in (another shape) stay, faded by
+        Streamlit as stale, until this run redraws them: emptying a slot would leave an empty
+        element that takes a gap (kvviz.app.slots)."""
+        self.text_slot.code(" ", language=None)
+        if self.race_on:
+            self.race_slot.code(" ", language=None)
+        for slot in self.dim_slots.values():  # a previous run stopped while still dimmed
+            slot.empty()
+
+    def show_wait(self, running: Running | None, trace: Trace, seconds_per_flop: float | None) -> None:
+        """A forward pass that takes a while gets a line with its elapsed and modelled time left."""
+        slots = {"cached": self.note_slot, "recompute": getattr(self, "race_wait_slot", None)}
+        for mode, slot in slots.items():
+            if slot is None:
+                continue
+            if running is None or running.mode != mode or running.elapsed_s() < WAIT_SHOWN_S:
+                if self.waiting.pop(mode, None):
+                    slot.empty()
+                continue
+            self.waiting[mode] = True
+            positions = self.meta["prompt_tokens"] + (running.step if mode == "recompute" else 0)
+            total_s = (seconds_per_flop * self.work.prefill_flops(positions, self.meta["batch"])
+                       if seconds_per_flop and self.work is not None else None)
+            line = wait_line(mode, running, positions, self.meta["batch"], total_s)
+            fraction = min(running.elapsed_s() / total_s, 0.99) if total_s else None
+            if fraction is None:
+                slot.caption(line)
+            else:
+                slot.progress(fraction, text=line)
+
+    def update(self, trace: Trace, final: bool = False) -> None:
+        cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+        if cached:
+            if self.race_on and "cached" in self.dimmed:
+                self.race_note_slot.empty()  # the previous run's end note: this run has not ended
+            self.undim("cached")
+        if recompute:
+            self.undim("recompute")
+        if "cached" not in self.dimmed:
+            self.text_slot.code(text_of(cached, self.show_tokens) or " ", language=None, wrap_lines=True)
+        if self.race_on and "recompute" not in self.dimmed:
+            self.race_slot.code(text_of(recompute, self.show_tokens) or " ", language=None, wrap_lines=True)
+            if final:
+                self.race_note_slot.caption(race_stop_note(cached, recompute, run_ended(cached, self.max_new_tokens),
+                                                           self.scrubbing))
+        if final and self.ghosted and not self.dimmed:  # this run's text is all there: its own height
+            self.ghosted = False
+            for ghost in self.ghosts.values():
+                if ghost is not None:
+                    ghost.empty()
+        now = time.monotonic()
+        if self.measure_wall and len(cached) > len(self.arrivals):
+            self.arrivals += [now] * (len(cached) - len(self.arrivals))
+        if cached:  # the figures go with the text: never "1 × 1" beside a box of words
+            self.draw_metrics(summary(trace), cached[-1])
+            if self.race_on:
+                same, line = captions.parity(cached, recompute, final)
+                (self.parity_slot.success if same else self.parity_slot.warning)(line)
+        if cached and (final or now - self.last_chart_t >= self.chart_gap_s):
+            self.last_chart_t = now
+            self.draw_figures(trace, cached, recompute, final)
+            # the time budget: redraws take at most REDRAW_SHARE of the wall clock
+            self.chart_gap_s = max(CHART_INTERVAL_S, (time.monotonic() - now) / REDRAW_SHARE)
+
+    def wall_tokens_per_s(self) -> float | None:
+        """Tokens × batch per wall-clock second from the first cached token to the latest."""
+        if len(self.arrivals) < 2 or self.arrivals[-1] <= self.arrivals[0]:
+            return self.wall_rate
+        return (len(self.arrivals) - 1) * self.meta["batch"] / (self.arrivals[-1] - self.arrivals[0])
+
+    def draw_notes(self, last) -> None:
+        notes = run_notes(self.meta, last)
+        if notes:  # the note quotes a model's layer class: escaped
+            self.notes_slot.warning("  \n".join(ui.inert(n) for n in notes))
+
+    def draw_figures(self, trace: Trace, cached, recompute, final: bool) -> None:
+        self.figure_updates += 1
+        if self.figure_updates == 1 or final:
+            self.draw_notes(cached[-1])
+        data = live_charts.chart_data(self.meta, cached, recompute)
+        if self.specs is None:
+            self.specs = build_specs(self.meta, self.max_new_tokens, data)
+        for name, df in data.items():
+            if name in self.slots and self.shows_this_run(name) and self.needs_redraw(name, cached[-1], final):
+                self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
+        self.cache_map.draw(cached, final)
+        texts = captions.chart_captions(self.meta, cached)
+        if self.race_on:
+            texts |= captions.race_captions(cached, recompute, final)
+        for name, text in texts.items():
+            if self.shows_this_run(name):
+                self.slots[f"{name}_caption"].caption(text)
+
+    def shows_this_run(self, panel: str) -> bool:
+        """False for the race's panels while they still show the previous run: its first cached
+        token must not draw into a panel labelled "previous run" (they wait for a recomputed one)."""
+        return not ("recompute" in self.dimmed and panel in RACE_PANELS)
+
+    def needs_redraw(self, name: str, last, final: bool) -> bool:
+        """Block charts change only when a block fills; the heatmap is redrawn at half rate."""
+        if name in ("grid", "reservation"):
+            key = (last.blocks, last.seq_len) if name == "reservation" else last.blocks
+        elif name == "layer_times" and not final:
+            key = self.figure_updates // 2
+        else:
+            return True
+        changed = self.drawn.get(name, object()) != key
+        self.drawn[name] = key
+        return changed
+
+    def draw_metrics(self, sums: dict, last) -> None:
+        figures = captions.headline(self.meta, sums, last, self.wall_tokens_per_s())
+        for slot, (label, value, help_text) in zip(self.metric_slots, figures):
+            slot.metric(label, value, help=help_text)
+
+
+def same_stage(old: dict, new: dict) -> bool:
+    """Two runs' panels have the same places and sizes (the previous one can stand in)."""
+    return all(old.get(k) == new.get(k) for k in (*SPEC_FACTS, "layers", "attention"))
+
+
+PREVIOUS_LABEL = ('content: "previous run"; position: absolute; top: 0.35rem; right: 0.75rem; z-index: 1; '
+                  'font-size: 0.75rem; font-weight: 600; color: #555; letter-spacing: 0.04em; '
+                  'text-transform: uppercase;')  # absolute: the label takes no room, nothing moves
+
+
+def dim_css(keys: tuple[str, ...]) -> str:
+    """Dim the containers with these keys and label each "previous run" in its top-right corner."""
+    boxes = ", ".join(f".st-key-{k}" for k in keys)
+    labels = ", ".join(f".st-key-{k}::before" for k in keys)
+    return (f"<style>{boxes} {{ opacity: 0.45; position: relative; }} {labels} {{ {PREVIOUS_LABEL} }} "
+            ".st-key-headline-figures::before { top: -1.1rem; right: 0; }</style>")
+
+
+KEEP_IN_PLACE = "<span hidden></span>"
+# st.html sends style-only HTML to the page's event container, where emptying its placeholder
+# does not remove it (the "previous run" labels stayed after the run's first tokens): an element
+# beside the style keeps it in its placeholder, inside a hidden container (DIM_HOLDER_CSS).
+DIM_CSS = {  # while a panel still shows the previous run
+    "cached": dim_css(("cached-panel", "cache-map-panel", "headline-figures", "panel-layers", "panel-total",
+                       "panel-blocks", "panel-timings")) + KEEP_IN_PLACE,
+    "recompute": dim_css(("recompute-panel", "panel-race", "panel-positions")) + KEEP_IN_PLACE,
+}
+DIM_HOLDER_CSS = "<style>.st-key-dim-styles, div:has(> .st-key-dim-styles) { display: none; }</style>"
+
+
+def run_notes(meta: dict, last) -> list[str]:
+    """What a reader must know to trust the figures: bytes kvviz could not measure, an attention
+    implementation other than the one asked for, a state whose size the formula leaves out."""
+    notes = [last.cache_note] if getattr(last, "cache_note", "") else []
+    if meta.get("attn_fallback"):
+        notes.append(f"Attention ran as {meta.get('attn_implementation', '?')}: {meta['attn_fallback']}.")
+    if meta.get("state_modelled") is False:
+        notes.append("Some state layers have a size kvviz does not model: the formula leaves them out.")
+    if meta.get("cache_caveat"):
+        notes.append(f"This model: {meta['cache_caveat']}.")
+    return notes
+
+
+def text_areas(race_on: bool, presenting: bool):
+    """(cached text column, no-cache text column or None, cache map area).
+
+    On a screen: the two texts side by side, the map below them. On stage (presenter mode): the
+    texts stacked beside the map, so a 1280 x 720 or 1920 x 1080 projector shows the headline,
+    both texts and the map without scrolling.
+    """
+    if presenting:
+        texts, map_area = st.columns([2, 3], gap="medium")
+        return texts.container(), texts.container() if race_on else None, map_area
+    left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
+    return left, right, st.container()
+
+
+def run_ended(cached, max_new_tokens: int) -> bool:
+    """The cached run reached its token budget or EOS in every sequence (not a Stop or a limit)."""
+    return bool(cached) and (len(cached) >= max_new_tokens or all(cached[-1].finished))
+
+
+def race_stop_note(cached, recompute, ended: bool = True, scrubbing: bool = False) -> str:
+    """Why the no-cache text ends where it does (mid-word, often): the run ended, was stopped,
+    or a replay's scrubber stands at this step."""
+    if len(recompute) >= len(cached) and ended:
+        return f"Finished: all {captions.tokens(len(cached))} recomputed."
+    so_far = f"{len(recompute)} of {captions.tokens(len(cached))}"
+    if scrubbing:
+        return f"At this step of the replay the run without a cache had written {so_far} (both runs get the same time)."
+    if not ended:
+        return f"Stopped before the end: the run without a cache had written {so_far} (both runs get the same time)."
+    return f"Stopped when the cached run finished, after {so_far} (both runs get the same time)."
+
+
+PRELOAD_DESCRIPTION = "kvviz: preloads the chart code"
+PRELOAD_CSS = "<style>.st-key-chart-preload { display: none; }</style>"
+
+
+def preload_charts() -> None:
+    """An invisible empty chart, so the browser fetches its chart code while the page is idle.
+
+    Streamlit loads the Vega-Lite component on first use; until it arrives every chart is a grey
+    placeholder box, which a run's first frames would otherwise show.
+    """
+    st.html(PRELOAD_CSS)  # a fixed stylesheet, never user text
+    with st.container(key="chart-preload"):
+        st.vega_lite_chart({"mark": "point", "description": PRELOAD_DESCRIPTION, "data": {"values": []}},
+                           height=10)
+
+
+PRESENTER_TEXT_PX = 150  # on stage a text box keeps this height and follows the newest text
+PRESENTER_TEXT_CSS = """<style>
+.st-key-cached-panel-text, .st-key-recompute-panel-text { height: 16vh !important; min-height: 16vh; }
+</style>"""  # scaled to the screen: 115 px at 720 high, 173 px at 1080
+
+
+def titled_box(column, title: str, key: str):
+    """A bordered container with a fixed title; returns (the slot for its text, a ghost slot or None).
+
+    In presenter mode the text sits in a fixed-height box that scrolls to its newest line, so a
+    long output never pushes the panels below it off the screen. On a screen the box grows with
+    its text; the ghost, drawn in the same grid cell but hidden (KEEP_HEIGHT_CSS), holds the
+    previous run's text during a second run, so the box does not shrink to the new run's first
+    words and grow back, moving every panel below it (measured at 1280 x 720: 45 px).
+    """
+    with column:
+        box = st.container(border=True, key=key)
+        box.markdown(f"**{title}**")  # a constant title, never user text
+        if not ui.presenter_mode():
+            box.html(KEEP_HEIGHT_CSS)  # a fixed stylesheet, never user text
+            stack = box.container(key=f"{key}-stack")
+            return Slot(stack), Slot(stack.container(key=f"{key}-ghost"))
+        box.html(PRESENTER_TEXT_CSS)  # a fixed stylesheet, never user text
+        return Slot(box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text")), None
+
+
+KEEP_HEIGHT_CSS = """<style>
+.st-key-cached-panel-stack, .st-key-recompute-panel-stack { display: grid; }
+.st-key-cached-panel-stack > *, .st-key-recompute-panel-stack > * { grid-area: 1 / 1; }
+.st-key-cached-panel-ghost, .st-key-recompute-panel-ghost { visibility: hidden; }
+</style>"""
+
+
+SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
+              "weight_bytes", "batch", "max_len")  # all a spec depends on, besides the run length
+SPECS: dict[tuple, dict] = {}  # process-wide: a spec holds no run's data once re-fed
+
+
+def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
+    """Every chart's Vega-Lite spec (see kvviz.live.charts); reused by later runs of the same shape.
+
+    Building them costs ~150 ms, too much to pay inside every run's first token.
+    """
+    scale = ui.chart_font_scale()
+    key = (*(meta[k] for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(live_charts.layer_groups(meta)), scale)
+    if key not in SPECS:
+        if len(SPECS) > 64:
+            SPECS.clear()
+        built = live_charts.build_charts(meta, max_new_tokens, data)
+        heights = HEIGHTS if scale == 1 else PRESENTER_HEIGHTS
+        SPECS[key] = {name: charts.with_font_scale(sized(charts.to_spec(chart), heights.get(name)), scale)
+                      for name, chart in built.items()}
+    return SPECS[key]
+
+
+def draw_altair(slot, chart, key: str | None = None) -> None:
+    """An Altair chart into `slot` (st or a placeholder), its text scaled in presenter mode."""
+    scale = ui.chart_font_scale()
+    if scale == 1:
+        slot.altair_chart(chart, key=key)
+        return
+    spec = chart.to_dict()
+    view = spec.get("config", {}).get("view", {})
+    for size in ("continuousWidth", "continuousHeight"):  # as st.altair_chart: the page sizes it
+        view.pop(size, None)
+    slot.vega_lite_chart(charts.with_font_scale(spec, scale), key=key)
+
+
+def sized(spec: dict, height: int | None) -> dict:
+    return {**spec, "height": height} if height else spec
+
+
+def chart_slots(rows) -> dict:
+    """Rows of two panels; each panel a title, its chart placeholders and a caption."""
+    slots = {}
+    for row in rows:
+        for col, (panel, names) in zip(st.columns(2, gap="large"), row):
+            with col.container(key=f"panel-{panel}"):
+                st.markdown(f"**{PANELS[panel]}**")  # a constant title
+                for name in names:
+                    slots[name] = Slot(st)
+                slots[f"{panel}_caption"] = Slot(st)
+    return slots
+
+
+def run_live(lm, cfg, opts, status) -> None:
+    """Generate with the live panels updating; the trace lands in session state even if stopped."""
+    rules = ui.policy()
+    try:
+        rules.check_run(lm.name, cfg)  # allowlist and caps, on the server, before joining the line
+    except ValueError as exc:
+        status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")
+        return
+    with ui.device_turn(status):  # the layout probe runs forwards on the shared model too
+        try:
+            meta = engine.run_meta(lm, cfg)
+            rules.check_prompt_tokens(meta["prompt_tokens"])
+        except ValueError as exc:
+            status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
+            return
+        trace = Trace(meta, [])
+        view = generate_in_turn(lm, cfg, opts, status, trace, rules)
+    st.session_state["run_done"] = True
+    fitted = seconds_per_flop(trace.events, view.work)
+    if fitted:
+        st.session_state[f"seconds_per_flop:{lm.name}"] = fitted
+    if trace.events:
+        view.update(trace, final=True)
+        st.session_state["wall_tokens_per_s"] = view.wall_tokens_per_s()
+        downloads(trace)
+
+
+def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
+    """The run itself, while this session holds the device: the cached run and, in a race, the
+    recompute run taking turns, drawn as they go. Returns the view it drew into."""
+    previous = st.session_state.get("trace")
+    st.session_state["trace"], st.session_state["run_done"] = trace, False
+    st.session_state.pop("wall_tokens_per_s", None)  # set again when this run ends
+    view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], trace.meta, cfg.max_new_tokens,
+                           opts.race, opts.show_tokens)
+    if not view.show_previous(previous):
+        view.clear()
+    view.measure_wall, view.work = True, sweep.model_work(lm)
+    deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
+    out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
+    pump = Pump()
+    cached = engine.generate(lm, cfg, "cached", should_stop=out_of_time)
+    short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
+    recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
+    try:
+        pump.start(race.interleave(pump.tracked(cached, "cached"),
+                                   pump.tracked(recompute, "recompute") if recompute is not None else None))
+        drive(pump, trace, view, opts.pace, st.session_state.get(f"seconds_per_flop:{lm.name}"), out_of_time)
+    except Exception as exc:  # e.g. out of memory: say so, keep what was produced
+        status.error(failure_message(exc, rules.enabled))
+    finally:
+        pump.stop()  # the worker ends after its step in progress: then the generators are free
+        cached.close()
+        if recompute is not None:
+            recompute.close()
+        engine.free_device_memory(lm.device)
+        view.show_wait(None, trace, None)
+    if out_of_time():
+        status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
+    return view
+
+
+def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flop: float | None,
+          out_of_time=lambda: False) -> None:
+    """Draw the run from the worker's latest events at a fixed rate, and any long wait's progress.
+
+    Ends when the worker is done or, on a host, at its time limit: slow motion draws after the
+    tokens are made, and the drawing holds the device turn too, so the limit bounds it as well."""
+    per_flop = known_s_per_flop
+    while not pump.done() and not out_of_time():
+        started = time.monotonic()
+        arrived = pump.take(TICK_S)
+        for event in arrived:
+            trace.append(event)
+            if pace > 1.0 and not out_of_time():  # slow motion: each step drawn on its own, stretched
+                view.update(trace)
+                if event.mode == "cached":
+                    ui.pace_delay(event.step_ms, pace)
+        if arrived and pace <= 1.0:
+            view.update(trace)
+            per_flop = seconds_per_flop(trace.events, view.work) or per_flop
+        view.show_wait(pump.running, trace, per_flop)
+        rest = FRAME_S - (time.monotonic() - started)
+        if arrived and rest > 0:
+            time.sleep(rest)
+
+
+def seconds_per_flop(events, work) -> float | None:
+    """The device's pace on whole-text passes (prefills, recompute steps): seconds per
+    sweep.ModelWork flop, least squares through zero, as the Sweep's time-left model fits it."""
+    if work is None:
+        return None
+    full = [e for e in events if e.phase == "prefill" or e.mode == "recompute"]
+    flops = [work.prefill_flops(e.positions // max(len(e.token_ids), 1), len(e.token_ids)) for e in full]
+    denominator = sum(f * f for f in flops)
+    return sum(e.step_ms / 1000 * f for e, f in zip(full, flops)) / denominator if denominator else None
+
+
+def wait_line(mode: str, running: Running, positions: int, batch: int, total_s: float | None) -> str:
+    """"Prefilling 2,322 prompt tokens without a cache: 5 s so far, ≈ 11 s left (modelled …)"."""
+    of_batch = f" × batch {batch}" if batch > 1 else ""
+    if running.step == 0:
+        what = f"Prefilling {positions:,} prompt tokens{of_batch}" + (" without a cache" if mode == "recompute" else "")
+    else:
+        what = f"Step {running.step + 1} without a cache reads all {positions:,} positions again{of_batch}"
+    elapsed = running.elapsed_s()
+    text = f"{what}: {elapsed:.0f} s so far"
+    if total_s:
+        left = max(total_s - elapsed, 0.0)
+        text += (f", ≈ {captions.fmt_duration(left * 1000)} left (modelled from this device's pace on "
+                 "whole-text passes)" if left > 0 else ", longer than modelled")
+    return text + "."
+
+
+SETTING_NAMES = {"prompts": "prompt", "batch": "batch", "max_new_tokens": "new tokens", "system": "system prompt",
+                 "chat_template": "chat template", "stop_on_eos": "stop at EOS", "temperature": "temperature",
+                 "top_k": "top-k", "top_p": "top-p", "seed": "seed", "block_size": "block size",
+                 "cache_backend": "cache", "attention": "attention"}
+
+
+def changed_settings(meta: dict, cfg, ran_race: bool, race_on: bool) -> list[str]:
+    """The settings that differ between the run shown (its trace's meta) and the sidebar now."""
+    ran = meta.get("config") or {}
+    now = {k: v for k, v in asdict(cfg).items() if k != "extra"}
+    changed = [SETTING_NAMES.get(k, k) for k, v in now.items()
+               if k in ran and (list(v) if isinstance(v, tuple) else v) != (
+                   list(ran[k]) if isinstance(ran[k], (tuple, list)) else ran[k])]
+    if race_on != ran_race:
+        changed.append("no-cache race")
+    return changed
+
+
+def failure_message(exc: Exception, hide_details: bool) -> str:
+    """What the user reads when a run fails midway; hosted visitors get no internals."""
+    if errors.out_of_memory(exc):
+        return ("The device ran out of memory during this run; what was produced is kept and the "
+                "memory was released. Try fewer tokens, a smaller batch, or a smaller model.")
+    if hide_details:
+        LOG.exception("generation failed")
+        return "Generation stopped because of an internal error. What was produced is kept."
+    return f"Generation stopped: {type(exc).__name__}: {ui.inert(str(exc).splitlines()[0][:300])}"
+
+
+def show_result(trace: Trace, show_tokens: bool) -> None:
+    """The panels of a finished (or stopped) run, from its trace."""
+    cfg = trace.meta.get("config", {})
+    view = prompt_and_view(None, trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
+                           "recompute" in trace.modes, show_tokens)
+    view.wall_rate = st.session_state.get("wall_tokens_per_s")
+    view.update(trace, final=True)
+    if trace.events:  # a Stop during the prefill leaves nothing worth downloading
+        downloads(trace)
+
+
+def prompt_and_view(rendered: str | None, meta: dict, max_new_tokens: int, race_on: bool,
+                    show_tokens: bool) -> LiveView:
+    """The prompt (folded) and the run's panels; on stage the prompt goes below them."""
+    presenting = ui.presenter_mode()
+    if not presenting:
+        show_prompt(rendered, meta)
+    view = LiveView(meta, max_new_tokens, race_on, show_tokens)
+    if presenting:
+        show_prompt(rendered, meta)
+    return view
+
+
+def show_prompt(rendered: str | None, meta: dict) -> None:
+    cfg = meta.get("config", {})
+    text = rendered if rendered is not None else "\n\n".join(
+        p for p in (cfg.get("system", ""), *cfg.get("prompts", [])) if p)
+    with st.expander(f"Prompt: {meta['prompt_tokens']} tokens × batch {meta['batch']}"):
+        st.text(text)  # untrusted: shown as plain text
+
+
+def downloads(trace: Trace) -> None:
+    """The run as a trace, an offline HTML report and CSV tables (built only when clicked)."""
+    cols = st.columns([1, 1, 1, 1, 2])
+    cols[0].download_button("Trace (JSON)", trace.to_json(), "kvviz-trace.json", "application/json",
+                            key="dl-trace")
+    cols[1].download_button("Report (HTML)", lambda: report.html_report(trace), "kvviz-report.html",
+                            "text/html", key="dl-report", on_click="ignore")
+    cols[2].download_button("Steps (CSV)", lambda: report.csv_tables(trace)["steps"], "kvviz-steps.csv",
+                            "text/csv", key="dl-csv", on_click="ignore")
+    cols[3].download_button("Layers (CSV)", lambda: report.csv_tables(trace)["layers"],
+                            "kvviz-layers.csv", "text/csv", key="dl-layers", on_click="ignore")
+
+
+def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None = None,
+           from_step: int = 0) -> None:
+    """Play a recorded run through the live panels; cached steps keep their measured pace / speed.
+
+    With `upto_step`, draw the state at that cached step at once (the scrubber). Otherwise play:
+    the state at cached step `from_step` at once, then every later step in turn.
+    """
+    order = race.race_order(trace.events_of("cached"), trace.events_of("recompute"))
+    if upto_step is not None:
+        order = race.through_step(order, upto_step)
+    view = prompt_and_view(None, trace.meta, len(trace.events_of("cached")), "recompute" in trace.modes,
+                           show_tokens)
+    view.scrubbing = upto_step is not None and upto_step < len(trace.events_of("cached")) - 1
+    head = len(order) if upto_step is not None else len(race.through_step(order, from_step))
+    shown = Trace(trace.meta, order[:head])
+    if upto_step is None:
+        view.update(shown)
+    for event in order[head:]:
+        shown.append(event)
+        view.update(shown)
+        if event.mode == "cached" and speed > 0:
+            time.sleep(event.step_ms / 1000 / speed)
+    view.update(shown, final=True)
+    downloads(trace)
+
+
+NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "s": "%,.1f s", "number": "%,.1f",
+                  "gbs": "%,.2f GB/s"}  # column kind -> how st.dataframe shows it
+
+
+def people_table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], key: str | None = None) -> None:
+    """`df`'s `columns` as a table for people: column -> (label, kind), kind one of
+    NUMBER_FORMATS, "bytes" (B / KiB / MiB / GiB text), "gbs_from_bytes" (bytes/s shown in GB/s),
+    "text" or "flag". Missing values read "–"."""
+    shown, config = df[list(columns)].copy(), {}
+    for col, (label, kind) in columns.items():
+        if kind == "bytes":
+            shown[col] = [fmt_bytes(v) if pd.notna(v) else "–" for v in shown[col]]
+            config[col] = st.column_config.TextColumn(label)
+        elif kind == "gbs_from_bytes":
+            shown[col] = pd.to_numeric(shown[col], errors="coerce") / 1e9
+            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS["gbs"])
+        elif kind in NUMBER_FORMATS:
+            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
+        elif kind == "flag":
+            config[col] = st.column_config.CheckboxColumn(label)
+        else:
+            config[col] = st.column_config.TextColumn(label)
+    st.dataframe(shown, hide_index=True, column_config=config, key=key)

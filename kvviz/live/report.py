@@ -1,0 +1,389 @@
+"""A finished or replayed run as one self-contained HTML file, plus CSV tables. Pure; no streamlit.
+
+`html_report(trace)` returns a single HTML document that opens offline in any browser: the run's
+settings and facts, the headline figures, the generated text of each mode, the live page's charts
+as inline SVG and the table of steps. It loads nothing: no scripts at all, no stylesheets, fonts or
+images from elsewhere, and a Content-Security-Policy that would block them if any slipped in.
+
+Everything that comes from the trace (model names, prompts, generated text, any meta value) is
+untrusted — an uploaded trace can say anything — and reaches the page only through the
+autoescaping Jinja2 template `templates/report.html.j2`: this module computes the sections as plain
+data; only the SVG vl-convert drew and the steps table pandas escaped are passed as Markup.
+
+Charts are the very builders of kvviz/viz/charts.py, rendered to SVG by vl-convert-python (Vega-Lite
+compiled and drawn in-process, bundled fonts, no browser, no network: external data URLs are
+refused). Without that package the report still has every figure and table, and says so.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from functools import lru_cache
+
+import altair as alt
+import jinja2
+import pandas as pd
+from markupsafe import Markup
+
+from kvviz.live import cache_map, cache_map_charts, captions, frames
+from kvviz.live import charts as live_charts
+from kvviz.live import cache_map_panel
+from kvviz.core.events import StepEvent
+from kvviz.core.trace import VERSION, Trace, TraceError, check_run_meta, summary
+from kvviz.viz import export
+from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
+
+CHART_WIDTH = 520  # px; the SVGs scale down with the page (CSS max-width)
+MAX_HEATMAP_CELLS = 30_000  # a layer-time heatmap beyond this would weigh megabytes of SVG
+MAX_VALUE_CHARS = 400  # a meta value longer than this is cut, with an ellipsis
+TITLES = {  # chart name -> section title (the live page's panels, one chart each)
+    "cache_map": "The cache, position by position, at the last step",
+    "attention": "The newest token's attention over the cache (averaged over heads), at the last step",
+    "layers": "Cache bytes per layer, grouped by kind (K and V), at the last step",
+    "total": "Whole cache vs the formula",
+    "grid": "Blocks: the paged pool (modelled), at the last step",
+    "reservation": "Paged (modelled) vs a contiguous max-length reservation",
+    "steps": "Time per step",
+    "layer_times": "Time per layer and decode step (cached run)",
+    "race": "With vs without a cache: time to generate",
+    "positions": "Token positions processed: ≈ n²/2 without a cache vs n with it",
+}
+FACTS = (  # (meta key, label, formatter) for the run's facts table
+    ("model_label", "model", str),
+    ("model", "model id or folder", str),
+    ("device", "device", str),
+    ("dtype", "dtype", str),
+    ("num_layers", "decoder layers", str),
+    ("num_kv_heads", "KV heads", str),
+    ("head_dim", "head dimension", str),
+    ("elem_bytes", "bytes per element", str),
+    ("bytes_per_token", "KV bytes per token (one sequence)", lambda v: f"{fmt_bytes(v)} ({v:,} B)"),
+    ("weight_bytes", "weights", lambda v: f"{fmt_bytes(v)} ({v:,} B)"),
+    ("prompt_tokens", "prompt tokens (chat template included)", str),
+    ("batch", "batch", str),
+    ("max_len", "max length (prompt + new tokens)", str),
+)
+_NOT_SETTINGS = ("prompts", "system")  # config keys shown in the prompt section instead
+
+Svg = Callable[[dict], str]  # a Vega-Lite spec -> an SVG document
+
+
+def utf8_safe(text: str) -> str:
+    """`text` with lone surrogates (valid in a JSON string, not in UTF-8) replaced by "?"."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+# --- CSV -----------------------------------------------------------------------------------------
+
+def layers_frame(events: list[StepEvent]) -> pd.DataFrame:
+    """One row per (event, layer): mode, step, phase, layer, k_bytes, v_bytes, tokens, forward_ms."""
+    df = frames.layer_times_frame(events)
+    stats = [s for ev in events for s in ev.layers]  # the same (event, layer) order
+    df.insert(4, "k_bytes", pd.Series([s.k_bytes for s in stats], dtype="int64"))
+    df.insert(5, "v_bytes", pd.Series([s.v_bytes for s in stats], dtype="int64"))
+    df.insert(6, "tokens", pd.Series([s.tokens for s in stats], dtype="int64"))
+    return df
+
+
+def csv_tables(trace: Trace) -> dict[str, str]:
+    """{"steps": CSV, "layers": CSV}: frames.steps_frame and one row per (event, layer).
+
+    Numbers only (mode and phase are fixed words), so no generated text reaches a spreadsheet.
+    """
+    return {"steps": frames.steps_frame(trace.events).to_csv(index=False),
+            "layers": layers_frame(trace.events).to_csv(index=False)}
+
+
+# --- charts --------------------------------------------------------------------------------------
+
+def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
+    """The live page's charts over the whole run (kvviz.live.charts); none without run meta."""
+    try:
+        check_run_meta(trace)
+    except TraceError:
+        return {}
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    data = live_charts.chart_data(trace.meta, cached, recompute)
+    out = live_charts.build_charts(trace.meta, len(cached), data)
+    if not recompute:
+        out.pop("race")
+        out.pop("positions")
+    if not 0 < (data["layer_times"]["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
+        out.pop("layer_times")
+    else:
+        out["layer_times"] = out["layer_times"].properties(height=300)
+    return {**cache_map_charts_of(trace.meta, cached), **out}
+
+
+def cache_map_charts_of(meta: dict, cached: list[StepEvent]) -> dict[str, alt.TopLevelMixin]:
+    """The cache map at the last step (cells only: a file has no hover), and the attention map
+    when the run recorded it. Token text never reaches these charts."""
+    kinds = cache_map.layer_kinds(meta)
+    args = (kinds, int(meta["max_len"]), cache_map.prompt_len(meta))
+    cells = cache_map.map_frame(meta, cached)
+    out = {"cache_map": cache_map_charts.cache_map_chart(cells[cells["row"] == "cell"], *args,
+                                                          padded=meta["batch"] > 1, hover=False)}
+    attention = cache_map.attention_frame(meta, cached).drop(columns=["text"])
+    if not attention.empty:
+        out["attention"] = cache_map_charts.attention_chart(attention, *args)
+    return out
+
+
+def _sized(name: str, chart: alt.TopLevelMixin) -> dict:
+    """The chart as a Vega-Lite dict with a fixed width (the grid keeps square cells)."""
+    width = alt.Step(14) if name == "grid" else CHART_WIDTH
+    return chart.properties(width=width).to_dict()
+
+
+def inline_svg(svg: str, prefix: str) -> str:
+    """An SVG document made fit to sit inline in HTML among others.
+
+    Drops the XML declaration and namespace declarations (an HTML parser supplies both
+    namespaces), and prefixes every id and its references (`url(#…)`, `href="#…"`) so the
+    clip paths and gradients of one chart never resolve to another chart's.
+    """
+    svg = re.sub(r"^\s*<\?xml[^>]*\?>\s*", "", svg)
+    svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", svg)
+    return re.sub(r'(href=")#([^"]+)"', rf'\1#{prefix}-\2"', svg)
+
+
+def _chart_captions(trace: Trace) -> dict[str, str]:
+    """Each chart's plain-language caption, when the meta holds the facts they quote."""
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    out = {}
+    try:
+        check_run_meta(trace)
+        by_panel = captions.chart_captions(trace.meta, cached)
+        out = {"cache_map": cache_map_panel.caption(trace.meta, cached[-1], 0, True, hover=False),
+               "layers": by_panel["layers"], "total": by_panel["total"],
+               "reservation": by_panel["blocks"], "layer_times": by_panel["timings"]}
+    except (TraceError, ArithmeticError, KeyError, TypeError):
+        pass
+    if cached and recompute:
+        out |= captions.race_captions(cached, recompute, final=True)
+    return out
+
+
+def _charts(trace: Trace, svg: Svg | None) -> dict:
+    """The charts section: each figure's name, title, inline SVG (Markup) or error, caption."""
+    if svg is None:
+        try:
+            import vl_convert  # noqa: F401
+            svg = export.svg
+        except ImportError:
+            return {"missing_renderer": True, "figures": [], "heatmap_cells": 0}
+    notes = _chart_captions(trace)
+    figures = []
+    for i, (name, chart) in enumerate(report_charts(trace).items()):
+        drawing, error = None, None
+        try:
+            drawing = Markup(inline_svg(svg(_sized(name, chart)), f"c{i}"))
+        except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
+            error = type(exc).__name__
+        figures.append({"name": name, "title": TITLES[name], "svg": drawing, "error": error,
+                        "caption": notes.get(name)})
+    cells = sum(len(ev.layers) for ev in trace.events_of("cached") if ev.phase == "decode")
+    return {"missing_renderer": False, "figures": figures,
+            "heatmap_cells": cells if cells > MAX_HEATMAP_CELLS else 0}
+
+
+# --- text sections -------------------------------------------------------------------------------
+
+def _value(value) -> str:
+    """A meta value as short plain text (escaped by the caller)."""
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
+
+
+def _facts(meta: dict) -> list[tuple[str, str]]:
+    rows = []
+    for key, label, fmt in FACTS:
+        if key not in meta:
+            continue
+        value = meta[key]
+        try:
+            rows.append((label, fmt(value) if isinstance(value, int) else _value(value)))
+        except (TypeError, ValueError):
+            rows.append((label, _value(value)))
+    windows = [s.token_cap for s in cache_map.layer_kinds(meta)]
+    if windows:
+        sliding = sorted({w for w in windows if w})
+        rows.append(("attention window", "full attention in every layer" if not sliding else
+                     f"sliding window of {', '.join(map(str, sliding))} tokens in "
+                     f"{sum(bool(w) for w in windows)} of {len(windows)} layers"))
+    versions = meta.get("versions")
+    if isinstance(versions, dict):
+        rows.append(("software", ", ".join(f"{k} {_value(v)}" for k, v in versions.items())))
+    known = {k for k, _, _ in FACTS} | {"windows", "layers", "versions", "config"}
+    rows += [(k, _value(v)) for k, v in meta.items() if k not in known]
+    return rows
+
+
+def _settings(meta: dict) -> list[tuple[str, str]]:
+    config = meta.get("config")
+    if not isinstance(config, dict):
+        return []
+    return [(k, _value(v)) for k, v in config.items() if k not in _NOT_SETTINGS]
+
+
+def _prompt(meta: dict) -> dict:
+    """The system prompt and each (title or "", text) prompt; prompts are never cut."""
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    system = config["system"] if isinstance(config.get("system"), str) else ""
+    prompts = config.get("prompts") if isinstance(config.get("prompts"), list) else []
+    titled = len(prompts) > 1 or bool(system)  # else the section's h2 says it
+    def title(i: int) -> str:
+        return ("Prompt" if len(prompts) == 1 else f"Prompt {i + 1}") if titled else ""
+    return {"system": system,
+            "prompts": [(title(i), prompt if isinstance(prompt, str) else _value(prompt))
+                        for i, prompt in enumerate(prompts)]}
+
+
+def texts_of(events: list[StepEvent]) -> list[str]:
+    """The generated text of every sequence of the batch, in order."""
+    if not events:
+        return []
+    return ["".join(ev.texts[i] for ev in events if i < len(ev.texts))
+            for i in range(len(events[0].texts))]
+
+
+MODE_TITLES = {"cached": "With the KV cache",
+               "recompute": "Without a cache (the whole text recomputed every step)"}
+
+
+def _outputs(trace: Trace) -> dict:
+    """Each mode's (title, texts of the batch), and the parity line of the race when both ran."""
+    modes = [(f"{MODE_TITLES.get(mode, mode)}: {len(trace.events_of(mode))} steps",
+              texts_of(trace.events_of(mode))) for mode in trace.modes]
+    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
+    parity = captions.parity(cached, recompute, final=True) if cached and recompute else None
+    return {"modes": modes, "parity": parity}
+
+
+def _headline(trace: Trace, sums: dict) -> list[tuple[str, str, str]]:
+    cached = trace.events_of("cached")
+    if not cached:
+        return []
+    meta = {**trace.meta, "batch": len(cached[-1].token_ids)}  # the events say it; meta may not
+    return list(captions.headline(meta, sums, cached[-1]))
+
+
+SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.core.trace.mode_summary)
+    ("time to first token", lambda n: fmt_ms(n["ttft_ms"])),
+    ("inter-token median", lambda n: fmt_ms(n["itl_median_ms"])),
+    ("inter-token p95", lambda n: fmt_ms(n["itl_p95_ms"])),
+    ("tokens/s", lambda n: "–" if n["tokens_per_s"] is None else f"{n['tokens_per_s']:.1f}"),
+    ("new tokens × batch", lambda n: f"{n['new_tokens']} × {n['batch']}"),
+    ("peak KV cache", lambda n: fmt_bytes(n["peak_kv_bytes"])),
+    ("peak formula", lambda n: fmt_bytes(n["peak_formula_bytes"])),
+    ("total time", lambda n: fmt_ms(n["total_ms"])),
+)
+
+
+def _summary(sums: dict) -> dict:
+    modes = sums["modes"]
+    rows = [(label, [fmt(modes[m]) for m in modes]) for label, fmt in SUMMARY_ROWS] if modes else []
+    speedup = ""
+    if modes and sums["recompute_speedup"] is not None:
+        speedup = (f'Recompute took {fmt_ratio(sums["recompute_speedup"])} the cached time '
+                   f'over the first {sums["speedup_steps"]} steps of both.')
+    return {"modes": list(modes), "rows": rows, "speedup": speedup}
+
+
+def _steps_table(trace: Trace) -> Markup | None:
+    """Every step as an HTML table, escaped by pandas (hence Markup)."""
+    if not trace.events:
+        return None
+    df = frames.steps_frame(trace.events)
+    # the text each step added to sequence 0, quoted so whitespace shows (escaped by to_html)
+    df["text"] = [utf8_safe(json.dumps(ev.texts[0] if ev.texts else "", ensure_ascii=False))
+                  for ev in trace.events]
+    return Markup(df.to_html(index=False, escape=True, na_rep="–", border=0, classes="steps",
+                             float_format=lambda x: f"{x:,.1f}"))
+
+
+# --- the document --------------------------------------------------------------------------------
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'"
+CSS = """
+:root { --ink:#1f2933; --muted:#5f6b7a; --line:#e3e7ed; --soft:#f4f6f9; --accent:#4C78A8;
+        --ok:#54A24B; --warn:#E45756; }
+* { box-sizing: border-box; }
+body { margin: 0; color: var(--ink); background: #fff; line-height: 1.45;
+       font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; }
+h1 { font-size: 26px; margin: 0 0 4px; }
+h2 { font-size: 19px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 2px solid var(--accent); }
+h3 { font-size: 15px; margin: 16px 0 6px; }
+.sub, .note, .caption, .help, .seq { color: var(--muted); }
+.caption { font-size: 13px; margin: 6px 0 0; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; }
+.figure { background: var(--soft); border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
+.figure .label { font-size: 12px; color: var(--muted); }
+.figure .value { font-size: 22px; font-weight: 600; margin: 2px 0; font-variant-numeric: tabular-nums; }
+.figure .help { font-size: 11px; }
+pre.text { white-space: pre-wrap; overflow-wrap: anywhere; background: var(--soft);
+           border: 1px solid var(--line); border-left: 4px solid var(--accent); border-radius: 6px;
+           padding: 10px 12px; margin: 0 0 10px; font: 13px/1.5 ui-monospace, Menlo, Consolas, monospace; }
+.ok { color: #2f6b2a; } .warn { color: #a23a36; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 18px; }
+figure.chart { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 12px; }
+figure.chart figcaption { font-weight: 600; margin-bottom: 8px; }
+figure.chart svg { display: block; max-width: 100%; height: auto; }
+table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
+table.summary td, table.steps td { text-align: right; }
+table.steps th { position: sticky; top: 0; background: #fff; }
+table.facts td { overflow-wrap: anywhere; }
+.cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(360px, 1fr)); gap: 24px; }
+.scroll { overflow: auto; max-height: 70vh; border: 1px solid var(--line); border-radius: 6px; }
+footer { margin-top: 40px; font-size: 12px; color: var(--muted); }
+@media print { .scroll { max-height: none; overflow: visible; } figure.chart { break-inside: avoid; } }
+"""
+
+
+def _model_name(meta: dict) -> str:
+    for key in ("model_label", "model"):
+        if isinstance(meta.get(key), str) and meta[key]:
+            return meta[key]
+    return "a recorded run"
+
+
+def _subtitle(trace: Trace) -> str:
+    meta = trace.meta
+    bits = [f"on {_value(meta['device'])}" if "device" in meta else "",
+            f"in {_value(meta['dtype'])}" if "dtype" in meta else ""]
+    cached = trace.events_of("cached")
+    if cached:
+        bits.append(f"· {len(cached)} new tokens × batch {len(cached[-1].token_ids)}")
+    bits.append("· with the no-cache race" if trace.events_of("recompute") else "")
+    return "Recorded " + " ".join(b for b in bits if b) if any(bits) else ""
+
+
+@lru_cache(maxsize=4)
+def template(name: str = "report.html.j2") -> jinja2.Template:
+    """A report template of kvviz/templates, autoescaping everything it is given."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("kvviz", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template(name)
+
+
+def html_report(trace: Trace, svg: Svg | None = None) -> str:
+    """The run as one self-contained HTML document (str); nothing in it loads anything.
+
+    `svg` turns a Vega-Lite spec into an SVG document: vl-convert-python by default (when it
+    is not installed, the report says so in place of the charts).
+    """
+    sums = summary(trace)
+    doc = template().render(
+        csp=CSP, css=Markup(CSS), name=_model_name(trace.meta), subtitle=_subtitle(trace),
+        headline=_headline(trace, sums), prompt=_prompt(trace.meta), outputs=_outputs(trace),
+        charts=_charts(trace, svg), summary=_summary(sums), facts=_facts(trace.meta),
+        settings=_settings(trace.meta), steps_table=_steps_table(trace), version=VERSION)
+    return utf8_safe(doc)  # a lone surrogate anywhere would break the caller's encode

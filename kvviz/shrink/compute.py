@@ -1,0 +1,242 @@
+"""The same prompt, greedy, with the full cache and with a shrunk one: plain-number step records.
+
+A shrink mode is a kvpress press (evicts positions at the end of the prompt, kvviz.shrink.presses) or
+transformers' quantized cache (kvviz.shrink.quant_cache). Decode steps pass explicit positions: after a
+press the cache is shorter than the text, and 5.24 would otherwise take positions from the
+cache's length. Bytes are read from the cache tensors after every step.
+
+The two runs take turns on the one device, like the no-cache race (kvviz.engine.race): full step
+0, shrunk step 0, full step 1, shrunk step 1, ... (`take_turns`), so each side's step times are
+measured under the same load, and a page can fill both sides as they go. Each run has its own
+cache and the press's hooks are on the model only inside the shrunk prefill, so the tokens are
+the ones each run gives alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+from transformers import DynamicCache
+
+from kvviz.engine import loop as engine
+from kvviz.shrink import presses, quant_cache
+from kvviz.core.errors import UserError
+
+FULL, SHRUNK = "full", "shrunk"
+
+
+@dataclass(frozen=True)
+class ShrinkMode:
+    """What shrinks the cache: a press and ratio, or a quantized cache."""
+
+    press: str = presses.NONE  # a name in presses.PRESSES, or "none"
+    ratio: float = 0.5  # share of prompt positions the press evicts
+    backend: str = ""  # "" (no quantization) or a quant_cache.BACKENDS key
+    nbits: int = 4
+    residual_length: int = 16
+
+    def check(self) -> None:
+        """ValueError in plain words for a mode kvviz cannot run (before any model is loaded)."""
+        if self.backend:
+            quant_cache.check(self.backend, self.nbits, self.residual_length)
+        elif self.press != presses.NONE:
+            presses.check(self.press, self.ratio)
+
+    def label(self) -> str:
+        if self.backend:
+            bits = "" if self.backend == "fp8" else f" {self.nbits}-bit, residual {self.residual_length}"
+            return f"quantized cache ({self.backend}{bits})"
+        if self.press != presses.NONE:
+            return f"{self.press} press, evicting {self.ratio:.0%}"
+        return "full cache"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int  # 0 = the prompt's forward (prefill)
+    token_id: int
+    kv_bytes: int  # measured from the cache tensors after this step
+    step_ms: float
+    payload_bytes: int = 0  # quantized cache only: packed values
+    scale_bytes: int = 0  # quantized cache only: scales and zero points
+    residual_bytes: int = 0  # quantized cache only: full-precision recent tokens
+
+
+@dataclass
+class ShrinkRun:
+    label: str
+    steps: list[StepRecord] = field(default_factory=list)
+    kept: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (kv_heads, kept) positions
+    text: str = ""
+    pieces: list[str] = field(default_factory=list)  # each new token's own text, for a replay's steps
+
+    @property
+    def tokens(self) -> list[int]:
+        return [s.token_id for s in self.steps]
+
+    def decode_ms(self) -> float:
+        """Median decode step time (prefill excluded); 0 without decode steps."""
+        times = sorted(s.step_ms for s in self.steps[1:])
+        return times[len(times) // 2] if times else 0.0
+
+
+def prompt_ids(tokenizer, prompt: str, chat: bool = True) -> torch.Tensor:
+    """(1, T) token ids of `prompt`, through the chat template when the tokenizer has one."""
+    if not prompt.strip():
+        raise UserError("the prompt is empty: type something for the model to continue")
+    if chat and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        return torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    return torch.tensor([tokenizer(prompt)["input_ids"]])
+
+
+def dynamic_bytes(cache) -> int:
+    return sum(t.nbytes for layer in cache.layers for t in (layer.keys, layer.values)
+               if isinstance(t, torch.Tensor))
+
+
+def make_cache(model, mode: ShrinkMode):
+    if mode.backend:
+        return quant_cache.make_cache(model.config, mode.backend, mode.nbits, mode.residual_length)
+    return DynamicCache(config=model.config)
+
+
+def record(step: int, token: int, cache, ms: float) -> StepRecord:
+    if hasattr(cache.layers[0], "_quantized_keys"):
+        q = quant_cache.measure(cache)
+        return StepRecord(step, token, q.kv_bytes, ms, q.payload_bytes, q.scale_bytes, q.residual_bytes)
+    return StepRecord(step, token, dynamic_bytes(cache), ms)
+
+
+def greedy_run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[int] | None = None):
+    """Prefill (under the press, if any), then greedy decode steps; yields a StepRecord per step."""
+    model, cache = lm.model, make_cache(lm.model, mode)
+    prompt_len = ids.shape[1]
+    with engine.StepClock(lm.device) as clock:
+        logits, kept = prefill(model, ids.to(lm.device), cache, mode)
+    token = int(logits.argmax(-1))
+    yield record(0, token, cache, clock.ms), kept
+    for step in range(1, max_new_tokens):
+        if eos and token in eos:
+            return
+        with engine.StepClock(lm.device) as clock:
+            position = torch.tensor([[prompt_len + step - 1]], device=lm.device)
+            logits = engine.forward(model, torch.tensor([[token]], device=lm.device), None, position, cache)
+        token = int(logits.argmax(-1))
+        yield record(step, token, cache, clock.ms), kept
+
+
+def prefill(model, ids: torch.Tensor, cache, mode: ShrinkMode):
+    """The prompt's forward: (last logits, kept positions per layer or {})."""
+    positions = torch.arange(ids.shape[1], device=ids.device)[None]
+    if mode.press == presses.NONE or mode.backend:
+        return engine.forward(model, ids, None, positions, cache), {}
+    press = presses.make_press(mode.press, mode.ratio, ids.shape[1])
+    with presses.pressed(model, press) as kept:
+        logits = engine.forward(model, ids, None, positions, cache)
+    return logits, kept.positions
+
+
+def run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[int] | None = None) -> ShrinkRun:
+    out = ShrinkRun(mode.label())
+    for step, kept in greedy_run(lm, ids, max_new_tokens, mode, eos):
+        out.steps.append(step)
+        out.kept = kept
+    out.text = lm.tokenizer.decode(out.tokens, skip_special_tokens=True)
+    out.pieces = [lm.tokenizer.decode([t], skip_special_tokens=True) for t in out.tokens]
+    return out
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """The first step whose tokens differ (a shorter run diverges where it stops); None if identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass
+class Comparison:
+    full: ShrinkRun
+    shrunk: ShrinkRun
+    diverged_at: int | None  # step (0 = first new token), None when identical
+
+    def caption(self) -> str:
+        if self.diverged_at is None:
+            return f"identical: the {self.shrunk.label} gave the same {len(self.full.steps)} tokens"
+        return f"diverged at token {self.diverged_at + 1}: from there the {self.shrunk.label} answers differently"
+
+    def bytes_ratio(self) -> float:
+        full, shrunk = self.full.steps[-1].kv_bytes, self.shrunk.steps[-1].kv_bytes
+        return shrunk / full if full else 0.0
+
+    def step_time_ratio(self) -> float:
+        full = self.full.decode_ms()
+        return self.shrunk.decode_ms() / full if full else 0.0
+
+    def upto(self, steps: int) -> "Comparison":
+        """The comparison as it stood after `steps` steps of each side (a replay's scrubber)."""
+        def cut(run: ShrinkRun) -> ShrinkRun:
+            done = steps >= len(run.steps)
+            text = run.text if done or not run.pieces else "".join(run.pieces[:steps])
+            return ShrinkRun(run.label, run.steps[:steps], run.kept, text, run.pieces[:steps])
+        full, shrunk = cut(self.full), cut(self.shrunk)
+        return Comparison(full, shrunk, first_divergence(full.tokens, shrunk.tokens))
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of one side: `side` is FULL or SHRUNK; `kept` the shrunk side's kept positions."""
+
+    side: str
+    step: StepRecord
+    kept: dict
+
+
+def take_turns(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
+               should_stop: Callable[[], bool] | None = None) -> Iterator[Turn]:
+    """The full and the shrunk runs, one step each in turn: full 0, shrunk 0, full 1, shrunk 1, ...
+
+    `should_stop` is asked before every pair after the first (both prompts always run): when it
+    says so, both sides stop after the same number of steps. EOS is not a stop."""
+    sides = {FULL: greedy_run(lm, ids, max_new_tokens, ShrinkMode()), SHRUNK: greedy_run(lm, ids, max_new_tokens, mode)}
+    try:
+        for step in range(max_new_tokens):
+            if step and should_stop is not None and should_stop():
+                return
+            for side, steps in sides.items():
+                record_, kept = next(steps)
+                yield Turn(side, record_, kept)
+    finally:
+        for steps in sides.values():
+            steps.close()
+
+
+def new_pair(mode: ShrinkMode) -> dict[str, ShrinkRun]:
+    return {FULL: ShrinkRun(ShrinkMode().label()), SHRUNK: ShrinkRun(mode.label())}
+
+
+def add_turn(runs: dict[str, ShrinkRun], turn: Turn, tokenizer) -> ShrinkRun:
+    """Append `turn` to its side's run (its text decoded so far); returns that run."""
+    out = runs[turn.side]
+    out.steps.append(turn.step)
+    out.kept = turn.kept
+    out.text = tokenizer.decode(out.tokens, skip_special_tokens=True)
+    out.pieces.append(tokenizer.decode([turn.step.token_id], skip_special_tokens=True))
+    return out
+
+
+def comparison(runs: dict[str, ShrinkRun]) -> Comparison:
+    full, shrunk = runs[FULL], runs[SHRUNK]
+    return Comparison(full, shrunk, first_divergence(full.tokens, shrunk.tokens))
+
+
+def compare(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
+            should_stop: Callable[[], bool] | None = None) -> Comparison:
+    """Both runs, taking turns step by step (`take_turns`); both have the same number of steps."""
+    runs = new_pair(mode)
+    for turn in take_turns(lm, ids, max_new_tokens, mode, should_stop):
+        add_turn(runs, turn, lm.tokenizer)
+    return comparison(runs)

@@ -1,0 +1,78 @@
+"""A full-vs-shrunk comparison as one self-contained HTML file. Pure; no streamlit.
+
+The same document rules as the run report (kvviz/live/report.py): nothing loads anything, every value
+(answers, labels, token texts: an uploaded file can say anything) is escaped by the autoescaping
+template `templates/shrink_report.html.j2`, and only the SVG vl-convert drew and the table pandas
+escaped arrive as Markup. The figures are the Comparison's own (the Shrink page shows the same).
+"""
+from __future__ import annotations
+
+import pandas as pd
+from markupsafe import Markup
+
+from kvviz.live import report
+from kvviz.shrink import charts as shrink_charts
+from kvviz.shrink.compute import Comparison
+from kvviz.core.units import fmt_bytes
+
+
+def figures(result: Comparison) -> list[tuple[str, str]]:
+    """(label, value) of the headline figures, each measured or computed from measured steps."""
+    full, shrunk = result.full.steps[-1], result.shrunk.steps[-1]
+    rows = [("KV cache at the end, full (measured)", f"{fmt_bytes(full.kv_bytes)} ({full.kv_bytes:,} B)"),
+            ("KV cache at the end, shrunk (measured)", f"{fmt_bytes(shrunk.kv_bytes)} ({shrunk.kv_bytes:,} B)"),
+            ("Shrunk ÷ full bytes", f"{result.bytes_ratio():.2f}"),
+            ("Median decode step, full / shrunk", f"{result.full.decode_ms():.1f} ms / {result.shrunk.decode_ms():.1f} ms"),
+            ("Shrunk ÷ full decode step time", f"{result.step_time_ratio():.2f}")]
+    if shrunk.payload_bytes:
+        rows.append(("Quantized cache: payload + scales and zero points + residual",
+                     f"{shrunk.payload_bytes:,} B + {shrunk.scale_bytes:,} B + {shrunk.residual_bytes:,} B"))
+    return rows
+
+
+def charts(result: Comparison, prompt_pieces: list[str], svg) -> list[dict]:
+    """Each chart's title and inline SVG (Markup), or the error that kept it from being drawn."""
+    frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
+    built = {"Cache bytes per step (measured)": shrink_charts.steps_chart(frame, "kv_bytes", "cache bytes"),
+             "Time per step": shrink_charts.steps_chart(frame, "step_ms", "step time (ms)")}
+    if result.shrunk.kept:
+        kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces)
+        built["Which prompt positions each layer kept"] = shrink_charts.kept_map_chart(kept)
+    out = []
+    for i, (title, chart) in enumerate(built.items()):
+        try:
+            drawing, error = Markup(report.inline_svg(svg(chart.properties(width=report.CHART_WIDTH).to_dict()),
+                                                      f"s{i}")), None
+        except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
+            drawing, error = None, type(exc).__name__
+        out.append({"title": title, "svg": drawing, "error": error})
+    return out
+
+
+def steps_table(result: Comparison) -> Markup:
+    """Both runs step by step, side by side, escaped by pandas (hence Markup)."""
+    rows = [{"step": a.step, "full token": report.utf8_safe(pa), "shrunk token": report.utf8_safe(pb),
+             "full bytes": a.kv_bytes, "shrunk bytes": b.kv_bytes, "full ms": a.step_ms, "shrunk ms": b.step_ms}
+            for a, b, pa, pb in zip(result.full.steps, result.shrunk.steps,
+                                    result.full.pieces or [""] * len(result.full.steps),
+                                    result.shrunk.pieces or [""] * len(result.shrunk.steps))]
+    return Markup(pd.DataFrame(rows).to_html(index=False, escape=True, border=0, classes="steps",
+                                             float_format=lambda x: f"{x:,.1f}"))
+
+
+def html_report(result: Comparison, prompt_pieces: list[str], model: str = "", svg=None) -> str:
+    """The comparison as one HTML document (str). `svg` draws a Vega-Lite spec (vl-convert by
+    default; without it the report says so and keeps every figure and table)."""
+    if svg is None:
+        try:
+            import vl_convert  # noqa: F401
+            from kvviz.viz import export
+            svg = export.svg
+        except ImportError:
+            svg = None
+    doc = report.template("shrink_report.html.j2").render(
+        csp=report.CSP, css=Markup(report.CSS), model=model or "a model", mode=result.shrunk.label,
+        caption=result.caption(), figures=figures(result), full=result.full, shrunk=result.shrunk,
+        prompt="".join(prompt_pieces), charts=charts(result, prompt_pieces, svg) if svg else None,
+        steps_table=steps_table(result))
+    return report.utf8_safe(doc)
