@@ -30,7 +30,7 @@ PAD = 6 * 2**20  # padding in the trace's meta: ≈ 6 MiB a save, so a write tak
 CHILD = r"""
 import sys, time
 from pathlib import Path
-from kvviz import files
+from kvviz.core import files
 from kvviz.core.trace import Trace
 from kvviz.vllm.recording import NoteRecord, Recording
 
