@@ -24,9 +24,7 @@ MAY_IMPORT = {
 }
 # Crossings between features that the house still has, each to be moved down into core or engine.
 CROSSINGS = {
-    "live/panel.py": {"sweep"},  # the prefill cost model (sweep.compute.model_work)
     "shrink/report.py": {"live"},  # the run report's page (live.report)
-    "sweep/compute.py": {"live", "planner"},  # captions' formula, capacity's GPU presets
 }
 # Heavy roots and the files that may import them; nowhere else.
 ONLY_IN = {

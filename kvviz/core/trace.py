@@ -599,3 +599,14 @@ def _check_replayable_events(trace: Trace) -> None:
         if event.step_ms > MAX_STEP_MS:
             raise TraceError(f"event {index}: step_ms = {event.step_ms:,.0f}, more than the "
                              f"{MAX_STEP_MS / 60_000:.0f} minutes a replayed step may take")
+
+
+def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int,
+                                   step_ms: float) -> float | None:
+    """(weights + cache read) / measured step time: the traffic a decode step must at least cause.
+
+    None for a step of no measured length.
+    """
+    if step_ms <= 0:
+        return None
+    return (weight_bytes + cache_bytes_read) / (step_ms / 1000)

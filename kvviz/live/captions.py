@@ -6,18 +6,8 @@ from kvviz.engine import race
 from kvviz.core import trace
 from kvviz.core.events import StepEvent
 from kvviz.core.trace import percentile
+from kvviz.core.trace import achieved_bandwidth_bytes_per_s
 from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
-
-
-def achieved_bandwidth_bytes_per_s(weight_bytes: int, cache_bytes_read: int,
-                                   step_ms: float) -> float | None:
-    """(weights + cache read) / measured step time: the traffic a decode step must at least cause.
-
-    None for a step of no measured length.
-    """
-    if step_ms <= 0:
-        return None
-    return (weight_bytes + cache_bytes_read) / (step_ms / 1000)
 
 
 def headline(meta: dict, sums: dict, last: StepEvent,

@@ -21,7 +21,7 @@ from kvviz.engine import race
 from kvviz.viz import charts
 from kvviz.core import errors
 from kvviz.live import report
-from kvviz.sweep import compute as sweep
+from kvviz.engine import cost
 from kvviz.engine.pump import Pump, Running
 from kvviz.app.slots import Slot
 from kvviz.core.trace import Trace, summary
@@ -88,7 +88,7 @@ class LiveView:
         self.ghosts = {"cached": cached_ghost}  # screen mode: the previous run's text, hidden (KEEP_HEIGHT_CSS)
         self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
         self.waiting: dict[str, bool] = {}  # mode -> its wait line is shown (show_wait)
-        self.work = None  # sweep.ModelWork of the model, for the modelled time left (run_live)
+        self.work = None  # cost.ModelWork of the model, for the modelled time left (run_live)
         if right is not None:
             self.race_slot, self.ghosts["recompute"] = titled_box(
                 right, f"Without a cache: the whole text recomputed every step{which}",
@@ -462,7 +462,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
                            opts.race, opts.show_tokens)
     if not view.show_previous(previous):
         view.clear()
-    view.measure_wall, view.work = True, sweep.model_work(lm)
+    view.measure_wall, view.work = True, cost.model_work(lm)
     deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
     out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
     pump = Pump()
@@ -514,7 +514,7 @@ def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flo
 
 def seconds_per_flop(events, work) -> float | None:
     """The device's pace on whole-text passes (prefills, recompute steps): seconds per
-    sweep.ModelWork flop, least squares through zero, as the Sweep's time-left model fits it."""
+    cost.ModelWork flop, least squares through zero, as the Sweep's time-left model fits it."""
     if work is None:
         return None
     full = [e for e in events if e.phase == "prefill" or e.mode == "recompute"]

@@ -23,16 +23,16 @@ transformers' config classes); kvviz.planner.configs turns configs into a `Model
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from kvviz.core.layout import CHUNKED, FULL, LATENT, SLIDING, LayerSpec, kinds_summary
 from kvviz.core.layout import layer_tokens_held
+from kvviz.core.budget import DEFAULT_OVERHEAD_FRACTION, kv_budget_bytes, runtime_overhead_bytes  # noqa: F401
+from kvviz.core.catalog import (ASSETS_DIR, catalog_config, find_catalog_entry, find_gpu,  # noqa: F401
+                                load_catalog, load_gpus)
 from kvviz.core.errors import UserError
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
 # Group-wise quantization as in transformers' QuantizedCache (quanto backend, 5.x defaults:
 # nbits=4, q_group_size=64, one scale and one zero point per group, both in the model's
@@ -52,7 +52,6 @@ _DTYPE_ALIASES = {
 }
 KV_DTYPES = tuple(_PAYLOAD_BYTES)  # ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 ATTENTION_VARIANTS = ("mha", "gqa", "mqa")
-DEFAULT_OVERHEAD_FRACTION = 0.1  # like vLLM's gpu_memory_utilization=0.9: 10 % for the rest
 ATTENTION_KINDS = (FULL, SLIDING, CHUNKED)  # layers whose K/V heads the what-ifs may change
 
 
@@ -236,25 +235,6 @@ def weight_bytes(params: int, weight_dtype: str = "bf16") -> int:
 # ---------------------------------------------------------------- capacity
 
 
-def runtime_overhead_bytes(gpu_bytes: int, overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
-                           overhead_bytes: int | None = None) -> int:
-    """Memory set aside for activations, CUDA context and fragmentation: `overhead_bytes` when
-    given, else `overhead_fraction` × GPU memory."""
-    if overhead_bytes is not None:
-        return overhead_bytes
-    if not 0 <= overhead_fraction < 1:
-        raise UserError("overhead_fraction must be in [0, 1)")
-    return math.ceil(gpu_bytes * overhead_fraction)
-
-
-def kv_budget_bytes(gpu_bytes: int, weight_bytes: int,
-                    overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
-                    overhead_bytes: int | None = None) -> int:
-    """GPU memory left for KV caches: gpu − weights − overhead, never negative."""
-    overhead = runtime_overhead_bytes(gpu_bytes, overhead_fraction, overhead_bytes)
-    return max(0, gpu_bytes - weight_bytes - overhead)
-
-
 def max_concurrent_requests(model: ModelKV, context_tokens: int, gpu_bytes: int, weight_bytes: int,
                             kv_dtype: str = "bf16",
                             overhead_fraction: float = DEFAULT_OVERHEAD_FRACTION,
@@ -372,48 +352,3 @@ def _bandwidth_columns(weight_bytes: int, per_request_bytes: int, batch: int, fi
                 tokens_per_s_ceiling_aggregate(full_s, fit) if fit else 0.0}
 
 
-# ---------------------------------------------------------------- shipped catalogs
-
-
-def _read_asset(filename: str, key: str) -> list[dict]:
-    with open(ASSETS_DIR / filename, encoding="utf-8") as f:
-        return json.load(f)[key]
-
-
-def load_catalog() -> list[dict]:
-    """Model entries of kvviz/assets/models.json: name, hf_id, aliases, config (the published
-    config.json fields), num_parameters, num_active_parameters (MoE) and a source."""
-    return _read_asset("models.json", "models")
-
-
-def catalog_config(entry: dict) -> dict:
-    """The published config.json fields of a catalog entry."""
-    return entry["config"] if isinstance(entry.get("config"), dict) else entry
-
-
-def load_gpus() -> list[dict]:
-    """GPU presets of kvviz/assets/gpus.json: name, memory_bytes, bandwidth_bytes_per_s (GB = 1e9 B)."""
-    return _read_asset("gpus.json", "gpus")
-
-
-def _key(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum())
-
-
-def find_catalog_entry(name: str) -> dict | None:
-    """The catalog entry whose name, hf_id or alias matches `name` (case and punctuation ignored)."""
-    wanted = _key(name)
-    for entry in load_catalog():
-        keys = [entry["name"], entry.get("hf_id", ""), *entry.get("aliases", [])]
-        if wanted in {_key(k) for k in keys if k}:
-            return entry
-    return None
-
-
-def find_gpu(name: str) -> dict | None:
-    """The GPU preset whose name or alias matches `name` (case and punctuation ignored)."""
-    wanted = _key(name)
-    for gpu in load_gpus():
-        if wanted in {_key(k) for k in [gpu["name"], *gpu.get("aliases", [])]}:
-            return gpu
-    return None

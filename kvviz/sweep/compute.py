@@ -22,16 +22,17 @@ from typing import Callable, Iterable, Iterator
 import pandas as pd
 import torch
 
-from kvviz.planner import capacity
 from kvviz.engine import loop as engine
 from kvviz.core import layout
 from kvviz.core import spec
-from kvviz.live.captions import achieved_bandwidth_bytes_per_s
+from kvviz.core.trace import achieved_bandwidth_bytes_per_s  # noqa: F401 - the sweep's own
 from kvviz.core.config import RunConfig
 from kvviz.core.events import StepEvent
 from kvviz.engine.models import LoadedModel
 from kvviz.core.trace import mode_summary, percentile
 from kvviz.core.errors import UserError, out_of_memory
+from kvviz.core import budget, catalog
+from kvviz.engine.cost import ModelWork, model_work  # noqa: F401 - the sweep's own
 
 STATUSES = ("ok", "oom", "skipped", "error")
 MIN_PROMPT_TOKENS = 64  # first default prompt length
@@ -81,7 +82,7 @@ class SweepRow:
 
 
 def source_text() -> str:
-    presets = json.loads((capacity.ASSETS_DIR / "prompts.json").read_text(encoding="utf-8"))
+    presets = json.loads((catalog.ASSETS_DIR / "prompts.json").read_text(encoding="utf-8"))
     return presets[SOURCE_PRESET]["prompt"]
 
 
@@ -329,28 +330,6 @@ def pending_points(settings: SweepSettings, rows: Iterable[SweepRow]) -> list[Po
 
 
 @dataclass(frozen=True)
-class ModelWork:
-    """The arithmetic of a prefill, for the time-left estimate: per sequence of T tokens,
-    2 x params x T (every weight once per token) + 2 x attention_width x T^2 (causal QK^T and
-    AV over the prompt). Compute-bound passes take time in proportion to it."""
-
-    params: int  # weights of the model
-    attention_width: int  # layers x query heads x head_dim
-
-    def prefill_flops(self, prompt_tokens: int, batch: int) -> float:
-        t = prompt_tokens
-        return batch * (2 * self.params * t + 2 * self.attention_width * t * t)
-
-
-def model_work(lm: LoadedModel) -> ModelWork:
-    text = lm.model.config.get_text_config(decoder=True)
-    heads = getattr(text, "num_attention_heads", 1) or 1
-    head_dim = getattr(text, "head_dim", None) or getattr(text, "hidden_size", 0) // heads
-    layers = getattr(text, "num_hidden_layers", 1) or 1
-    return ModelWork(sum(p.numel() for p in lm.model.parameters()), layers * heads * head_dim)
-
-
-@dataclass(frozen=True)
 class PointTimeModel:
     """What a point costs, fitted to the points measured so far (docs: see `eta_s`)."""
 
@@ -421,14 +400,14 @@ def decode_bandwidths(events: Iterable[StepEvent], weight_bytes: int) -> list[fl
 def gpu_preset(name: str, memory_bytes: int | None = None) -> dict | None:
     """The GPU preset for a CUDA device name ("NVIDIA H100 80GB HBM3" -> "H100 SXM").
 
-    An exact name or alias first (capacity.find_gpu); else the presets whose family (first word
+    An exact name or alias first (catalog.find_gpu); else the presets whose family (first word
     of the name), name or alias appears in the device name, the one closest in memory when
     `memory_bytes` is given ("A100-SXM4-40GB" -> "A100 40GB"), else the longest match.
     """
-    exact = capacity.find_gpu(name)
+    exact = catalog.find_gpu(name)
     if exact is not None:
         return exact
-    found = [(gpu, len(key)) for gpu in capacity.load_gpus() for key in _preset_keys(gpu)
+    found = [(gpu, len(key)) for gpu in catalog.load_gpus() for key in _preset_keys(gpu)
              if key in _alnum(name)]
     if not found:
         return None
@@ -448,11 +427,11 @@ def _alnum(text: str) -> str:
 
 
 def kv_budget_bytes(gpu_bytes: int | None, weight_bytes: int,
-                    overhead_fraction: float = capacity.DEFAULT_OVERHEAD_FRACTION) -> int | None:
-    """Device memory left for the cache after weights and overhead (capacity.kv_budget_bytes)."""
+                    overhead_fraction: float = budget.DEFAULT_OVERHEAD_FRACTION) -> int | None:
+    """Device memory left for the cache after weights and overhead (budget.kv_budget_bytes)."""
     if gpu_bytes is None:
         return None
-    return capacity.kv_budget_bytes(gpu_bytes, weight_bytes, overhead_fraction)
+    return budget.kv_budget_bytes(gpu_bytes, weight_bytes, overhead_fraction)
 
 
 def predicted_max_prompt_tokens(budget_bytes: int, specs, elem_bytes: float, batch: int,

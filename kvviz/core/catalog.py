@@ -1,0 +1,54 @@
+"""The catalogs kvviz ships in kvviz/assets: models (published configs) and GPU presets.
+
+Read by the planner, the sweep's device facts and the pages; pure, stdlib only.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+
+
+def _read_asset(filename: str, key: str) -> list[dict]:
+    with open(ASSETS_DIR / filename, encoding="utf-8") as f:
+        return json.load(f)[key]
+
+
+def load_catalog() -> list[dict]:
+    """Model entries of kvviz/assets/models.json: name, hf_id, aliases, config (the published
+    config.json fields), num_parameters, num_active_parameters (MoE) and a source."""
+    return _read_asset("models.json", "models")
+
+
+def catalog_config(entry: dict) -> dict:
+    """The published config.json fields of a catalog entry."""
+    return entry["config"] if isinstance(entry.get("config"), dict) else entry
+
+
+def load_gpus() -> list[dict]:
+    """GPU presets of kvviz/assets/gpus.json: name, memory_bytes, bandwidth_bytes_per_s (GB = 1e9 B)."""
+    return _read_asset("gpus.json", "gpus")
+
+
+def _key(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def find_catalog_entry(name: str) -> dict | None:
+    """The catalog entry whose name, hf_id or alias matches `name` (case and punctuation ignored)."""
+    wanted = _key(name)
+    for entry in load_catalog():
+        keys = [entry["name"], entry.get("hf_id", ""), *entry.get("aliases", [])]
+        if wanted in {_key(k) for k in keys if k}:
+            return entry
+    return None
+
+
+def find_gpu(name: str) -> dict | None:
+    """The GPU preset whose name or alias matches `name` (case and punctuation ignored)."""
+    wanted = _key(name)
+    for gpu in load_gpus():
+        if wanted in {_key(k) for k in [gpu["name"], *gpu.get("aliases", [])]}:
+            return gpu
+    return None
