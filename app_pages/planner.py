@@ -187,11 +187,21 @@ else:
         st.error(ui.visitor_text(err, "planner"))  # plain text built by kvviz; never the pasted text
         st.stop()
 
-setup = deployment.Setup(gpu_name, gpu_bytes, bandwidth or None,
-                         parallel.Parallel(int(tp), int(pp), int(dp)), kv_dtype, weight_dtype,
-                         overhead, int(context), int(batch), int(block_size), int(max_len) or None,
-                         prefix_tokens=int(prefix), offload_bytes=int(offload_gb * 1e9),
-                         platform=platform, prefix_caching=bool(prefix_caching))
+setup = deployment.Setup(gpu_name=gpu_name,
+                         gpu_bytes=gpu_bytes,
+                         bandwidth_bytes_per_s=bandwidth or None,
+                         par=parallel.Parallel(int(tp), int(pp), int(dp)),
+                         kv_dtype=kv_dtype,
+                         weight_dtype=weight_dtype,
+                         overhead_fraction=overhead,
+                         context_tokens=int(context),
+                         batch=int(batch),
+                         block_size=int(block_size),
+                         max_model_len=int(max_len) or None,
+                         prefix_tokens=int(prefix),
+                         offload_bytes=int(offload_gb * 1e9),
+                         platform=platform,
+                         prefix_caching=bool(prefix_caching))
 plan = planner_frames.Plan(model, setup)
 try:
     result = plan.result

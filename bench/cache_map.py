@@ -67,8 +67,19 @@ def long_run(positions: int, layers: int):
     prompt = positions // 2
     meta = {"num_layers": layers, "windows": [None] * layers, "prompt_tokens": prompt,
             "max_len": positions + 1, "batch": 1, "prompt_pieces": [[f" p{i}" for i in range(prompt)]]}
-    events = [StepEvent("cached", "decode", s, (1,), (f" t{s}",), (False,), 1.0, prompt + s + 1, 1, 0, 0,
-                        tuple(LayerStat(i, 0, 0, prompt + s, 0.1) for i in range(layers)), None)
+    events = [StepEvent(mode="cached",
+                        phase="decode",
+                        step=s,
+                        token_ids=(1,),
+                        texts=(f" t{s}",),
+                        finished=(False,),
+                        step_ms=1.0,
+                        seq_len=prompt + s + 1,
+                        positions=1,
+                        kv_bytes=0,
+                        formula_bytes=0,
+                        layers=tuple(LayerStat(i, 0, 0, prompt + s, 0.1) for i in range(layers)),
+                        blocks=None)
               for s in range(positions - prompt + 1)]
     return meta, events
 

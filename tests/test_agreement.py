@@ -89,8 +89,19 @@ def measured_event(specs, tokens: int, elem_bytes: int) -> StepEvent:
         layers.append(LayerStat(i, int(k), int(v), s.tokens_held(tokens), 0.0,
                                 int(s.state_bytes(elem_bytes) * BATCH), formula_bytes=s.bytes_at(tokens, elem_bytes, BATCH)))
     total = sum(s.formula_bytes for s in layers)
-    return StepEvent("cached", "decode", tokens, (1,) * BATCH, ("",) * BATCH, (False,) * BATCH, 1.0,
-                     tokens + 1, BATCH, total, total, tuple(layers), None)
+    return StepEvent(mode="cached",
+                     phase="decode",
+                     step=tokens,
+                     token_ids=(1,) * BATCH,
+                     texts=("",) * BATCH,
+                     finished=(False,) * BATCH,
+                     step_ms=1.0,
+                     seq_len=tokens + 1,
+                     positions=BATCH,
+                     kv_bytes=total,
+                     formula_bytes=total,
+                     layers=tuple(layers),
+                     blocks=None)
 
 
 def check_every_path(model, specs, elem_bytes: int, dtype: str, tokens: int) -> None:

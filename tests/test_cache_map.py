@@ -14,8 +14,20 @@ from kvviz.core.events import LayerStat, StepEvent
 
 def event(step: int, seq_len: int, tokens: list[int], text: str = "x", attention=None) -> StepEvent:
     layers = tuple(LayerStat(i, 8 * t, 8 * t, t, 0.1) for i, t in enumerate(tokens))
-    return StepEvent("cached", "prefill" if step == 0 else "decode", step, (5,), (text,), (False,),
-                     1.0, seq_len, 1, 0, 0, layers, None, attention=attention)
+    return StepEvent(mode="cached",
+                     phase="prefill" if step == 0 else "decode",
+                     step=step,
+                     token_ids=(5,),
+                     texts=(text,),
+                     finished=(False,),
+                     step_ms=1.0,
+                     seq_len=seq_len,
+                     positions=1,
+                     kv_bytes=0,
+                     formula_bytes=0,
+                     layers=layers,
+                     blocks=None,
+                     attention=attention)
 
 
 def run(meta: dict, steps: int, cap: list[int | None]) -> list[StepEvent]:

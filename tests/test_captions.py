@@ -11,8 +11,19 @@ def event(step, seq_len, ms, mode="cached", kv=None, blocks=True):
     kv = 23_040 * tokens if kv is None else kv
     b = BlockStat(16, 6, -(-tokens // 16), 6 - -(-tokens // 16), tokens - 16 * (-(-tokens // 16) - 1),
                   -(-tokens // 16) * 16 * 23_040, 95 * 23_040, False) if blocks else None
-    return StepEvent(mode, "prefill" if step == 0 else "decode", step, (5,), ("a",), (False,), ms,
-                     seq_len, 31 if step == 0 else 1, kv, kv, (LayerStat(0, 1, 1, tokens, 1.0),), b)
+    return StepEvent(mode=mode,
+                     phase="prefill" if step == 0 else "decode",
+                     step=step,
+                     token_ids=(5,),
+                     texts=("a",),
+                     finished=(False,),
+                     step_ms=ms,
+                     seq_len=seq_len,
+                     positions=31 if step == 0 else 1,
+                     kv_bytes=kv,
+                     formula_bytes=kv,
+                     layers=(LayerStat(0, 1, 1, tokens, 1.0),),
+                     blocks=b)
 
 
 def test_layers_caption_states_bytes_per_token():

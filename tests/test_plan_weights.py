@@ -135,8 +135,11 @@ def test_modules_to_not_convert_stay_in_model_dtype():
 
 def _plan(name, gpu, tp=1, **kw):
     g = plan_models.capacity.find_gpu(gpu)
-    s = deployment.Setup(g["name"], g["memory_bytes"], g["bandwidth_bytes_per_s"],
-                         parallel.Parallel(tp, 1, 1), **kw)
+    s = deployment.Setup(gpu_name=g["name"],
+                         gpu_bytes=g["memory_bytes"],
+                         bandwidth_bytes_per_s=g["bandwidth_bytes_per_s"],
+                         par=parallel.Parallel(tp, 1, 1),
+                         **kw)
     model = plan_models.catalog_model(name)
     return model, s, deployment.plan_setup(model, s)
 

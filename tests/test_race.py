@@ -5,8 +5,19 @@ from kvviz.core.events import StepEvent
 
 def ev(mode, step, ms, seq_len=10, batch=1):
     positions = batch * (seq_len - 1) if mode == "recompute" or step == 0 else batch
-    return StepEvent(mode, "prefill" if step == 0 else "decode", step, (1,) * batch, ("x",) * batch,
-                     (False,) * batch, ms, seq_len, positions, 0, 0, (), None)
+    return StepEvent(mode=mode,
+                     phase="prefill" if step == 0 else "decode",
+                     step=step,
+                     token_ids=(1,) * batch,
+                     texts=("x",) * batch,
+                     finished=(False,) * batch,
+                     step_ms=ms,
+                     seq_len=seq_len,
+                     positions=positions,
+                     kv_bytes=0,
+                     formula_bytes=0,
+                     layers=(),
+                     blocks=None)
 
 
 def test_recompute_never_runs_ahead_of_the_cached_clock():

@@ -36,7 +36,7 @@ class BlockStat:
     contiguous_is_real: bool  # True with StaticCache, whose reservation really is allocated
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepEvent:
     """One forward pass: the prefill, or one decode step."""
 

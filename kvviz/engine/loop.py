@@ -517,11 +517,14 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
             if cache is not None:
                 static = m.kv_bytes if probe.is_static(cache) else None
                 blocks = block_stat(pool, batch.ids.shape[1] - 1, size, per_token, plan.max_len, static)
-            yield StepEvent(mode, "prefill" if step == 0 else "decode", step, tokens, texts,
-                            tuple(batch.finished), clock.ms, batch.ids.shape[1], fed * size,
-                            m.kv_bytes, m.formula_bytes, m.layers, blocks, *cuda_memory(lm.device),
-                            m.storage_bytes, m.note, attention=attention and attention.take(
-                                batch.ids.shape[1] - 1, probe.is_static(cache)))
+            allocated, reserved = cuda_memory(lm.device)
+            yield StepEvent(mode=mode, phase="prefill" if step == 0 else "decode", step=step,
+                            token_ids=tokens, texts=texts, finished=tuple(batch.finished), step_ms=clock.ms,
+                            seq_len=batch.ids.shape[1], positions=fed * size, kv_bytes=m.kv_bytes,
+                            formula_bytes=m.formula_bytes, layers=m.layers, blocks=blocks,
+                            cuda_allocated_bytes=allocated, cuda_reserved_bytes=reserved,
+                            storage_bytes=m.storage_bytes, cache_note=m.note,
+                            attention=attention and attention.take(batch.ids.shape[1] - 1, probe.is_static(cache)))
             if all(batch.finished):
                 return
 

@@ -254,13 +254,22 @@ def _check_params(args: argparse.Namespace) -> None:
 
 def _setup(args: argparse.Namespace, gpu: dict, context: int) -> deployment.Setup:
     """The settings as given (deployment.validated_setup checks and normalizes them)."""
-    return deployment.Setup(
-        gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
-        parallel.Parallel(args.tp, args.pp, args.dp), args.kv_dtype,
-        deployment.CHECKPOINT if args.weight_dtype is None else args.weight_dtype,
-        args.overhead, context, args.batch, args.block_size, args.max_model_len,
-        args.max_num_batched_tokens, args.prefix_tokens, int(args.offload_gb * 1e9), args.platform,
-        args.prefix_caching)
+    return deployment.Setup(gpu_name=gpu["name"],
+                            gpu_bytes=gpu["memory_bytes"],
+                            bandwidth_bytes_per_s=gpu.get("bandwidth_bytes_per_s"),
+                            par=parallel.Parallel(args.tp, args.pp, args.dp),
+                            kv_dtype=args.kv_dtype,
+                            weight_dtype=deployment.CHECKPOINT if args.weight_dtype is None else args.weight_dtype,
+                            overhead_fraction=args.overhead,
+                            context_tokens=context,
+                            batch=args.batch,
+                            block_size=args.block_size,
+                            max_model_len=args.max_model_len,
+                            max_num_batched_tokens=args.max_num_batched_tokens,
+                            prefix_tokens=args.prefix_tokens,
+                            offload_bytes=int(args.offload_gb * 1e9),
+                            platform=args.platform,
+                            prefix_caching=args.prefix_caching)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ CHECKPOINT = "checkpoint"  # weight_dtype: as the checkpoint stores them (quanti
 PCIE_BYTES_PER_S = 64e9  # assumed host link for the offload what-if: PCIe 5.0 x16, one way
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Setup:
     """Everything about the deployment except the model."""
 

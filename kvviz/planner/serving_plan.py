@@ -112,7 +112,7 @@ class PageSpec:
         return (self.kind, self.block_size, self.page_bytes, self.window, self.request_pages)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Allocation:
     """vLLM's KV cache on one GPU (a worker): what its start-up log reports."""
 
@@ -267,10 +267,16 @@ def _uniform(pages, available_bytes, max_model_len, batched) -> Allocation:
     p, layers = pages[0], len(pages)
     num_blocks = available_bytes // p.page_bytes // layers
     per_request = math.ceil(max_memory_bytes(p, max_model_len, batched) / p.page_bytes)
-    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
-                      num_blocks / per_request, p.block_size,
-                      p.page_bytes, 1, layers, per_request, "uniform",
-                      int(p.kind in (FULL, LATENT)))
+    return Allocation(num_blocks=num_blocks,
+                      num_tokens=_tokens(num_blocks, per_request, max_model_len),
+                      max_concurrency=num_blocks / per_request,
+                      block_size=p.block_size,
+                      page_bytes=p.page_bytes,
+                      num_groups=1,
+                      group_size=layers,
+                      blocks_per_request=per_request,
+                      layout="uniform",
+                      full_groups=int(p.kind in (FULL, LATENT)))
 
 
 def _uniform_type(pages, available_bytes, max_model_len, batched) -> Allocation:
@@ -279,9 +285,16 @@ def _uniform_type(pages, available_bytes, max_model_len, batched) -> Allocation:
     need = sum(max_memory_bytes(p, max_model_len, batched) for p in pages)
     per_request = math.ceil(need / page_sum)
     block = pages[0].block_size
-    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
-                      num_blocks / per_request, block, page_sum, 1,
-                      len(pages), per_request, "uniform type", int(pages[0].kind in (FULL, LATENT)))
+    return Allocation(num_blocks=num_blocks,
+                      num_tokens=_tokens(num_blocks, per_request, max_model_len),
+                      max_concurrency=num_blocks / per_request,
+                      block_size=block,
+                      page_bytes=page_sum,
+                      num_groups=1,
+                      group_size=len(pages),
+                      blocks_per_request=per_request,
+                      layout="uniform type",
+                      full_groups=int(pages[0].kind in (FULL, LATENT)))
 
 
 def _hybrid(pages, available_bytes, max_model_len, batched) -> Allocation:
@@ -297,9 +310,16 @@ def _hybrid(pages, available_bytes, max_model_len, batched) -> Allocation:
     num_groups = sum(groups.values())
     block = min(p.block_size for p in pages)
     full = sum(n for key, n in groups.items() if by_key[key].kind in (FULL, LATENT))
-    return Allocation(num_blocks, _tokens(num_blocks, per_request, max_model_len),
-                      num_blocks / per_request, block,
-                      page, num_groups, group_size, per_request, "hybrid", full)
+    return Allocation(num_blocks=num_blocks,
+                      num_tokens=_tokens(num_blocks, per_request, max_model_len),
+                      max_concurrency=num_blocks / per_request,
+                      block_size=block,
+                      page_bytes=page,
+                      num_groups=num_groups,
+                      group_size=group_size,
+                      blocks_per_request=per_request,
+                      layout="hybrid",
+                      full_groups=full)
 
 
 def requests_at(pages: list[PageSpec], available_bytes: int, context_tokens: int,
