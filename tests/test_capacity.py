@@ -12,7 +12,7 @@ import pytest
 from catalog_cases import first_of_each_type
 from kvviz.planner import capacity
 from kvviz.planner import configs as plan_models
-from kvviz.core.layout import FULL, SLIDING, STATE, LayerSpec, config_from_dict
+from kvviz.core.layout import FULL, SLIDING, STATE, CacheSpec, config_from_dict
 
 GB = 10**9
 LLAMA_8B = capacity.uniform_model(32, 8, 128, 32, "Llama-3.1-8B", params_total=8_030_261_248)
@@ -111,7 +111,7 @@ def test_attention_kind_and_heads():
     assert plan_models.catalog_model("GPT-2").attention_kind == "MHA"
     assert plan_models.catalog_model("DeepSeek-V3").attention_kind == "MLA"
     assert capacity.uniform_model(4, 1, 64, 8).attention_kind == "MQA"
-    only_state = capacity.ModelKV("s", (LayerSpec(STATE, 0, 0, None, 10, None),), 1)
+    only_state = capacity.ModelKV("s", (CacheSpec(STATE, 0, 0, None, 10, None),), 1)
     assert only_state.attention_kind == "no attention" and only_state.kv_heads == 0
 
 
@@ -190,8 +190,8 @@ def test_shared_prefix():
     assert shared == 131_072_000
     assert capacity.requests_with_shared_prefix(10**9, 262_144_000, shared) == 6
     assert capacity.requests_with_shared_prefix(10**8, 262_144_000, shared) == 0
-    sliding = capacity.ModelKV("w", (LayerSpec(SLIDING, 1, 2, 8, 0, None),
-                                     LayerSpec(FULL, 1, 2, None, 0, None)), 1)
+    sliding = capacity.ModelKV("w", (CacheSpec(SLIDING, 1, 2, 8, 0, None),
+                                     CacheSpec(FULL, 1, 2, None, 0, None)), 1)
     assert capacity.shareable_prefix_bytes(sliding, 10) == 2 * 10 * 2  # full layers only
 
 

@@ -130,10 +130,10 @@ def test_window_on_every_layer_without_layer_types():
 
 
 def test_tokens_held_follow_dynamic_cache_rules():
-    full = layout.LayerSpec(FULL, 8, 2048, None, 0, None)
-    sliding = layout.LayerSpec(SLIDING, 8, 2048, 128, 0, None)
-    chunked = layout.LayerSpec(CHUNKED, 8, 2048, 8192, 0, None)
-    state = layout.LayerSpec(STATE, 0, 0, None, 100, None, 50)
+    full = layout.CacheSpec(FULL, 8, 2048, None, 0, None)
+    sliding = layout.CacheSpec(SLIDING, 8, 2048, 128, 0, None)
+    chunked = layout.CacheSpec(CHUNKED, 8, 2048, 8192, 0, None)
+    state = layout.CacheSpec(STATE, 0, 0, None, 100, None, 50)
     assert [layout.layer_tokens_held(full, t) for t in (0, 5, 10_000)] == [0, 5, 10_000]
     assert [layout.layer_tokens_held(sliding, t) for t in (5, 127, 128, 10_000)] == [5, 127, 127, 127]
     assert layout.layer_tokens_held(chunked, 10_000) == 8191
@@ -143,13 +143,13 @@ def test_tokens_held_follow_dynamic_cache_rules():
 
 
 def test_labels_and_summary():
-    assert layout.LayerSpec(SHARED, 0, 0, None, 0, 18).label() == "shared ← 18"
-    assert layout.LayerSpec(LATENT, 1, 576, None, 0, None, latent_rope=64).label() == "latent 512+64"
-    assert layout.LayerSpec(CHUNKED, 8, 2048, 8192, 0, None).label() == "chunked 8192"
-    dsa = layout.LayerSpec(LATENT, 1, 704, None, 0, None, latent_rope=64, index_values=128)
+    assert layout.CacheSpec(SHARED, 0, 0, None, 0, 18).label() == "shared ← 18"
+    assert layout.CacheSpec(LATENT, 1, 576, None, 0, None, latent_rope=64).label() == "latent 512+64"
+    assert layout.CacheSpec(CHUNKED, 8, 2048, 8192, 0, None).label() == "chunked 8192"
+    dsa = layout.CacheSpec(LATENT, 1, 704, None, 0, None, latent_rope=64, index_values=128)
     assert dsa.label() == "latent 512+64 + index 128"
-    assert layout.LayerSpec(FULL, 8, 2048, None, 10, None).label() == "full + state"
-    specs = [layout.LayerSpec(FULL, 2, 64, None, 0, None)] * 30
+    assert layout.CacheSpec(FULL, 8, 2048, None, 10, None).label() == "full + state"
+    specs = [layout.CacheSpec(FULL, 2, 64, None, 0, None)] * 30
     assert layout.kinds_summary(specs) == "30 × full"
 
 
@@ -195,10 +195,10 @@ from kvviz.core import spec as sp  # noqa: E402
 
 
 def test_each_kind_builds_its_own_class_and_replace_changes_class_with_kind():
-    assert type(layout.LayerSpec(FULL, 8, 2048)) is sp.FullSpec
+    assert type(layout.CacheSpec(FULL, 8, 2048)) is sp.FullSpec
     assert type(sp.CacheSpec(SLIDING, 8, 2048, 128)) is sp.SlidingSpec
     window = sp.SlidingSpec(kv_heads=8, values_per_token=2048, token_cap=128)
-    assert window.kind == SLIDING and window == layout.LayerSpec(SLIDING, 8, 2048, 128, 0, None)
+    assert window.kind == SLIDING and window == layout.CacheSpec(SLIDING, 8, 2048, 128, 0, None)
     full = replace(window, kind=FULL, token_cap=None)  # what the planner's what-if does
     assert type(full) is sp.FullSpec and full.tokens_held(10_000) == 10_000
     back = replace(full, kind=SLIDING, token_cap=64)

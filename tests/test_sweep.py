@@ -161,7 +161,7 @@ def test_predicted_out_of_memory_boundary():
     assert sweep.kv_budget_bytes(None, 1) is None
     # 1,000,000 B of budget at 1,000 B per token and batch 2: 500 cached tokens each at the end
     # (prompt + 16 new - 1, the last token is never cached), so a 485-token prompt is the longest
-    specs = (layout.LayerSpec("full", 1, 250, None, 0, None),)  # 250 values x 4 B = 1,000 B
+    specs = (layout.CacheSpec("full", 1, 250, None, 0, None),)  # 250 values x 4 B = 1,000 B
     assert sweep.predicted_max_prompt_tokens(1_000_000, specs, 4, 2, 16) == 485
     device = sweep.DeviceFacts("cuda", 10**9, None, None, 1_000_000, 1000, specs, 4)
     rows = [ok_row(64, 2), SweepRow(512, 2, 16, "oom", 0, 0), SweepRow(1024, 2, 16, "oom", 0, 0)]
@@ -283,6 +283,14 @@ def test_cache_chart_draws_measured_points_formula_line_failures_and_budget():
     (budget,) = [d for d in spec["datasets"].values() if d and "label" in d[0]]
     assert budget[0]["bytes"] == 123_456
     assert marks(sweep_charts.cache_bytes_chart(sample_frame()).to_dict()) == ["line", "point", "point"]
+
+
+def test_without_a_memory_size_the_cache_chart_says_why_it_has_no_boundary():
+    note = sweep_charts.no_boundary_note("cpu", None)
+    assert note.startswith("No out-of-memory boundary") and "on cpu" in note and "only on CUDA" in note
+    assert sweep_charts.no_boundary_note("NVIDIA H100 80GB HBM3", 70 * 2**30) == ""  # the budget's rule says it
+    budget = [m for m in marks(sweep_charts.cache_bytes_chart(sample_frame(), None).to_dict())]
+    assert "rule" not in budget  # indeed no boundary line without a budget
 
 
 def test_latency_charts_plot_measured_points_per_batch():

@@ -39,7 +39,6 @@ from kvviz.core.spec import (CHUNKED, FULL, KINDS, LATENT, SHARED, SLIDING, STAT
                               formula_bytes, kinds_summary, state_bytes, unknown_states)
 from kvviz.core.errors import UserError
 
-LayerSpec = CacheSpec  # the name the planner and older callers use: `LayerSpec("full", 8, 2048)`
 
 
 # --- building configs ----------------------------------------------------------------------------
@@ -81,7 +80,7 @@ def _config_problem(exc: Exception) -> str:
 # --- config → layer specs ------------------------------------------------------------------------
 
 def layer_specs(config) -> tuple[CacheSpec, ...]:
-    """One LayerSpec per decoder layer, from a transformers config (the text config of multimodal ones).
+    """One CacheSpec per decoder layer, from a transformers config (the text config of multimodal ones).
 
     ValueError (naming the missing field) when the config lacks a field a size rule needs, e.g.
     RWKV and xLSTM have no attention-head fields: then the layout is "not modelled".

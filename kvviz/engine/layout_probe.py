@@ -71,13 +71,13 @@ def measured_specs(specs, run: Callable[[], ProbeRun], elem_bytes: int) -> Probe
 NO_CACHE = "this model keeps no KV cache (its forward stores nothing in one): the cached run recomputes every step"
 
 
-def _extra_spec(read: probe.LayerBytes) -> layout.LayerSpec:
+def _extra_spec(read: probe.LayerBytes) -> layout.CacheSpec:
     """A cache layer past the decoder count (a looped model's copy of a layer): sized by _corrected."""
-    return layout.LayerSpec(layout.SLIDING if read.window else layout.FULL, 0, 0, read.window, 0, None)
+    return layout.CacheSpec(layout.SLIDING if read.window else layout.FULL, 0, 0, read.window, 0, None)
 
 
-def _corrected(spec: layout.LayerSpec, one: probe.LayerBytes, two: probe.LayerBytes,
-               elem_bytes: int) -> layout.LayerSpec:
+def _corrected(spec: layout.CacheSpec, one: probe.LayerBytes, two: probe.LayerBytes,
+               elem_bytes: int) -> layout.CacheSpec:
     """The spec with every size the two reads measured: K and V per token (indexer keys, a latent's
     rope key), the positions held beyond the tokens seen, the window the layer object keeps, state."""
     if spec.kind == layout.SHARED:
@@ -99,7 +99,7 @@ def _corrected(spec: layout.LayerSpec, one: probe.LayerBytes, two: probe.LayerBy
     return replace(spec, **_window(spec, two.window), **sizes, **state)
 
 
-def _window(spec: layout.LayerSpec, window: int | None) -> dict:
+def _window(spec: layout.CacheSpec, window: int | None) -> dict:
     """The kind and cap the layer object keeps (its own `sliding_window`), over the config's."""
     if window:
         return dict(kind=spec.kind if spec.kind in (layout.SLIDING, layout.CHUNKED) else layout.SLIDING,

@@ -276,7 +276,7 @@ class RunPlan:
     """What a run needs before its first step; also the trace's metadata."""
 
     batch: Batch
-    specs: tuple[layout.LayerSpec, ...]  # what each decoder layer caches (kvviz.core.layout); () if unknown
+    specs: tuple[layout.CacheSpec, ...]  # what each decoder layer caches (kvviz.core.layout); () if unknown
     elem_bytes: int  # bytes per cached element (the model's dtype)
     max_len: int  # prompt + max_new_tokens: what a contiguous reservation holds
     num_layers: int = 0  # decoder layers

@@ -1,6 +1,6 @@
 """KV-cache arithmetic and capacity planning, for `kvviz plan` and the Capacity planner page.
 
-The cache's shape is kvviz.core.layout's: one `LayerSpec` per decoder layer (full, sliding, chunked,
+The cache's shape is kvviz.core.layout's: one `CacheSpec` per decoder layer (full, sliding, chunked,
 latent/MLA, state, shared). Everything here is arithmetic on those specs:
 
     kv_bytes(T) = Σ_layers values_per_token × tokens_held(layer, T) × bytes_per_value
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from kvviz.core.layout import CHUNKED, FULL, LATENT, SLIDING, LayerSpec, kinds_summary
+from kvviz.core.layout import CHUNKED, FULL, LATENT, SLIDING, CacheSpec, kinds_summary
 from kvviz.core.layout import layer_tokens_held
 from kvviz.core.budget import DEFAULT_OVERHEAD_FRACTION, kv_budget_bytes, runtime_overhead_bytes  # noqa: F401
 from kvviz.core.catalog import (ASSETS_DIR, catalog_config, find_catalog_entry, find_gpu,  # noqa: F401
@@ -60,7 +60,7 @@ class ModelKV:
     """A model as the planner sees it: its per-layer cache specs and its weights."""
 
     name: str  # label for tables and charts
-    specs: tuple[LayerSpec, ...]  # one per decoder layer (kvviz.core.layout)
+    specs: tuple[CacheSpec, ...]  # one per decoder layer (kvviz.core.layout)
     num_attention_heads: int  # query heads (for the MHA what-if and labels)
     max_position: int | None = None  # longest context the model was trained for, when known
     params_total: int | None = None  # every parameter (weights' memory); None: unknown
@@ -138,7 +138,7 @@ def uniform_model(num_layers: int, num_kv_heads: int, head_dim: int, num_attenti
     for field_name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
                               ("head_dim", head_dim)):
         _require_positive_int(field_name, value)
-    spec = LayerSpec(FULL, num_kv_heads, 2 * num_kv_heads * head_dim, None, 0, None)
+    spec = CacheSpec(FULL, num_kv_heads, 2 * num_kv_heads * head_dim, None, 0, None)
     return ModelKV(name, (spec,) * num_layers, num_attention_heads or num_kv_heads,
                    params_total=params_total, params_active=params_total,
                    params_source="given" if params_total is not None else "")
@@ -282,7 +282,7 @@ def tokens_per_s_ceiling_aggregate(step_floor_s: float, batch: int) -> float:
 # ---------------------------------------------------------------- what-ifs
 
 
-def _with_kv_heads(spec: LayerSpec, kv_heads: int) -> LayerSpec:
+def _with_kv_heads(spec: CacheSpec, kv_heads: int) -> CacheSpec:
     head_dim = spec.values_per_token // (2 * spec.kv_heads)
     return replace(spec, kv_heads=kv_heads, values_per_token=2 * kv_heads * head_dim)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kvviz.core.layout import CHUNKED, FULL, SLIDING, LayerSpec
+from kvviz.core.layout import CHUNKED, FULL, SLIDING, CacheSpec
 from kvviz.core.errors import UserError
 
 _SPLIT_BY_HEAD = (FULL, SLIDING, CHUNKED)
@@ -71,7 +71,7 @@ def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
     return max(1, kv_heads // tp)
 
 
-def rank_spec(spec: LayerSpec, tp: int) -> LayerSpec:
+def rank_spec(spec: CacheSpec, tp: int) -> CacheSpec:
     """What one TP rank caches for this layer."""
     state = dict(state_values=math.ceil(spec.state_values / tp),
                  state_float32_values=math.ceil(spec.state_float32_values / tp),
@@ -94,7 +94,7 @@ def pp_layer_counts(num_layers: int, pp: int) -> list[int]:
     return counts
 
 
-def stage_rank_specs(specs, par: Parallel) -> list[tuple[LayerSpec, ...]]:
+def stage_rank_specs(specs, par: Parallel) -> list[tuple[CacheSpec, ...]]:
     """For each pipeline stage, the specs one TP rank of that stage caches (contiguous layers)."""
     stages, start = [], 0
     for count in pp_layer_counts(len(specs), par.pp):
