@@ -1,23 +1,51 @@
 """kvviz: a Streamlit dashboard of a language model's KV cache. Run: `make run`."""
+import os
+import sys
 from pathlib import Path
 
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app import hosted  # stdlib only: cheap enough to run before anything is on the page
 
 # A local file: a ":material/...:" page icon makes the browser fetch the favicon from fonts.gstatic.com.
 FAVICON = Path(__file__).resolve().parent / "kvviz" / "assets" / "favicon.png"
-st.set_page_config(page_title="kvviz", page_icon=FAVICON, layout="wide",
-                   initial_sidebar_state="collapsed" if ui.presenter_mode() else "expanded")
+HEAVY = "kvviz.app.ui"  # imports torch and transformers: seconds on a fresh server
+
+
+def sidebar_state(rules: hosted.Policy) -> str:
+    """Closed on stage and for a hosted link's stranger; else "auto": open, closed on a phone."""
+    presenting = os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
+    return "collapsed" if presenting or rules.enabled else "auto"
+
+
+def import_ui():
+    """kvviz.app.ui, with a loading line on the page while a fresh server imports it."""
+    if HEAVY in sys.modules:
+        from kvviz.app import ui
+        return ui
+    with st.spinner("Loading kvviz… (a fresh server takes a few seconds)", show_time=True):
+        from kvviz.app import ui
+    return ui
+
+
+def pages(rules: hosted.Policy) -> list:
+    """The navigation; a host that lists no vLLM server has no engine page (it would say it is off)."""
+    listed = [
+        st.Page("app_pages/live.py", title="Live", icon=":material/bolt:", default=True),
+        st.Page("app_pages/replay.py", title="Replay", icon=":material/replay:"),
+        st.Page("app_pages/shrink.py", title="Shrink", icon=":material/compress:"),
+        st.Page("app_pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
+        st.Page("app_pages/serving.py", title="Serving", icon=":material/view_module:"),
+        st.Page("app_pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
+    ]
+    if not rules.enabled or rules.engine_urls:
+        listed.append(st.Page("app_pages/engine.py", title="vLLM engine", icon=":material/dns:"))
+    return listed
+
+
+rules = hosted.policy_from_env()
+st.set_page_config(page_title="kvviz", page_icon=FAVICON, layout="wide", initial_sidebar_state=sidebar_state(rules))
+ui = import_ui()
 ui.configure_server()
 ui.presenter_style()
-page = st.navigation([
-    st.Page("app_pages/live.py", title="Live", icon=":material/bolt:", default=True),
-    st.Page("app_pages/replay.py", title="Replay", icon=":material/replay:"),
-    st.Page("app_pages/shrink.py", title="Shrink", icon=":material/compress:"),
-    st.Page("app_pages/sweep.py", title="Sweep", icon=":material/stacked_line_chart:"),
-    st.Page("app_pages/serving.py", title="Serving", icon=":material/view_module:"),
-    st.Page("app_pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
-    st.Page("app_pages/engine.py", title="vLLM engine", icon=":material/dns:"),
-])
-page.run()
+st.navigation(pages(rules)).run()

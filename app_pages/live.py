@@ -16,8 +16,7 @@ st.sidebar.page_link("app_pages/replay.py", label="Replay a recorded run", icon=
 presenting = ui.presenter_mode()
 st.title("kvviz · the KV cache, live")
 if not presenting:  # on stage the speaker explains; the screen keeps its height for the run
-    st.caption("Every number below is measured from the running model unless labelled modelled.")
-    ui.explainer()
+    ui.intro()
 panels.preload_charts()
 lm = ui.load_model_with_progress(spec)
 go, stop, *rest = st.columns([1, 1, 2, 4] if presenting else [1, 1, 6], vertical_alignment="center")
@@ -30,7 +29,11 @@ if presenting:  # the sidebar is closed on stage: slow motion sits beside Genera
         "Pace", names, index=names.index(ui.pace_name(opts.pace)), key="stage_pace",
         label_visibility="collapsed", help="Slow motion shows every step this many times as long as it "
                                            "took, to explain one step while it happens")])
+if not presenting:  # what Generate will send, and the explainer one click away below it
+    ui.prompt_line(cfg, info)
 status = st.empty()
+if not presenting:
+    ui.explainer()
 if lm is not None:
     info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"weights {lm.weight_bytes / 2**20:,.0f} MiB")

@@ -4,13 +4,14 @@ AppTest sees only the final element tree of each script run, so these tests chec
 finished (or refused) run leaves on the page, not the streaming itself (tests/test_browser.py
 watches that in a real browser).
 """
+import re
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.live.panel import DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
-from kvviz.app.ui import PAGE_CSS, PRESENTER_CSS, inert
+from kvviz.app.ui import INTRO, PAGE_CSS, PRESENTER_CSS, inert
 
 pytestmark = pytest.mark.slow  # runs the Live page (Streamlit AppTest) with model runs: make test, not make check
 
@@ -67,6 +68,24 @@ def test_first_load_invites_to_generate(at):
     assert not at.main.code and not at.metric and not charts(at)
     assert not at.button(key="generate").disabled
     assert any("tiny" in c.value for c in at.caption)  # the loaded model's label line
+
+
+def test_the_first_screen_says_what_this_is_with_the_prompt_beside_generate(at):
+    """One sentence of what this is, the prompt Generate will use as plain text, the explainer
+    folded below Generate (issue 27: Generate on a stranger's first screen)."""
+    at.run()
+    assert any(m.value == INTRO for m in at.markdown)
+    assert "Prompt: What is a KV cache, in two sentences?" in [t.value for t in at.text]
+    explainer = [e for e in at.expander if e.label == "What am I looking at?"]
+    assert len(explainer) == 1 and not explainer[0].proto.expanded
+
+
+def test_after_a_run_the_figures_are_one_line_and_their_cards_follow_the_map(at):
+    generate(at)
+    line = next(re.sub(r"\\(.)", r"\1", c.value) for c in at.caption if "wall clock" in c.value)  # as read
+    assert line.startswith("Tokens **8 × 1** · ") and "KV cache (measured) **" in line
+    assert metrics(at)["Tokens"] == "8 × 1"  # the cards, with their explanations, below the map
+    assert at.expander[-1].label.startswith("Prompt:")  # the run's prompt, folded below its panels
 
 
 def test_generate_shows_text_figures_and_charts(at):

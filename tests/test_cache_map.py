@@ -144,8 +144,27 @@ def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
     assert cells["x"]["scale"]["domain"] == [0, 12] and cells["yOffset"]["field"] == "tensor_row"
     assert cells["color"]["scale"]["domain"] == ["K", "V", "dropped", "padding"]
     assert "sliding 3" in cells["y"]["axis"]["labelExpr"]  # a mixed model names each layer's kind
-    tooltip = [t["field"] for t in layers[-1]["encoding"]["tooltip"]]
-    assert tooltip == ["where", "part", "text"]
+    columns = next(layer for layer in layers if "tooltip" in layer.get("encoding", {}))  # before the picked labels
+    assert [t["field"] for t in columns["encoding"]["tooltip"]] == ["where", "part", "text"]
+
+
+def test_a_click_or_tap_on_a_column_writes_its_token_from_the_data():
+    """Touch screens have no hover: a point selection on click picks a column, shades it, and text
+    marks filtered by it write "position N: <token>" computed from the row, never from the spec."""
+    kinds = cm.layer_kinds(META)
+    spec = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
+    layers = spec["layer"]
+    columns = next(layer for layer in layers if "tooltip" in layer.get("encoding", {}))
+    param = spec["params"][0]  # Altair lifts a layer's selection to the top, naming its view
+    assert param["views"] == [columns["name"]]
+    assert param["name"] == cc.PICK and param["select"]["on"] == "click" and param["select"]["fields"] == ["pos_start"]
+    assert columns["encoding"]["opacity"]["condition"]["param"] == cc.PICK
+    labels = [layer for layer in layers if layer["mark"]["type"] == "text" and layer["encoding"]["text"]["field"] == "picked"]
+    assert len(labels) == 4  # left and right of the middle, each a white halo under the text
+    assert all({"param": cc.PICK, "empty": False} in [t.get("filter") for t in layer["transform"]] for layer in labels)
+    assert all("datum.text" in next(t["calculate"] for t in layer["transform"] if "calculate" in t) for layer in labels)
+    static = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4, hover=False))
+    assert "params" not in json.dumps(static) and cc.PICK not in json.dumps(static)
 
 
 def test_uniform_models_get_plain_layer_numbers_and_unsafe_labels_are_cleaned():

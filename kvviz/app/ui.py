@@ -260,6 +260,8 @@ def pace_delay(step_ms: float, pace: float) -> None:
 
 
 PAGE_CSS = """<style>
+[data-testid="stMainBlockContainer"] { padding-top: 3.5rem; }
+h1 { font-size: 2.25rem !important; padding-top: 0.5rem !important; }
 [data-testid="stMetric"] .stMarkdownEllipsis, [data-testid="stMetric"] .stMarkdownEllipsis p,
 [data-testid="stSidebarNav"] span, [data-testid="stPageLink"] p {
   white-space: normal; overflow: visible; text-overflow: clip; }
@@ -267,7 +269,9 @@ PAGE_CSS = """<style>
   flex-wrap: wrap; row-gap: 0.75rem; }
 [data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"])
   > [data-testid="stColumn"] { min-width: 7.5rem; }
-</style>"""  # every mode: metric labels and values, and sidebar links, wrap instead of being cut;
+</style>"""  # every mode: the page starts under the header's 3.75 rem, not 6 rem down (the Live page's
+# Generate, texts and map must fit a 1280 x 720 screen); metric labels and values, and sidebar
+# links, wrap instead of being cut;
 # a row of metrics too narrow for its figures (8 headline figures beside the sidebar at 1280 px)
 # wraps onto a second line rather than breaking words mid-letter
 
@@ -354,9 +358,29 @@ def trace_origin(trace: Trace) -> str:
             f"{', with a no-cache run' if 'recompute' in trace.modes else ''}.")
 
 
+INTRO = ("A small language model writes the same answer twice, side by side: once with its KV cache "
+         "(its memory of the text so far) and once without it. Press **Generate** to watch what the "
+         "memory saves and what it costs.")
+PROMPT_SHOWN_CHARS = 110  # the prompt beside Generate: one or two lines on a phone
+
+
+def intro() -> None:
+    """One sentence of what this page is, for a stranger (kvviz's own text)."""
+    st.markdown(INTRO)
+
+
+def prompt_line(cfg: RunConfig, where=st) -> None:
+    """The prompt Generate will use, shortened to a line or two, as plain text (never Markdown)."""
+    prompt = " ".join(cfg.prompts[0].split())
+    if len(prompt) > PROMPT_SHOWN_CHARS:
+        prompt = prompt[:PROMPT_SHOWN_CHARS - 1] + "…"
+    where.text(f"Prompt: {prompt or '(empty)'}")
+
+
 def explainer() -> None:
-    """The plain-language panel and glossary (kvviz's own text from kvviz/assets/, never user text)."""
-    with st.expander("What am I looking at?", expanded=policy().enabled):
+    """The plain-language panel and glossary, one click away (kvviz's own text from kvviz/assets/,
+    never user text); closed, so that Generate stays on a stranger's first screen."""
+    with st.expander("What am I looking at?", expanded=False):
         st.markdown((ASSETS / "explainer.md").read_text())
         st.markdown((ASSETS / "glossary.md").read_text())
 

@@ -71,15 +71,43 @@ def _boundary(prompt_len: int) -> list[alt.Chart]:
     return [rule, text]
 
 
-def _columns_layer() -> alt.Chart:
-    """Invisible full-height rectangles, one per column, carrying the column's tooltip."""
-    where = ("datum.positions == 1 ? 'position ' + datum.pos_start : 'positions ' + datum.pos_start"
-             " + '–' + (datum.pos_end - 1)")
+PICK = "picked_column"  # the point selection a click or a tap on a column makes (touch screens have no hover)
+WHERE = ("datum.positions == 1 ? 'position ' + datum.pos_start : 'positions ' + datum.pos_start"
+         " + '–' + (datum.pos_end - 1)")
+
+
+def _pick() -> alt.Parameter:
+    """A column picked by a click or a tap, cleared by a double click; none at first."""
+    return alt.selection_point(name=PICK, on="click", fields=["pos_start"], empty=False, clear="dblclick")
+
+
+def _columns_layer(pick: alt.Parameter) -> alt.Chart:
+    """Invisible full-height rectangles, one per column, carrying the column's tooltip; the
+    picked one is shaded."""
     return alt.Chart().transform_filter(alt.datum.row == "column").transform_calculate(
-        where=where).mark_rect(fill="#ffffff", opacity=0.001).encode(
+        where=WHERE).mark_rect(fill="#222222").encode(
         x="pos_start:Q", x2="pos_end:Q",
+        opacity=alt.condition(pick, alt.value(0.25), alt.value(0.001)),
         tooltip=[alt.Tooltip("where:N", title="column"), alt.Tooltip("part:N", title="part"),
-                 alt.Tooltip("text:N", title="text")])
+                 alt.Tooltip("text:N", title="text")]).add_params(pick)
+
+
+def _picked_labels(pick: alt.Parameter, max_len: int) -> list[alt.Chart]:
+    """The picked column's place and token, written at the top of the plot beside the column
+    (left of it in the map's right half), on a white halo. The token travels only as data."""
+    base = alt.Chart().transform_filter(alt.datum.row == "column").transform_filter(pick).transform_calculate(
+        picked=f"({WHERE}) + ': ' + datum.text")
+    layers = []
+    for half, align, edge, dx in ((alt.datum.pos_start < max_len / 2, "left", "pos_end", 3),
+                                  (alt.datum.pos_start >= max_len / 2, "right", "pos_start", -3)):
+        side = base.transform_filter(half)
+        for halo in (True, False):
+            mark = dict(align=align, baseline="top", dx=dx, dy=2, fontSize=13, fontWeight="bold",
+                        fill="#ffffff" if halo else "#111111", limit=360)
+            if halo:
+                mark |= dict(stroke="#ffffff", strokeWidth=4, strokeJoin="round")
+            layers.append(side.mark_text(**mark).encode(x=f"{edge}:Q", y=alt.value(0), text="picked:N"))
+    return layers
 
 
 def cache_map_chart(df: pd.DataFrame, kinds: Sequence[CacheSpec], max_len: int,
@@ -88,7 +116,8 @@ def cache_map_chart(df: pd.DataFrame, kinds: Sequence[CacheSpec], max_len: int,
 
     Input (map_frame): row, layer, tensor_row, shade, status, pos_start, pos_end, positions, part,
     text. `padded`: whether the legend lists padding (a batch of several sequences); `hover`: the
-    invisible columns carrying each column's text (off for a static picture). Colour = what a cell holds; the prompt's cells are paler than generated ones; positions a
+    invisible columns carrying each column's text, which a click or a tap writes at the top of the
+    plot (off for a static picture). Colour = what a cell holds; the prompt's cells are paler than generated ones; positions a
     sliding / chunked layer has dropped are grey. x domain [0, max_len] fixed, so a column
     appears per step in a still frame.
     """
@@ -96,14 +125,15 @@ def cache_map_chart(df: pd.DataFrame, kinds: Sequence[CacheSpec], max_len: int,
     opacity = alt.Opacity("status:N", legend=None, scale=alt.Scale(
         domain=list(STATUS_OPACITY), range=list(STATUS_OPACITY.values())))
     cells = alt.Chart().transform_filter(alt.datum.row == "cell").mark_rect().encode(
-        x=_x(max_len, "token position (hover a column for its text)" if hover else "token position"),
+        x=_x(max_len, "token position (tap or hover a column for its text)" if hover else "token position"),
         x2="pos_end:Q", y=_y(kinds),
         yOffset=alt.YOffset("tensor_row:O", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("shade:N", title="cache holds", scale=alt.Scale(
             domain=list(shades), range=list(shades.values())),
             legend=alt.Legend(orient="top", direction="horizontal", titleOrient="left")),
         opacity=opacity)
-    columns = [_columns_layer()] if hover else []
+    pick = _pick()
+    columns = [_columns_layer(pick), *_picked_labels(pick, max_len)] if hover else []
     return alt.layer(cells, *_boundary(prompt_len), *columns, data=df).properties(
         height=map_height(len(kinds)))
 

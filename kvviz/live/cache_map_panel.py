@@ -89,9 +89,9 @@ def caption(meta: dict, last: StepEvent, seq: int, final: bool, hover: bool = Tr
     width = cm.bin_width(int(meta["max_len"]))
     if width > 1:
         parts.append(f"Columns of {width} positions (more than {cm.MAX_COLUMNS} would not stay smooth)"
-                     + ("; hover one for its text." if hover else "."))
+                     + ("; tap or hover one for its text." if hover else "."))
     elif hover:
-        parts.append("Hover a column for its token.")
+        parts.append("Tap or hover a column for its token.")
     if int(meta.get("batch", 1)) > 1:
         parts.append(f"Showing sequence {seq + 1} of {meta['batch']}"
                      + ("." if final else "; pick another when the run ends."))

@@ -79,10 +79,11 @@ class LiveView:
             self.dim_slots = {mode: Slot(st) for mode in ("cached", "recompute")}
         self.dimmed: set[str] = set()  # runs whose panels still show the previous run
         self.ghosted = False  # the text boxes hold the previous run's text, hidden, for their height
-        with st.container(key="headline-figures"):
-            self.metric_slots = [Slot(col) for col in st.columns(8)]
+        presenting = ui.presenter_mode()  # on a screen: one line of figures here, the cards below the map
+        self.figure_line = None if presenting else Slot(st.container(key="headline-line"))
+        self.metric_slots = metric_cards() if presenting else []
         self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
-        left, right, map_area = text_areas(race_on, ui.presenter_mode())
+        left, right, map_area = text_areas(race_on, presenting)
         which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
         self.text_slot, cached_ghost = titled_box(left, f"With the KV cache{which}", "cached-panel")
         self.ghosts = {"cached": cached_ghost}  # screen mode: the previous run's text, hidden (KEEP_HEIGHT_CSS)
@@ -99,6 +100,8 @@ class LiveView:
             self.parity_slot, self.race_note_slot = Slot(notes), Slot(notes)
         self.cache_map = cache_map_panel.CacheMapPanel(map_area.container(border=True, key="cache-map-panel"),
                                                       meta, ui.chart_font_scale())
+        if not presenting:
+            self.metric_slots = metric_cards()
         self.max_new_tokens = max_new_tokens
         self.scrubbing = False  # replay: the scrubber, not the run's end, set where it stands
         self.specs: dict | None = None  # built from the first data, then only re-fed
@@ -247,6 +250,20 @@ class LiveView:
         figures = captions.headline(self.meta, sums, last, self.wall_tokens_per_s())
         for slot, (label, value, help_text) in zip(self.metric_slots, figures):
             slot.metric(label, value, help=help_text)
+        if self.figure_line is not None:
+            self.figure_line.caption(figure_line(figures))
+
+
+def metric_cards() -> list[Slot]:
+    """The headline figures' cards, each with its explanation (8 columns, wrapping)."""
+    with st.container(key="headline-figures"):
+        return [Slot(col) for col in st.columns(8)]
+
+
+def figure_line(figures) -> str:
+    """The headline figures in one line of small text, above the texts and the map (kvviz's own
+    labels and numbers, escaped all the same)."""
+    return " · ".join(f"{ui.inert(label)} **{ui.inert(value)}**" for label, value, _ in figures)
 
 
 def same_stage(old: dict, new: dict) -> bool:
@@ -272,7 +289,7 @@ KEEP_IN_PLACE = "<span hidden></span>"
 # does not remove it (the "previous run" labels stayed after the run's first tokens): an element
 # beside the style keeps it in its placeholder, inside a hidden container (DIM_HOLDER_CSS).
 DIM_CSS = {  # while a panel still shows the previous run
-    "cached": dim_css(("cached-panel", "cache-map-panel", "headline-figures", "panel-layers", "panel-total",
+    "cached": dim_css(("cached-panel", "cache-map-panel", "headline-figures", "headline-line", "panel-layers", "panel-total",
                        "panel-blocks", "panel-timings")) + KEEP_IN_PLACE,
     "recompute": dim_css(("recompute-panel", "panel-race", "panel-positions")) + KEEP_IN_PLACE,
 }
@@ -295,15 +312,16 @@ def run_notes(meta: dict, last) -> list[str]:
 def text_areas(race_on: bool, presenting: bool):
     """(cached text column, no-cache text column or None, cache map area).
 
-    On a screen: the two texts side by side, the map below them. On stage (presenter mode): the
-    texts stacked beside the map, so a 1280 x 720 or 1920 x 1080 projector shows the headline,
-    both texts and the map without scrolling.
+    Both texts and the map start on one line, so that a 1280 x 720 or 1920 x 1080 screen shows
+    all three without scrolling: on stage the texts stacked (fixed-height boxes) beside the map; on
+    a screen each text in its own column (they grow with the text), the map beside them. A phone
+    stacks the columns: the texts first, then the map.
     """
-    if presenting:
+    if presenting or not race_on:
         texts, map_area = st.columns([2, 3], gap="medium")
         return texts.container(), texts.container() if race_on else None, map_area
-    left, right = st.columns([3, 2], gap="large") if race_on else (st.container(), None)
-    return left, right, st.container()
+    left, right, map_area = st.columns([1, 1, 2], gap="medium")
+    return left, right, map_area
 
 
 def run_ended(cached, max_new_tokens: int) -> bool:
@@ -476,6 +494,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
     except Exception as exc:  # e.g. out of memory: say so, keep what was produced
         status.error(failure_message(exc, rules.enabled))
     finally:
+        st.session_state["wall_tokens_per_s"] = view.wall_tokens_per_s()  # kept after a Stop too
         pump.stop()  # the worker ends after its step in progress: then the generators are free
         cached.close()
         if recompute is not None:
@@ -581,13 +600,10 @@ def show_result(trace: Trace, show_tokens: bool) -> None:
 
 def prompt_and_view(rendered: str | None, meta: dict, max_new_tokens: int, race_on: bool,
                     show_tokens: bool) -> LiveView:
-    """The prompt (folded) and the run's panels; on stage the prompt goes below them."""
-    presenting = ui.presenter_mode()
-    if not presenting:
-        show_prompt(rendered, meta)
+    """The run's panels, then its prompt as the model read it (folded): the texts and the map
+    come first (the Live page shows the prompt's first words beside Generate)."""
     view = LiveView(meta, max_new_tokens, race_on, show_tokens)
-    if presenting:
-        show_prompt(rendered, meta)
+    show_prompt(rendered, meta)
     return view
 
 
