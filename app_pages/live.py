@@ -6,11 +6,14 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.live import panel as panels
 from kvviz.live import cache_map_panel
+from kvviz.live import tour_panel
 
 spec, cfg, opts = ui.sidebar()
 if st.sidebar.toggle("Attention over the cache", value=False, key="attention", bind="query-params",
                      help=cache_map_panel.ATTENTION_HELP):
     spec, cfg = replace(spec, attn_implementation="eager"), replace(cfg, attention=True)
+tour_on = st.sidebar.toggle("Guided tour", value=ui.policy().enabled, key="tour", bind="query-params",
+                            help=tour_panel.TOGGLE_HELP)  # on for a hosted visitor, off for engineers
 st.sidebar.page_link("app_pages/replay.py", label="Replay a recorded run", icon=":material/replay:",
                      help="Plays a run recorded earlier through these panels: no model needed")
 presenting = ui.presenter_mode()
@@ -32,13 +35,14 @@ if presenting:  # the sidebar is closed on stage: slow motion sits beside Genera
 if not presenting:  # what Generate will send, and the explainer one click away below it
     ui.prompt_line(cfg, info)
 status = st.empty()
+tour = tour_panel.TourPanel.placed(st, st.session_state, st.fragment) if tour_on else None
 if not presenting:
     ui.explainer()
 if lm is not None:
     info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"weights {lm.weight_bytes / 2**20:,.0f} MiB")
 if generate and lm is not None:
-    panels.run_live(lm, cfg, opts, status)
+    panels.run_live(lm, cfg, opts, status, tour)
 elif "trace" in st.session_state:
     changed = panels.changed_settings(st.session_state["trace"].meta, cfg,
                                       "recompute" in st.session_state["trace"].modes, opts.race) if not stopped else []
@@ -47,7 +51,7 @@ elif "trace" in st.session_state:
     elif changed:  # the names are kvviz's own labels, never user text
         status.warning(f"Outdated: {', '.join(changed)} changed since this run; what is shown below was "
                        "made with the earlier settings. Press **Generate** to run the new ones.")
-    panels.show_result(st.session_state["trace"], opts.show_tokens)
+    panels.show_result(st.session_state["trace"], opts.show_tokens, tour)
 elif lm is not None:
     status.info("Press **Generate** to start. Pick a prompt and settings in the sidebar.")
 else:

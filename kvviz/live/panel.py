@@ -103,6 +103,7 @@ class LiveView:
         if not presenting:
             self.metric_slots = metric_cards()
         self.max_new_tokens = max_new_tokens
+        self.tour = None  # kvviz.live.tour_panel.TourPanel when the guided tour is on: drawn with each update
         self.scrubbing = False  # replay: the scrubber, not the run's end, set where it stands
         self.specs: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
@@ -199,6 +200,8 @@ class LiveView:
             self.draw_figures(trace, cached, recompute, final)
             # the time budget: redraws take at most REDRAW_SHARE of the wall clock
             self.chart_gap_s = max(CHART_INTERVAL_S, (time.monotonic() - now) / REDRAW_SHARE)
+        if self.tour is not None:
+            self.tour.draw(trace, final, self.race_on)
 
     def wall_tokens_per_s(self) -> float | None:
         """Tokens × batch per wall-clock second from the first cached token to the latest."""
@@ -443,7 +446,7 @@ def chart_slots(rows) -> dict:
     return slots
 
 
-def run_live(lm, cfg, opts, status) -> None:
+def run_live(lm, cfg, opts, status, tour=None) -> None:
     """Generate with the live panels updating; the trace lands in session state even if stopped."""
     rules = ui.policy()
     try:
@@ -459,7 +462,7 @@ def run_live(lm, cfg, opts, status) -> None:
             status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
             return
         trace = Trace(meta, [])
-        view = generate_in_turn(lm, cfg, opts, status, trace, rules)
+        view = generate_in_turn(lm, cfg, opts, status, trace, rules, tour)
     st.session_state["run_done"] = True
     fitted = seconds_per_flop(trace.events, view.work)
     if fitted:
@@ -470,7 +473,7 @@ def run_live(lm, cfg, opts, status) -> None:
         downloads(trace)
 
 
-def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
+def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> LiveView:
     """The run itself, while this session holds the device: the cached run and, in a race, the
     recompute run taking turns, drawn as they go. Returns the view it drew into."""
     previous = st.session_state.get("trace")
@@ -481,6 +484,9 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules) -> LiveView:
     if not view.show_previous(previous):
         view.clear()
     view.measure_wall, view.work = True, cost.model_work(lm)
+    view.tour = tour  # after show_previous: the tour follows this run only, from its prefill on
+    if tour is not None:
+        tour.draw(trace)
     deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
     out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
     pump = Pump()
@@ -587,12 +593,13 @@ def failure_message(exc: Exception, hide_details: bool) -> str:
     return f"Generation stopped: {type(exc).__name__}: {ui.inert(str(exc).splitlines()[0][:300])}"
 
 
-def show_result(trace: Trace, show_tokens: bool) -> None:
+def show_result(trace: Trace, show_tokens: bool, tour=None) -> None:
     """The panels of a finished (or stopped) run, from its trace."""
     cfg = trace.meta.get("config", {})
     view = prompt_and_view(None, trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
                            "recompute" in trace.modes, show_tokens)
     view.wall_rate = st.session_state.get("wall_tokens_per_s")
+    view.tour = tour
     view.update(trace, final=True)
     if trace.events:  # a Stop during the prefill leaves nothing worth downloading
         downloads(trace)

@@ -1,0 +1,183 @@
+"""The guided tour in a real browser: `streamlit run app.py` in hosted mode (KVVIZ_HOSTED=1, its
+one allowed model the tiny random Llama placed where the embedded default's converted copy
+lives) + Debian's Chromium.
+
+* a hosted visitor's first run: the tour is on without asking, starts at step 1 and moves on by
+  itself while the run goes on (slow motion ×30, 128 tokens: long enough for its reading pace),
+  never backwards; its numbers are the page's own (the prompt's token count); Next step walks to
+  the last step, whose links open the Capacity planner at 128k tokens and Shrink. A screenshot
+  of the tour mid-run at 1280 x 720: test-artifacts/tour-mid-run.png;
+* presenter mode: PageDown (a presentation clicker's forward key) moves to the next step and
+  PageUp back, redrawing only the tour's box.
+
+Every wait is bounded; the server is stopped by its pid and the browser closed whatever happens.
+Without Chromium the module skips, except under CI (env CI set), where it fails.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+from browser_kit import ARTIFACTS, launched_chromium, require_chromium
+
+from bench.app_server import IDLE, RUNNING, Server
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PORTS = range(9111, 9121)
+LOAD_MS = 180_000
+RUN_S = 90  # the slowed-down run takes ≈ 20 s on 2 cores; bounded well above
+BOX = ".st-key-tour-panel"  # the box, its buttons and the line saying which step shows
+STEP = re.compile(r"step (\d) of 5")
+SLOW = quote("Slow motion ×30")
+PHRASES = {1: "the prefill", 2: "adds one column", 3: "keeps no cache", 4: "131,072 tokens", 5: "Shrink page"}
+
+
+def tiny_as_default(cache: Path) -> None:
+    """The tiny Llama saved where kvviz keeps the converted default model, with its marker
+    (as tests/test_browser_visitors.py does: hosted mode's only model is then tiny and fast)."""
+    from tiny import save_tiny
+
+    from kvviz.core import files
+    from kvviz.engine import models
+    folder = cache / models.DEFAULT_FOLDER
+    folder.mkdir(parents=True)
+    save_tiny(folder)
+    sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
+    files.write_atomic(folder / models.MARKER, json.dumps({"source": "tiny", "sizes": sizes}))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    require_chromium()
+    cache = tmp_path_factory.mktemp("kvviz-cache-tour")
+    tiny_as_default(cache)
+    env = {"KVVIZ_HOSTED": "1", "KVVIZ_CACHE_DIR": str(cache), "KVVIZ_TORCH_THREADS": "1"}
+    with Server(env, PORTS, ARTIFACTS / "tour-streamlit.log") as served:
+        yield served.url
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    yield from launched_chromium()
+
+
+def open_page(browser, url: str, width: int = 1280, height: int = 720):
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.goto(url, timeout=LOAD_MS)
+    page.wait_for_selector(BOX, timeout=LOAD_MS)
+    page.wait_for_selector("button:has-text('Generate'):not([disabled])", timeout=LOAD_MS)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    return page
+
+
+def box_text(page) -> str:
+    return page.locator(BOX).inner_text(timeout=10_000)
+
+
+def step_shown(page) -> int | None:
+    found = STEP.search(box_text(page))
+    return int(found.group(1)) if found else None
+
+
+def generate(page) -> None:
+    page.get_by_role("button", name="Generate", exact=True).click()
+    page.wait_for_selector(RUNNING, timeout=30_000)
+
+
+def watch_steps(page, timeout_s: float) -> list[tuple[int, str]]:
+    """(step, the box's text) each time the step the tour chose by itself changes, until the run
+    ends (and the fragment run of the press made during it); a screenshot
+    of the page once the tour has moved past its first step, and then Next step pressed once
+    (it must not stop the run)."""
+    seen: list[tuple[int, str]] = []
+    pressed, heights = False, set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = page.locator(RUNNING).count() > 0
+        heights.add(round(page.locator(".st-key-tour-box").bounding_box()["height"]))
+        assert len(heights) == 1, f"the tour's box changed height: {sorted(heights)} px"  # the page never jumps
+        text = box_text(page)
+        found = STEP.search(text) if "follows the run" in text else None  # not yet the press's step
+        if found and (not seen or seen[-1][0] != int(found.group(1))):
+            seen.append((int(found.group(1)), text))
+            if int(found.group(1)) == 2:
+                page.screenshot(path=str(ARTIFACTS / "tour-mid-run.png"))
+        if running and not pressed and seen and seen[-1][0] >= 2:
+            page.get_by_role("button", name=re.compile("^Next step")).click()
+            pressed = True
+        if not running:
+            return seen
+        page.wait_for_timeout(200)
+    raise AssertionError(f"the run did not end within {timeout_s} s; steps seen {[s for s, _ in seen]}")
+
+
+def prompt_tokens(page) -> int:
+    label = page.get_by_text(re.compile(r"Prompt: \d+ tokens")).first.inner_text(timeout=10_000)
+    return int(re.search(r"Prompt: (\d+) tokens", label).group(1))
+
+
+def press_until(page, action, wanted: int, timeout_ms: int = 30_000) -> None:
+    """Do `action` (a press), then wait until the box shows step `wanted`."""
+    action()
+    page.wait_for_function(f"() => /step {wanted} of 5/.test(document.querySelector('{BOX}').innerText)",
+                           timeout=timeout_ms)
+    page.wait_for_selector(IDLE, timeout=timeout_ms)  # the fragment has drawn the whole step
+
+
+def test_the_tour_follows_a_hosted_visitor_s_first_run(server, browser):
+    page = open_page(browser, f"{server}/?max_new=128&pace={SLOW}")
+    try:
+        assert "Press Generate" in box_text(page)  # on by default for a hosted visitor
+        generate(page)
+        seen = watch_steps(page, RUN_S)
+        steps = [s for s, _ in seen]
+        print("steps seen while running:", steps)
+        assert steps[0] == 1 and steps == sorted(steps) and len(steps) >= 3, steps  # 1, 2, 3 …, never back
+        first = next(text for s, text in seen if s == 1)
+        page.wait_for_selector(IDLE, timeout=RUN_S * 1000)
+        assert re.search(r"Tokens\s*128 × 1", page.get_by_test_id("stMain").inner_text()), "the press stopped the run"
+        page.wait_for_function(f"() => /step {steps[-1] + 1} of 5$/m.test(document.querySelector('{BOX}').innerText)",
+                               timeout=30_000)  # the press made during the run, applied once it ended
+        page.wait_for_selector(IDLE, timeout=30_000)
+        tokens = prompt_tokens(page)
+        assert f"{tokens:,} tokens" in first or "reading the prompt" in first, (tokens, first)
+        last = step_shown(page)
+        for wanted in range(last + 1, 6):
+            press_until(page, lambda: page.get_by_role("button", name=re.compile("^Next step")).click(), wanted)
+        links = {a.inner_text(): a.get_attribute("href") for a in page.locator(f"{BOX} a").all()}
+        assert any(href == "shrink" or href.endswith("/shrink") for href in links.values()), links
+        press_until(page, lambda: page.get_by_role("button", name=re.compile("^Back")).click(), 4)
+        href = page.locator(f"{BOX} a").first.get_attribute("href")
+        params = parse_qs(urlsplit(href).query)
+        assert params["plan_context"] == ["131072"] and params["plan_gpu"] == ["H100 SXM"], href
+        page.mouse.move(0, 0)  # no tooltip over the buttons
+        page.screenshot(path=str(ARTIFACTS / "tour-after-run.png"))
+    finally:
+        page.context.close()
+
+
+def test_a_clicker_s_page_down_moves_the_presenter_s_tour(server, browser):
+    page = open_page(browser, f"{server}/?present=1&max_new=16")
+    try:
+        generate(page)
+        page.wait_for_selector(IDLE, timeout=RUN_S * 1000)
+        page.wait_for_function(f"() => /step \\d of 5/.test(document.querySelector('{BOX}').innerText)",
+                               timeout=10_000)
+        start = step_shown(page)
+        assert start is not None and start < 5, box_text(page)
+        page.evaluate("document.activeElement && document.activeElement.blur()")  # keys go to the page
+        press_until(page, lambda: page.keyboard.press("PageDown"), start + 1)
+        press_until(page, lambda: page.keyboard.press("PageDown"), start + 2)
+        press_until(page, lambda: page.keyboard.press("PageUp"), start + 1)
+        text = box_text(page)
+        assert f"{start + 1} · " in text and PHRASES[start + 1] in text, text  # title and text of one step
+        assert not any(PHRASES[i] in text for i in PHRASES if i != start + 1), text
+        page.mouse.move(0, 0)
+        page.screenshot(path=str(ARTIFACTS / "tour-presenter.png"))
+    finally:
+        page.context.close()
