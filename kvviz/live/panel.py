@@ -481,6 +481,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
     st.session_state.pop("wall_tokens_per_s", None)  # set again when this run ends
     view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], trace.meta, cfg.max_new_tokens,
                            opts.race, opts.show_tokens)
+    st.session_state["run_arrivals"] = view.arrivals  # filled in place: a Stop keeps the rate so far
     if not view.show_previous(previous):
         view.clear()
     view.measure_wall, view.work = True, cost.model_work(lm)
@@ -500,7 +501,6 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
     except Exception as exc:  # e.g. out of memory: say so, keep what was produced
         status.error(failure_message(exc, rules.enabled))
     finally:
-        st.session_state["wall_tokens_per_s"] = view.wall_tokens_per_s()  # kept after a Stop too
         pump.stop()  # the worker ends after its step in progress: then the generators are free
         cached.close()
         if recompute is not None:
@@ -598,7 +598,8 @@ def show_result(trace: Trace, show_tokens: bool, tour=None) -> None:
     cfg = trace.meta.get("config", {})
     view = prompt_and_view(None, trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
                            "recompute" in trace.modes, show_tokens)
-    view.wall_rate = st.session_state.get("wall_tokens_per_s")
+    view.arrivals = st.session_state.get("run_arrivals", [])  # this page's run, a stopped one too
+    view.wall_rate = view.wall_tokens_per_s()
     view.tour = tour
     view.update(trace, final=True)
     if trace.events:  # a Stop during the prefill leaves nothing worth downloading
