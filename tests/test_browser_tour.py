@@ -3,10 +3,11 @@ one allowed model the tiny random Llama placed where the embedded default's conv
 lives) + Debian's Chromium.
 
 * a hosted visitor's first run: the tour is on without asking, starts at step 1 and moves on by
-  itself while the run goes on (slow motion ×30, 128 tokens: long enough for its reading pace),
-  never backwards; its numbers are the page's own (the prompt's token count); Next step walks to
-  the last step, whose links open the Capacity planner at 128k tokens and Shrink. A screenshot
-  of the tour mid-run at 1280 x 720: test-artifacts/tour-mid-run.png;
+  itself while the run goes on (slow motion ×30, 64 tokens: long enough for its reading pace),
+  never backwards, in a box that keeps its height; its numbers are the page's own (the prompt's
+  token count); Next step pressed mid-run leaves the run whole and moves the tour once the run
+  ends; Next walks to the last step, whose links open the Capacity planner at 128k tokens and
+  Shrink. A screenshot of the tour mid-run at 1280 x 720: test-artifacts/tour-mid-run.png;
 * presenter mode: PageDown (a presentation clicker's forward key) moves to the next step and
   PageUp back, redrawing only the tour's box.
 
@@ -25,6 +26,7 @@ import pytest
 from browser_kit import ARTIFACTS, launched_chromium, require_chromium
 
 from bench.app_server import IDLE, RUNNING, Server
+from kvviz.live.tour import MIN_READ_S
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -89,14 +91,15 @@ def generate(page) -> None:
     page.wait_for_selector(RUNNING, timeout=30_000)
 
 
-def watch_steps(page, timeout_s: float) -> list[tuple[int, str]]:
+def watch_steps(page, timeout_s: float) -> tuple[list[tuple[int, str]], float, bool]:
     """(step, the box's text) each time the step the tour chose by itself changes, until the run
     ends (and the fragment run of the press made during it); a screenshot
     of the page once the tour has moved past its first step, and then Next step pressed once
-    (it must not stop the run)."""
+    (it must not stop the run). Returns them, the run's seconds and whether Next was pressed."""
     seen: list[tuple[int, str]] = []
     pressed, heights = False, set()
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
     while time.monotonic() < deadline:
         running = page.locator(RUNNING).count() > 0
         heights.add(round(page.locator(".st-key-tour-box").bounding_box()["height"]))
@@ -111,7 +114,7 @@ def watch_steps(page, timeout_s: float) -> list[tuple[int, str]]:
             page.get_by_role("button", name=re.compile("^Next step")).click()
             pressed = True
         if not running:
-            return seen
+            return seen, time.monotonic() - started, pressed
         page.wait_for_timeout(200)
     raise AssertionError(f"the run did not end within {timeout_s} s; steps seen {[s for s, _ in seen]}")
 
@@ -130,17 +133,19 @@ def press_until(page, action, wanted: int, timeout_ms: int = 30_000) -> None:
 
 
 def test_the_tour_follows_a_hosted_visitor_s_first_run(server, browser):
-    page = open_page(browser, f"{server}/?max_new=128&pace={SLOW}")
+    page = open_page(browser, f"{server}/?max_new=64&pace={SLOW}")
     try:
         assert "Press Generate" in box_text(page)  # on by default for a hosted visitor
         generate(page)
-        seen = watch_steps(page, RUN_S)
+        seen, run_s, pressed = watch_steps(page, RUN_S)
         steps = [s for s, _ in seen]
-        print("steps seen while running:", steps)
-        assert steps[0] == 1 and steps == sorted(steps) and len(steps) >= 3, steps  # 1, 2, 3 …, never back
+        print(f"steps seen while running: {steps} in {run_s:.1f} s")
+        paced = min(3, 1 + int(run_s // MIN_READ_S))  # one step per MIN_READ_S; step 3 the last one while running
+        assert steps[0] == 1 and steps == sorted(steps) and len(steps) >= paced, (steps, run_s)  # never back
+        assert pressed, f"the run ({run_s:.1f} s) ended before the tour's second step: too short to press Next in it"
         first = next(text for s, text in seen if s == 1)
         page.wait_for_selector(IDLE, timeout=RUN_S * 1000)
-        assert re.search(r"Tokens\s*128 × 1", page.get_by_test_id("stMain").inner_text()), "the press stopped the run"
+        assert re.search(r"Tokens\s*64 × 1", page.get_by_test_id("stMain").inner_text()), "the press stopped the run"
         page.wait_for_function(f"() => /step {steps[-1] + 1} of 5$/m.test(document.querySelector('{BOX}').innerText)",
                                timeout=30_000)  # the press made during the run, applied once it ended
         page.wait_for_selector(IDLE, timeout=30_000)
