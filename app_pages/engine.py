@@ -20,7 +20,7 @@ st.caption("kvviz subscribes to the server's KV-cache events (ZMQ; blocks stored
            "and reads its Prometheus `/metrics`. Each number says where it comes from: "
            "**events**, **metrics**, or **derived** from both. Start a server with `make vllm-demo`.")
 rules = ui.policy()
-ui.share_link()
+link = ui.share_link(settings="these servers and settings")
 allowed = list(rules.engine_urls)
 linked = [*st.query_params.get_all("engine_urls_hosted"), *st.query_params.get_all("engine_urls")]
 if rules.enabled and not allowed:
@@ -50,9 +50,11 @@ for raw in chosen:
         urls.append(normalize_url(raw))
     except EngineError as exc:
         st.error(ui.inert(exc))
-live = live_col.toggle("Live", value=True, key="engine_live", help="Off: freeze the picture")
+live = live_col.toggle("Live", value=True, key="engine_live", help="Off: freeze the picture",
+                       bind="query-params")
 every_s = every_col.select_slider("Refresh every", [1.0, 2.0, 5.0], value=2.0, key="engine_every",
-                                  format_func=lambda s: f"{s:g} s")
+                                  format_func=lambda s: f"{s:g} s", bind="query-params")
+link()  # again, with every setting drawn
 if not rules.enabled and stop_col.button("Disconnect all", key="engine_disconnect"):
     for url in urls:
         panels.watch_for(url).stop()

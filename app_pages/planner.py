@@ -4,10 +4,12 @@ Widgets and layout only: the arithmetic is kvviz.planner.deployment's (capacity,
 serving_plan), the tables kvviz.planner.frames', the charts kvviz.planner.charts',
 and every sentence `kvviz plan` also prints is kvviz.planner.words'. Every widget
 but the pasted config is bound to the URL (`bind="query-params"`, the key is the parameter
-name), so a link reproduces the view; the config text is left out of the URL (long, and not
-ours to echo). In hosted mode every size goes through `Policy.check_limits` (token counts,
-requests, GPUs; kvviz.app.hosted says why these caps): the widgets keep their full ranges, so a
-size over a cap, typed or carried by a link, is answered in one sentence, not silently dropped.
+name), so a link reproduces the view; the pasted config travels in the page's share link as
+`plan_config=` up to kvviz.app.links' length (longer: the link's caption says it is left out),
+never in the address bar while it is typed. In hosted mode every size goes through
+`Policy.check_limits` (token counts, requests, GPUs; kvviz.app.hosted says why these caps): the
+widgets keep their full ranges, so a size over a cap, typed or carried by a link, is answered in
+one sentence, not silently dropped.
 """
 import streamlit as st
 
@@ -17,7 +19,7 @@ from kvviz.planner import charts as planner_charts
 from kvviz.planner import frames as planner_frames
 from kvviz.live import panel as panels
 from kvviz.core import units
-from kvviz.app import ui
+from kvviz.app import links, ui
 from kvviz.app.ui import inert
 from kvviz.core.errors import UserError
 
@@ -26,6 +28,7 @@ GPUS = {g["name"]: g for g in capacity.load_gpus()}
 CUSTOM_GPU = "Custom"
 SOURCES = ("Catalog", "Paste config.json")
 URL = "query-params"
+MAX_CONFIG_CHARS = 200_000  # a config.json box (the largest real ones are ~20 KB)
 WHY_TEXT = {  # chosen by this model's own bound, not always the small-model story
     "kernel launches": (
         "This model's bytes are read in less time than its kernels take to launch, so the GPU "
@@ -105,7 +108,8 @@ with model_col:
         st.caption(f"[{entry['hf_id']}](https://huggingface.co/{entry['hf_id']}) · published "
                    f"{entry['num_parameters'] / 1e9:,.2f} B parameters")
     else:
-        pasted = st.text_area("config.json", height=160, key="plan_config",
+        pasted = st.text_area("config.json", ui.text_from_link("plan_config", "", MAX_CONFIG_CHARS), height=160,
+                              max_chars=MAX_CONFIG_CHARS, key="plan_config",
                               placeholder='{"model_type": "llama", "num_hidden_layers": 32, …}')
 with gpu_col:
     gpu_name = st.selectbox("GPU", [*GPUS, CUSTOM_GPU], index=list(GPUS).index("H100 SXM"),
@@ -163,6 +167,7 @@ with st.expander("Serving setup: parallelism, vLLM's settings, what-ifs", expand
                                         bind=URL, help="vLLM's default. On, a Mamba hybrid holds 2–3 state pages per "
                                                        "request (vLLM's 'align' mode); off, one.")
 
+ui.share_link([links.Text("plan_config", "pasted config.json", pasted)] if source == SOURCES[1] else [])
 within_caps(plan_tokens={"context T": int(context), "max_model_len": int(max_len),
                          "the shared prompt S": int(prefix)},
             plan_requests=int(batch), plan_gpus=int(tp) * int(pp) * int(dp))

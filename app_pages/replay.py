@@ -23,7 +23,8 @@ with options:
     source = st.radio("Trace", list(examples) + ["Upload a file"], horizontal=not presenting,
                       key="replay_source", bind="query-params")
     upload = ui.trace_uploader() if source == "Upload a file" else None
-ui.share_link()
+link = ui.share_link(settings="this trace and how it plays", notes=[
+    "An uploaded file is not in a link: whoever opens it uploads the file again."] if upload is not None else [])
 try:
     watch = vllm_panels.read_watch(examples.get(source), upload)  # a vLLM watch: its own panels
     if watch is not None:
@@ -52,7 +53,7 @@ with speed_col:
         slow_end.caption("◀ slower")
         fast_end.caption("faster ▶", text_alignment="right")
 steps = len(trace.events_of("cached"))
-upto = step_col.slider("Step", 1, steps, steps, key="replay_step") if steps > 1 else 1
+upto = step_col.slider("Step", 1, steps, steps, key="replay_step", bind="query-params") if steps > 1 else 1
 
 
 def play_from_scrubber() -> None:
@@ -65,6 +66,7 @@ def play_from_scrubber() -> None:
 play_col.button("Play", type="primary", key="replay_play", on_click=play_from_scrubber)
 start = st.session_state.pop("replay_from", None)
 show_tokens = (options if presenting else st).toggle("Token boundaries", key="replay_tokens", bind="query-params")
+link()  # again, with every setting drawn
 if start is None:
     panels.replay(trace, ui.SPEEDS[speed], show_tokens, upto_step=upto - 1)
 else:

@@ -9,7 +9,7 @@ import time
 import streamlit as st
 
 from kvviz.viz import charts
-from kvviz.app import ui
+from kvviz.app import links, ui
 from kvviz.live import panel as panels
 from kvviz.serving import compute as serving
 from kvviz.serving import charts as sc
@@ -29,6 +29,7 @@ REQUEST_COLUMNS = {"request_id": ("request", "text"), "prompt_tokens": ("prompt 
                    "total_ms": ("total", "ms")}
 SYSTEM = ui.prompt_presets()["Chat with a long system prompt"]["system"]
 rules = ui.policy()  # hosted caps (no-ops when not hosted)
+URL = "query-params"  # settings are bound to the page's link; the two text boxes travel as kvviz.app.links texts
 
 spec = ui.model_settings()
 st.title("Serving · many requests, one paged KV cache")
@@ -38,20 +39,28 @@ st.caption("Requests run through transformers' continuous batching (`generate_ba
 lm = ui.load_model_with_progress(spec)
 
 left, right = st.columns([3, 2])
-prompts_text = left.text_area("Requests, one per line", DEFAULT_REQUESTS, height=150, key="srv_requests")
-share = right.toggle("Shared system prompt", value=True, key="srv_share",
-                     help="The same long system prompt before every request: a common prefix to reuse")
-system = right.text_area("System prompt", SYSTEM, height=100, key="srv_system", disabled=not share)
+chars = rules.cap("prompt_chars", ui.MAX_PROMPT_CHARS)
+with left:
+    prompts_text = st.text_area("Requests, one per line", ui.text_from_link("srv_requests", DEFAULT_REQUESTS, chars),
+                                height=150, max_chars=chars, key="srv_requests")
+with right:
+    share = st.toggle("Shared system prompt", value=True, key="srv_share", bind=URL,
+                      help="The same long system prompt before every request: a common prefix to reuse")
+    system = st.text_area("System prompt", ui.text_from_link("srv_system", SYSTEM, chars), height=100,
+                          max_chars=chars, key="srv_system", disabled=not share)
 c1, c2, c3, c4, c5 = st.columns(5)
-num_blocks = c1.number_input("Pool size (blocks)", 4, 1024, 24, key="srv_blocks")
-block_size = c2.select_slider("Block size (tokens)", [4, 8, 16, 32, 64], value=16, key="srv_block_size")
-max_new = c3.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 24, key="srv_max_new")
-every = c4.slider("A new request every … steps", 0, 16, 2, key="srv_every",
+num_blocks = c1.number_input("Pool size (blocks)", 4, 1024, 24, key="srv_blocks", bind=URL)
+block_size = c2.select_slider("Block size (tokens)", [4, 8, 16, 32, 64], value=16, key="srv_block_size",
+                              bind=URL)
+max_new = c3.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 24, key="srv_max_new", bind=URL)
+every = c4.slider("A new request every … steps", 0, 16, 2, key="srv_every", bind=URL,
                   help="0: all arrive at once (deduplicated after prefill, no prefill saved); later "
                        "arrivals find the prefix already cached and skip computing it")
-delay_ms = c5.slider("Slow motion (ms pause per step)", 0, 1000, 150, 50, key="srv_delay",
+delay_ms = c5.slider("Slow motion (ms pause per step)", 0, 1000, 150, 50, key="srv_delay", bind=URL,
                      help="Holds the batching loop after every step so each one can be followed; "
                           "pauses are left out of every time shown")
+ui.share_link([links.Text("srv_requests", "requests", prompts_text, DEFAULT_REQUESTS),
+               links.Text("srv_system", "system prompt", system, SYSTEM)])
 run_col, stop_col, _ = st.columns([1, 1, 8], vertical_alignment="center")
 run = run_col.button("Run", type="primary", disabled=lm is None, key="srv_run")
 stopped = stop_col.button("Stop", key="srv_stop", help="Ends a run between two steps (its steps are not kept)")

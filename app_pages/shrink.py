@@ -6,7 +6,7 @@ from contextlib import nullcontext
 
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app import links, ui
 from kvviz.shrink import panel as shrink_panels
 from kvviz.shrink import presses, quant_cache
 from kvviz.shrink import compute as shrink
@@ -17,6 +17,7 @@ PROMPT = ("The lighthouse on Gull Rock was kept by Ada Morgan for thirty years. 
           "climbed the 114 steps, trimmed the wick and wrote the weather in a green logbook. "
           "Ships passing the rock learned to read her lamp. Question: who kept the lighthouse "
           "on Gull Rock, and what colour was the logbook?")
+URL = "query-params"  # settings are bound to the page's link (kvviz.app.links)
 rules = ui.policy()
 spec = ui.model_settings()
 st.title("Shrink the cache")
@@ -29,27 +30,32 @@ if lm is None:
 offered, refused = presses.offered()
 backends, refused_backends = quant_cache.available()
 st.sidebar.subheader("Shrink")
-kind = st.sidebar.radio("Shrink by", [PRESS, QUANT], key="shrink_kind")
+kind = st.sidebar.radio("Shrink by", [PRESS, QUANT], key="shrink_kind", bind=URL)
 if kind == PRESS:
-    name = st.sidebar.selectbox("Press", list(offered), key="shrink_press")
-    ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, 0.5, 0.1, key="shrink_ratio")
+    name = st.sidebar.selectbox("Press", list(offered), key="shrink_press", bind=URL)
+    ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, 0.5, 0.1, key="shrink_ratio",
+                              bind=URL)
     mode = shrink.ShrinkMode(press=name, ratio=ratio) if name else shrink.ShrinkMode()
     if name:
         st.sidebar.caption(offered[name])
     for why_name, why in refused.items():
         st.sidebar.caption(f"{why_name} is not offered: {why}")
 else:
-    backend = st.sidebar.selectbox("Backend", list(backends), key="shrink_backend")
-    nbits = st.sidebar.selectbox("Bits", backends[backend], index=len(backends[backend]) - 1, key="shrink_nbits")
+    backend = st.sidebar.selectbox("Backend", list(backends), key="shrink_backend", bind=URL)
+    nbits = st.sidebar.selectbox("Bits", backends[backend], index=len(backends[backend]) - 1,
+                                 key="shrink_nbits", bind=URL)
     residual = st.sidebar.slider("Residual (newest tokens kept in full precision)", 1, 128, 16,
-                                 key="shrink_residual", disabled=backend == "fp8")
+                                 key="shrink_residual", disabled=backend == "fp8", bind=URL)
     mode = shrink.ShrinkMode(backend=backend, nbits=nbits, residual_length=residual)
     for why_name, why in refused_backends.items():
         st.sidebar.caption(f"{why_name} is not offered: {why}")
-prompt = st.sidebar.text_area("Prompt", PROMPT, max_chars=rules.cap("prompt_chars", ui.MAX_PROMPT_CHARS),
-                              key="shrink_prompt")
-new_tokens = st.sidebar.slider("New tokens", 2, rules.cap("new_tokens", 64), 24, key="shrink_new")
-per_head = st.sidebar.toggle("Kept map per KV head", value=False, key="shrink_per_head")
+chars = rules.cap("prompt_chars", ui.MAX_PROMPT_CHARS)
+with st.sidebar:  # a link's prompt (not bound: kvviz.app.links carries it up to its length)
+    prompt = st.text_area("Prompt", ui.text_from_link("shrink_prompt", PROMPT, chars), max_chars=chars,
+                          key="shrink_prompt")
+new_tokens = st.sidebar.slider("New tokens", 2, rules.cap("new_tokens", 64), 24, key="shrink_new", bind=URL)
+per_head = st.sidebar.toggle("Kept map per KV head", value=False, key="shrink_per_head", bind=URL)
+ui.share_link([links.Text("shrink_prompt", "prompt", prompt, PROMPT)])
 status = st.empty()
 run_clicked = st.button("Run full and shrunk", type="primary", key="shrink_run")
 stage = shrink_panels.Stage.make()

@@ -80,7 +80,7 @@ metric = st.sidebar.selectbox("Heatmap shows", sweep_charts.metric_names(lm.devi
                               key="sweep_metric", bind=URL)
 peak_gbs = st.sidebar.number_input(
     "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,
-    (device.peak_bandwidth_bytes_per_s or 0) / 1e9, 10.0, key="sweep_peak_gbs",
+    (device.peak_bandwidth_bytes_per_s or 0) / 1e9, 10.0, key="sweep_peak_gbs", bind=URL,
     help=f"From the GPU presets ({device.preset})" if device.preset else
     "0: not known for this device. kvviz has the peak bandwidth of the GPUs in kvviz/assets/gpus.json only; "
     "a CPU's depends on its memory channels, which kvviz does not read. Type one to draw the line.")

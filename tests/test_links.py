@@ -30,7 +30,42 @@ def test_a_free_text_prompt_is_in_the_link_up_to_the_stated_length():
     assert links.prompt_pairs("Free text", "Be brief.", "Hi") == [("system", "Be brief."), ("prompt", "Hi")]
     assert links.prompt_pairs("Free text", "", "x" * links.MAX_LINK_PROMPT_CHARS) != []
     assert links.prompt_pairs("Free text", "s", "x" * links.MAX_LINK_PROMPT_CHARS) == []
-    assert links.prompt_pairs("Short story", "", "Hi") == []  # a preset is named by its key
+
+
+PRESET = {"system": "You are kind.", "prompt": "What is a KV cache?"}
+
+
+def test_a_preset_is_named_by_its_key_and_only_its_edits_travel():
+    assert links.prompt_pairs("Short", PRESET["system"], PRESET["prompt"], PRESET) == []
+    assert links.prompt_pairs("Short", PRESET["system"], "Why?", PRESET) == [("prompt", "Why?")]
+    assert links.prompt_pairs("Short", "", PRESET["prompt"], PRESET) == [("system", "")]  # emptied: carried
+
+
+def test_text_boxes_travel_together_or_not_at_all_and_the_caption_says_which():
+    long = links.Text("srv_requests", "requests", "r" * links.MAX_LINK_PROMPT_CHARS, "default")
+    short = links.Text("srv_system", "system prompt", "s", "default")
+    same = links.Text("plan_config", "pasted config.json", "{}", "{}")
+    assert links.text_pairs([short, same]) == [("srv_system", "s")]
+    assert links.text_pairs([long, short]) == [] and links.left_out([long, short]) == [long, short]
+    assert links.left_out([short, same]) == [] and links.left_out([same]) == []
+    words = links.caption("these settings", [long, short])
+    assert "requests and system prompt as typed" in words and "longer than a link carries" in words
+    assert f"{links.MAX_LINK_PROMPT_CHARS + 1:,} characters" in words
+    assert links.caption("these settings", []) == "Link to these settings. Opening it never starts a run."
+    assert "prompt" not in links.caption("this trace and how it plays", [], ["An uploaded file is not in a link."])
+
+
+def test_a_link_text_is_restored_cut_to_the_box_and_absent_means_default():
+    texts, cut = links.linked_texts({"a": "abcdef", "b": ""}, {"a": "A", "b": "B", "c": "C"}, 3)
+    assert texts == {"a": "abc", "b": "", "c": "C"} and cut == ["a"]
+
+
+def test_text_parameters_of_other_pages_never_ride_along():
+    params = Params(prompt="from Live", srv_requests="from Serving", sweep_new="16")
+    url = links.share_url("http://h/sweep", params)
+    assert links.decode(url.split("?", 1)[1]) == [("sweep_new", "16")]
+    url = links.share_url("http://h/shrink", params, [("shrink_prompt", "mine")])
+    assert links.decode(url.split("?", 1)[1]) == [("sweep_new", "16"), ("shrink_prompt", "mine")]
 
 
 def test_the_current_prompt_replaces_the_one_the_link_came_with():

@@ -177,7 +177,7 @@ def test_page_runs_three_requests_and_replays_them(page):
     assert len(page.get("vega_lite_chart")) == 4  # grid, usage, lanes, prefix reuse
     labels = {m.label: m.value for m in page.metric}
     assert labels["Peak blocks in use"].endswith("/ 64")
-    assert len(page.code) == 3  # each output verbatim, never as Markdown
+    assert len(page.main.code) == 3  # each output verbatim, never as Markdown (the sidebar: the link)
     page.slider(key="srv_step_1").set_value(1).run()  # scrub back to the first step
     assert not page.exception and any(c.value.startswith("Step 1 ·") for c in page.caption)
 

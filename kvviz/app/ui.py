@@ -207,7 +207,7 @@ def prompt_settings() -> tuple[str, str, bool]:
     choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset",
                                   bind="query-params")
     chars = policy().cap("prompt_chars", MAX_PROMPT_CHARS)
-    preset = presets.get(choice) or links.free_text_from_link(st.query_params, chars)
+    preset = linked_prompt(choice, presets.get(choice) or dict.fromkeys(links.PROMPT_KEYS, ""), chars)
     system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}",
                                   max_chars=chars)
     prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120,
@@ -228,10 +228,10 @@ def run_settings(system: str, prompt: str, chat: bool) -> RunConfig:
     greedy = st.sidebar.toggle("Greedy", value=True, key="greedy", **bound)
     temperature, top_p, top_k, seed = 0.0, 1.0, 0, 0
     if not greedy:
-        temperature = st.sidebar.slider("Temperature", 0.05, 2.0, 0.8, key="temperature")
-        top_p = st.sidebar.slider("Top-p", 0.05, 1.0, 0.95, key="top_p")
-        top_k = st.sidebar.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k")
-        seed = st.sidebar.number_input("Seed", 0, 2**31 - 1, 0, key="seed")
+        temperature = st.sidebar.slider("Temperature", 0.05, 2.0, 0.8, key="temperature", **bound)
+        top_p = st.sidebar.slider("Top-p", 0.05, 1.0, 0.95, key="top_p", **bound)
+        top_k = st.sidebar.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k", **bound)
+        seed = st.sidebar.number_input("Seed", 0, 2**31 - 1, 0, key="seed", **bound)
     return RunConfig(prompts=(prompt,), batch=batch, max_new_tokens=max_new, chat_template=chat,
                      system=system, temperature=temperature, top_k=int(top_k), top_p=top_p,
                      seed=int(seed), block_size=block, cache_backend=backend)
@@ -249,8 +249,23 @@ def sidebar() -> tuple[ModelSpec, RunConfig, LiveOptions]:
     spec = model_settings()
     cfg = run_settings(*prompt_settings())
     opts = live_settings()
-    share_link(links.prompt_pairs(st.session_state.get("preset"), cfg.system, cfg.prompts[0]))
+    choice = st.session_state.get("preset")
+    share_link(links.prompt_texts(choice, prompt_presets().get(choice), cfg.system, cfg.prompts[0]))
     return spec, cfg, opts
+
+
+def linked_prompt(choice: str, preset: dict, chars: int) -> dict:
+    """The prompt boxes' first text for `choice`: the preset's own, or what the link that opened
+    this page carried for it (only for the preset that link named; cut to `chars`, said so)."""
+    link = st.session_state.setdefault("link_prompt", {"preset": choice, "params": {
+        k: st.query_params[k] for k in links.PROMPT_KEYS if k in st.query_params}})
+    if link["preset"] != choice:
+        return preset
+    texts, cut = links.linked_texts(link["params"], preset, chars)
+    if cut:
+        st.sidebar.caption(f"This link's {' and '.join(cut)} text is longer than the {chars:,} "
+                           "characters a box takes here: cut to fit.")
+    return texts
 
 
 def pace_delay(step_ms: float, pace: float) -> None:
@@ -385,10 +400,32 @@ def explainer() -> None:
         st.markdown((ASSETS / "glossary.md").read_text())
 
 
-def share_link(extra: list[tuple[str, str]] = ()) -> None:
-    """The page's URL with its bound settings (every value of a multiselect) and `extra` (a
-    free-text prompt, kvviz.app.links), in a code box (which has a copy button)."""
-    url = links.share_url(st.context.url or "", st.query_params, extra)
-    st.sidebar.caption("Link to these settings (opening it never starts a run; a free-text prompt "
-                       f"up to {links.MAX_LINK_PROMPT_CHARS:,} characters is included)")
-    st.sidebar.code(url, language=None)
+def text_from_link(key: str, default: str, chars: int) -> str:
+    """A text box's first text: what this page's link carried as `key` (cut to the box's `chars`,
+    said so), else `default`."""
+    texts, cut = links.linked_texts(st.query_params, {key: default}, chars)
+    if cut:
+        st.caption(f"This link's text for the box below is longer than the {chars:,} characters "
+                   "it takes here: cut to fit.")
+    return texts[key]
+
+
+def share_link(texts: list[links.Text] = (), notes: list[str] = (), settings: str = "these settings"):
+    """The page's URL with its bound settings (every value of a multiselect) and its text boxes
+    (`texts`, carried where they differ from their defaults: kvviz.app.links), in a code box (which
+    has a copy button), under a caption naming only what this page has (`settings`, the boxes by
+    name, `notes`: what a link cannot carry).
+
+    Returns a function that draws it again in the same place: a page whose widgets come after the
+    link calls it once they are all drawn (a link's value a widget refused leaves the URL only
+    when that widget is drawn)."""
+    slot = st.sidebar.empty()
+
+    def draw() -> None:
+        url = links.share_url(st.context.url or "", st.query_params, links.text_pairs(list(texts)))
+        with slot.container():
+            st.caption(links.caption(settings, list(texts), list(notes)))
+            st.code(url, language=None)
+
+    draw()
+    return draw
