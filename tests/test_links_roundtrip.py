@@ -49,7 +49,13 @@ SCENARIOS = {
     "planner-pasted": ("planner.py", {"plan_source": "Paste config.json", "plan_config": TINY_CONFIG}),
     "replay": ("replay.py", {"replay_source": "smollm2-135m-cpu-fp32"}),
     "engine": ("engine.py", {"engine_urls": ENGINE_URL}),
+    "replay-shrink": ("replay.py", {"replay_source": "smollm2-135m-shrink-snapkv"}),
 }
+# Known gaps, failing until fixed (strict: this marker must go when they are): a recorded Shrink
+# comparison replays with kvviz/shrink/panel.py's own step, speed and per-head widgets, unbound.
+GAPS = {"replay-shrink": "kvviz/shrink/panel.py replay_page: replay_shrink_* widgets are not bound to the URL"}
+CASES = [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=GAPS[name])) if name in GAPS else name
+         for name in SCENARIOS]
 
 
 @pytest.fixture(autouse=True)
@@ -153,7 +159,7 @@ def share_pairs(at: AppTest) -> tuple[str, list[tuple[str, str]]]:
     return link, links.decode(link.split("?", 1)[1] if "?" in link else "")
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("scenario", CASES)
 def test_every_setting_comes_back_from_the_share_link(scenario):
     page, pinned = SCENARIOS[scenario]
     pairs, defaults = explore(page, pinned)
