@@ -13,10 +13,7 @@ from kvviz.shrink import compute as shrink
 
 DRAW_EVERY_S = 0.15  # redraw both answers at most this often while the runs take turns
 PRESS, QUANT = "Press (evict positions)", "Quantized cache"
-PROMPT = ("The lighthouse on Gull Rock was kept by Ada Morgan for thirty years. Every night she "
-          "climbed the 114 steps, trimmed the wick and wrote the weather in a green logbook. "
-          "Ships passing the rock learned to read her lamp. Question: who kept the lighthouse "
-          "on Gull Rock, and what colour was the logbook?")
+PROMPT = shrink.DEFAULT_PROMPT  # a context and a question: long enough for SnapKV's scores to choose
 URL = "query-params"  # settings are bound to the page's link (kvviz.app.links)
 rules = ui.policy()
 spec = ui.model_settings()

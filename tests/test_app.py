@@ -100,7 +100,7 @@ def test_generate_shows_text_figures_and_charts(at):
     figures = metrics(at)
     assert list(figures) == ["Tokens", "KV cache (measured)", "Formula (computed)", "Time to first token",
                              "Decode step (median)", "Tokens/s (compute)", "Tokens/s (wall clock)",
-                             "Recompute ÷ cached (same steps)"]
+                             "Without ÷ with cache: last step · run"]
     assert float(figures["Tokens/s (wall clock)"]) > 0  # measured by the page during the run
     assert figures["Tokens"] == "8 × 1"
     assert figures["KV cache (measured)"] == figures["Formula (computed)"]

@@ -1,6 +1,7 @@
 """Captions and headline figures carry the right live numbers."""
 from kvviz.live import captions
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
+from kvviz.core.units import fmt_ms
 
 META = {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 2, "bytes_per_token": 23_040,
         "weight_bytes": 269_030_016, "prompt_tokens": 31, "batch": 1, "max_len": 95}
@@ -31,8 +32,9 @@ def test_layers_caption_states_bytes_per_token():
 
 
 def test_wasted_fractions():
-    paged, contiguous = captions.wasted_fractions(event(2, 34, 10.0), META["max_len"])
+    paged, contiguous = captions.wasted_fractions(META, event(2, 34, 10.0))
     assert round(paged, 4) == round(1 - 33 / 48, 4) and round(contiguous, 4) == round(1 - 33 / 95, 4)
+    assert [captions.fmt_share(x) for x in (0.125, 0.124, 0.135, 0.0, 1.0)] == ["13%", "12%", "14%", "0%", "100%"]
 
 
 def test_parity_reports_first_divergence():
@@ -61,14 +63,19 @@ def test_headline_names_what_each_rate_times_and_shows_the_wall_clock_beside_it(
     recompute = [event(i, 32 + i, 120.0, "recompute", blocks=False) for i in range(3)]
     sums = summary(Trace(META, cached + recompute))
     figures = {label: (value, help_text) for label, value, help_text in
-               captions.headline(META, sums, cached[-1], wall_tokens_per_s=12.34)}
+               captions.headline(META, sums, cached[-1], wall_tokens_per_s=12.34,
+                                 cached=cached, recompute=recompute)}
     assert figures["Tokens/s (compute)"][0] == f"{5 / 0.3:.1f}"  # 5 tokens in 300 ms of steps
     assert "forward + sampling" in figures["Tokens/s (compute)"][1]
     assert figures["Tokens/s (wall clock)"][0] == "12.3" and "wall-clock" in figures["Tokens/s (wall clock)"][1]
     assert "forward pass and sampling" in figures["Decode step (median)"][1]
     assert figures["Formula (computed)"][1].startswith("computed from the model's config")
-    value, help_text = figures["Recompute ÷ cached (same steps)"]
-    assert value == f"{360 / 200:.1f}×" and "first 3 steps" in help_text and "extrapolates" in help_text
+    value, help_text = figures[captions.NO_CACHE_LABEL]
+    cost = captions.no_cache_cost(cached, recompute)
+    assert (cost.step, cost.step_ratio) == (2, 120 / 50)  # the last step both made, measured
+    assert value == f"{120 / 50:.1f}× · ≈ {cost.run_ratio:.1f}×" and not cost.run_measured
+    assert f"step 2 took {fmt_ms(120)} without a cache" in help_text and f"{fmt_ms(50)} with it" in help_text
+    assert f"Over the same 3 steps both runs made, the run without a cache took {360 / 200:.1f}×" in help_text
     no_wall = dict((label, value) for label, value, _ in captions.headline(META, sums, cached[-1]))
     assert no_wall["Tokens/s (wall clock)"] == "–"
 
@@ -77,8 +84,11 @@ def test_race_caption_names_its_extrapolated_figure_apart_from_the_headline():
     cached = [event(i, 32 + i, 10.0) for i in range(6)]
     recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
     text = captions.race_caption(cached, recompute, final=True)
-    assert "the cached time for the whole run" in text
-    assert "Recompute ÷ cached (same steps) compares only the 3 steps both runs made" in text
+    cost = captions.no_cache_cost(cached, recompute)
+    assert f"{captions.fmt_run_ratio(cost)} the cached time for the whole run" in text
+    assert f"step 2, took {cost.step_ratio:.1f}× as long without a cache (measured)" in text
+    assert f"over all 3 steps both made it is only {(20 + 21 + 22) / 30:.1f}×" in text
+    assert "still small" not in text
 
 
 def test_contiguous_reservation_is_labelled_computed():
@@ -92,14 +102,61 @@ def test_durations_read_in_human_units():
         "850 ms", "12.50 s", "2.5 min", "43 min", "3.5 h"]
 
 
-def test_the_ratio_waits_for_three_shared_steps():
+def test_the_no_cache_figure_waits_for_a_shared_decode_step_and_a_range_for_three():
     from kvviz.core.trace import Trace, summary
     cached = [event(i, 32 + i, 100.0 if i == 0 else 50.0) for i in range(5)]
-    for shared, shown in ((1, False), (2, False), (3, True)):
+    for shared, want in ((1, "–"), (2, "range"), (3, "one")):
         recompute = [event(i, 32 + i, 60.0, "recompute", blocks=False) for i in range(shared)]
         figures = {label: value for label, value, _ in
-                   captions.headline(META, summary(Trace(META, cached + recompute)), cached[-1])}
-        assert (figures["Recompute ÷ cached (same steps)"] != "–") is shown
+                   captions.headline(META, summary(Trace(META, cached + recompute)), cached[-1],
+                                     cached=cached, recompute=recompute)}
+        value = figures[captions.NO_CACHE_LABEL]
+        if want == "–":
+            assert value == "–"
+        else:
+            step, run = value.split(" · ")
+            assert step == f"{60 / 50:.1f}×" and run.startswith("≈ ") and ("–" in run) is (want == "range")
+    no_events = {label: value for label, value, _ in captions.headline(META, summary(Trace(META, cached)), cached[-1])}
+    assert no_events[captions.NO_CACHE_LABEL] == "–"
+
+
+def recompute_event(step, seq_len, ms):
+    """A step without a cache: it reads the whole text (every position so far)."""
+    return StepEvent(mode="recompute",
+                     phase="prefill" if step == 0 else "decode",
+                     step=step,
+                     token_ids=(5,),
+                     texts=("a",),
+                     finished=(False,),
+                     step_ms=ms,
+                     seq_len=seq_len,
+                     positions=seq_len - 1,
+                     kv_bytes=0,
+                     formula_bytes=0,
+                     layers=(),
+                     blocks=None)
+
+
+def test_a_long_prompt_headline_states_the_last_step_not_the_diluted_same_steps_ratio():
+    """A 2,000-token prompt: both runs share a 2 s prefill, so over the first steps the no-cache run
+    is only a few times slower, while its last step is ~100x slower and the whole run far more than
+    the same-steps ratio: the headline leads with the last step and the whole run."""
+    from kvviz.core.trace import Trace, summary
+    prompt = 2000
+    cached = [event(0, prompt + 1, 2000.0)] + [event(i, prompt + 1 + i, 20.0) for i in range(1, 64)]
+    recompute = [recompute_event(i, prompt + 1 + i, 2000.0 + i) for i in range(5)]
+    sums = summary(Trace(META, cached + recompute))
+    value, help_text = next((v, h) for label, v, h in captions.headline(META, sums, cached[-1], cached=cached,
+                                                                          recompute=recompute)
+                            if label == captions.NO_CACHE_LABEL)
+    cost = captions.no_cache_cost(cached, recompute)
+    assert cost.step_ratio == 2004.0 / 20.0
+    assert cost.step_ratio > 10 * sums["recompute_speedup"] and cost.run_ratio > 5 * sums["recompute_speedup"]
+    assert value == f"{cost.step_ratio:.1f}× · ≈ {cost.run_ratio:.1f}×"
+    assert f"took {sums['recompute_speedup']:.1f}× the cached time" in help_text and "dilutes" in help_text
+    text = captions.race_caption(cached, recompute, final=True)
+    assert f"≈ {cost.run_ratio:.1f}× the cached time for the whole run" in text
+    assert "still small" not in text and "still small" not in captions.race_caption(cached, recompute, final=False)
 
 
 def test_few_recompute_steps_give_a_range_in_minutes():

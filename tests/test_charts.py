@@ -165,8 +165,33 @@ def test_reservation_chart_stacked_horizontal_bars_with_labels():
     assert (field(bars, "x"), field(bars, "y"), field(bars, "color")) == ("bytes", "layout", "part")
     assert bars["encoding"]["x"]["stack"] == "zero"
     assert bars["encoding"]["y"]["sort"] == ["paged (modelled)", "contiguous max-length"]
-    assert bars["encoding"]["x"]["scale"]["domain"] == [0, pytest.approx(1.3 * 12288)]
+    assert bars["encoding"]["x"]["scale"]["domain"] == [0, pytest.approx(charts.LABEL_ROOM * 12288)]
     assert field(labels, "text") == "label"
+    assert bars["encoding"]["color"]["legend"]["orient"] == "bottom"  # not beside the labels
+
+
+def test_blocks_caption_and_chart_say_the_same_unused_share():
+    """Batch 2, 14 tokens in 16-slot blocks: 2 of 16 slots unused = 12.5 %. Python's format rounds
+    half to even ("12%") where the chart's Vega format rounds half up ("13%"): both now take the
+    label from captions.unused_label, and the chart draws that column."""
+    from kvviz.live import captions
+    meta = {"bytes_per_token": 100, "batch": 2, "max_len": 40}
+    for tokens in (14, 16, 17, 30):
+        used = -(-tokens // 16) * 2
+        blocks = BlockStat(16, 6, used, 6 - used, tokens - 16 * (used // 2 - 1), used * 16 * 100, 2 * 40 * 100, False)
+        last = StepEvent(mode="cached", phase="decode", step=3, token_ids=(1, 2), texts=("a", "b"),
+                         finished=(False, False), step_ms=1.0, seq_len=tokens + 1, positions=2, kv_bytes=0,
+                         formula_bytes=0, layers=(), blocks=blocks)
+        df = live_charts.reservation_data(meta, last)
+        for (layout, label), wasted in zip(df.groupby("layout", sort=False)["unused_label"].first().items(),
+                                           captions.wasted_fractions(meta, last)):
+            assert df[df.layout == layout]["wasted_fraction"].iloc[0] == pytest.approx(wasted)
+            assert label == captions.unused_label(wasted)
+            assert f"leaves {label}" in captions.blocks_caption(meta, last), (tokens, layout)
+        if tokens == 14:
+            assert df.unused_label.iloc[0] == "13% unused" and "leaves 13% unused" in captions.blocks_caption(meta, last)
+        spec = charts.reservation_chart(df).to_dict()
+        assert spec["layer"][1]["transform"][-1] == {"calculate": "datum.unused_label", "as": "label"}
 
 
 def test_step_time_chart_prefill_points_and_decode_lines_by_mode():

@@ -156,8 +156,8 @@ def test_examples_are_shipped():
 @pytest.mark.slow
 def test_example_report_has_figures_texts_and_settings(example):
     t, doc = example
-    cached = t.events_of("cached")
-    for label, value, _ in captions.headline(t.meta, summary(t), cached[-1]):
+    cached, recompute = t.events_of("cached"), t.events_of("recompute")
+    for label, value, _ in captions.headline(t.meta, summary(t), cached[-1], None, cached, recompute):
         assert escape(label) in doc and escape(value) in doc, (label, value)
     assert escape(t.meta["model_label"]) in doc
     for mode in t.modes:
@@ -247,6 +247,27 @@ def test_report_of_lone_surrogates_encodes():
 
 
 # --- degraded paths -------------------------------------------------------------------------------
+
+def figures_of(doc):
+    """(label, value) of every headline figure in a report, in order."""
+    return re.findall(r'<div class="label">(.*?)</div><div class="value">(.*?)</div>', doc)
+
+
+@pytest.mark.parametrize("wall", [7.46, None])
+def test_report_shows_the_pages_headline_figures_and_its_wall_clock_rate(wall):
+    """The Live page draws captions.headline(meta, summary, last, wall rate, cached, recompute)
+    (kvviz.live.panel.LiveView.draw_metrics); the report shows the very same figures, the no-cache
+    one and the wall-clock rate included (a dash only where the page measured none)."""
+    t = hand_trace()
+    cached, recompute = t.events_of("cached"), t.events_of("recompute")
+    page = captions.headline(t.meta, summary(t), cached[-1], wall, cached, recompute)
+    doc = report.html_report(t, svg=lambda spec: "<svg></svg>", wall_tokens_per_s=wall)
+    assert figures_of(doc) == [(str(escape(label)), str(escape(value))) for label, value, _ in page]
+    shown = dict(figures_of(doc))
+    assert shown["Tokens/s (wall clock)"] == ("7.5" if wall else "–")
+    cost = captions.no_cache_cost(cached, recompute)
+    assert shown[captions.NO_CACHE_LABEL] == f"{60 / 12:.1f}× · ≈ {cost.run_ratio:.1f}×"  # step 2: 60 ms vs 12 ms
+
 
 def test_without_vl_convert_the_report_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "vl_convert", None)  # import fails

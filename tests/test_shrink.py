@@ -136,6 +136,36 @@ def test_divergence_and_caption():
 
 
 
+def most_recent_only(kept: dict, n: int) -> bool:
+    """Every head of every layer kept exactly the last positions of an n-token prompt."""
+    return all(sorted(head) == list(range(n - len(head), n)) for positions in kept.values()
+               for head in positions.tolist())
+
+
+@pytest.mark.slow
+def test_snapkv_scores_choose_on_the_default_prompt(default_lm):
+    """The default prompt (a context and a question) is long enough that SnapKV's observation
+    window is shorter than the half it keeps: its scores pick earlier positions in some layer,
+    where the old 98-token default kept exactly the 49 most recent ones everywhere."""
+    from kvpress.utils import compute_n_kept
+
+    mode = shrink.ShrinkMode(press="SnapKV", ratio=0.5)
+    ids = shrink.prompt_ids(default_lm.tokenizer, shrink.DEFAULT_PROMPT)
+    n = ids.shape[1]
+    window, kept = min(presses.SNAPKV_WINDOW, n // 2), compute_n_kept(n, 0.5)
+    assert window < kept
+    snap = shrink.run(default_lm, ids, 2, mode)
+    assert all(positions.shape[-1] == kept for positions in snap.kept.values())
+    assert not most_recent_only(snap.kept, n)
+    assert all(set(range(n - window, n)) <= set(head) for positions in snap.kept.values()
+               for head in positions.tolist())  # the window itself always stays
+    short = shrink.prompt_ids(default_lm.tokenizer, "The lighthouse on Gull Rock was kept by Ada Morgan. " * 3
+                              + "Question: who kept the lighthouse?")
+    m = short.shape[1]
+    assert min(presses.SNAPKV_WINDOW, m // 2) == compute_n_kept(m, 0.5)  # window = the half kept
+    assert most_recent_only(shrink.run(default_lm, short, 2, mode).kept, m)  # the check can fail
+
+
 @pytest.mark.slow
 def test_default_model_press_and_quantized(default_lm):
     """On the real default model: full cache = prompt x 46,080 B (fp32); SnapKV at 0.5 keeps

@@ -166,6 +166,27 @@ def test_the_shipped_example_replays_and_reports():
         assert rec.result.caption() in shrink_report.html_report(rec.result, rec.prompt_pieces, rec.model, svg=fake_svg)
 
 
+def test_shipped_snapkv_example_runs_the_default_prompt_and_its_scores_choose():
+    """The shipped SnapKV example is the Shrink page's default prompt, and SnapKV kept positions
+    other than the most recent ones in some layer (its window is shorter than the half it keeps)."""
+    rec = record.from_json((ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-shrink-snapkv.json").read_bytes())
+    assert shrink.DEFAULT_PROMPT in "".join(rec.prompt_pieces)
+    n = len(rec.prompt_pieces)
+    heads = [sorted(head) for positions in rec.result.shrunk.kept.values() for head in positions.tolist()]
+    assert heads and any(head != list(range(n - len(head), n)) for head in heads)
+
+
+@pytest.mark.slow
+def test_cli_default_prompt_is_the_pages(tiny_dir, tmp_path, capsys):
+    from kvviz import cli
+    out = tmp_path / "s.json"
+    code = cli.main(["shrink", "--press", "Knorm", "--model", str(tiny_dir), "--max-new-tokens", "2",
+                     "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert "in which year did the lighthouse get an electric lamp" in "".join(record.from_json(out.read_bytes()).prompt_pieces)
+    assert shrink.DEFAULT_PROMPT.endswith("in which year did the lighthouse get an electric lamp?")
+
+
 @pytest.mark.slow
 def test_cli_writes_a_file_replay_reads(tiny_dir, tmp_path, capsys):
     from kvviz import cli

@@ -1,6 +1,9 @@
 """Plain-language captions and headline figures, carrying the live numbers. Pure functions."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from kvviz.core import spec
 from kvviz.engine import race
 from kvviz.core import trace
@@ -11,15 +14,15 @@ from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
 
 
 def headline(meta: dict, sums: dict, last: StepEvent,
-             wall_tokens_per_s: float | None = None) -> list[tuple[str, str, str]]:
+             wall_tokens_per_s: float | None = None, cached: list[StepEvent] | None = None,
+             recompute: list[StepEvent] | None = None) -> list[tuple[str, str, str]]:
     """(label, value, help) for the row of headline figures.
 
     `wall_tokens_per_s`: the rate the page itself saw (None where it was not measured: a replay,
     a redrawn result), shown beside the compute-only rate so that neither is read as the other.
+    `cached`, `recompute`: the two runs' events, for the no-cache figure (`no_cache_figure`).
     """
     c = sums["modes"].get("cached", {})
-    same_steps = sums["speedup_steps"]
-    speedup = sums["recompute_speedup"] if same_steps >= race.MIN_FIT_STEPS else None
     return [
         ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
         cache_figure(last),
@@ -38,12 +41,90 @@ def headline(meta: dict, sums: dict, last: StepEvent,
          "received them: its own compute, plus, with the race on, the turns the no-cache run takes "
          "on the same device (most of the gap then), the page's drawing and whatever else the machine ran. "
          "Shown for runs made here, not for replays"),
-        ("Recompute ÷ cached (same steps)", fmt_ratio(speedup),
-         f"measured: recompute time / cached time over the first {steps(same_steps)} that "
-         f"both runs made (shown from {race.MIN_FIT_STEPS} steps on: before, both are mostly the same "
-         "prefill). The race caption's figure extrapolates the no-cache run to every token "
-         "of the cached run, so it is larger"),
+        no_cache_figure(sums, cached or [], recompute or []),
     ]
+
+
+NO_CACHE_LABEL = "Without ÷ with cache: last step · run"
+
+
+@dataclass(frozen=True)
+class NoCacheCost:
+    """What the run without a cache costs against the cached one, from both runs' measured steps.
+
+    step: the last step both runs made; step_ratio: its time without a cache / with it (measured);
+    run_low / run_high: the whole run's time without a cache / with it, over every token of the
+    cached run — measured when the no-cache run finished, else modelled (`race.estimate_total`: a
+    range while it has fewer than race.MIN_FIT_STEPS steps); None before it has a decode step.
+    """
+
+    step: int
+    positions: int  # token positions the step without a cache read (the whole text so far)
+    recompute_ms: float
+    cached_ms: float
+    run_low: float | None
+    run_high: float | None
+    run_measured: bool
+
+    @property
+    def step_ratio(self) -> float:
+        return self.recompute_ms / self.cached_ms
+
+    @property
+    def run_ratio(self) -> float | None:
+        """The whole run's ratio: the middle of the range while it is one."""
+        return None if self.run_low is None else (self.run_low + self.run_high) / 2
+
+
+def no_cache_cost(cached: list[StepEvent], recompute: list[StepEvent]) -> NoCacheCost | None:
+    """The no-cache cost, once both runs made a decode step (a step > 0: the prefills are the same work)."""
+    shared = min(len(cached), len(recompute))
+    if shared < 2 or cached[shared - 1].step_ms <= 0:
+        return None
+    c, r = cached[shared - 1], recompute[shared - 1]
+    cached_ms = sum(e.step_ms for e in cached)
+    low = high = None
+    measured = len(recompute) >= len(cached)
+    if cached_ms > 0:
+        if measured:
+            low = high = sum(e.step_ms for e in recompute[:len(cached)]) / cached_ms
+        else:
+            est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
+            if est is not None:
+                low, high = est.low_ms / cached_ms, est.high_ms / cached_ms
+    return NoCacheCost(r.step, r.positions, r.step_ms, c.step_ms, low, high, measured)
+
+
+def fmt_run_ratio(cost: NoCacheCost) -> str:
+    if cost.run_low is None:
+        return "–"
+    if cost.run_measured:
+        return fmt_ratio(cost.run_low)
+    if cost.run_high > cost.run_low:  # fewer than race.MIN_FIT_STEPS steps without a cache
+        return f"≈ {cost.run_low:.1f}–{fmt_ratio(cost.run_high)}"
+    return f"≈ {fmt_ratio(cost.run_low)}"
+
+
+def no_cache_figure(sums: dict, cached: list[StepEvent], recompute: list[StepEvent]) -> tuple[str, str, str]:
+    """The headline's no-cache figure: "52.1× · ≈ 36.4×" = the last step both runs made, without ÷
+    with the cache (measured), and the whole run (modelled until the no-cache run finishes). The
+    HTML report shows the very same figure."""
+    cost = no_cache_cost(cached, recompute)
+    same = sums["recompute_speedup"]
+    same_steps = (f" Over the same {steps(sums['speedup_steps'])} both runs made, the run without a cache "
+                  f"took {fmt_ratio(same)} the cached time: both start with the same prefill, which "
+                  "dilutes that ratio." if same is not None and sums["speedup_steps"] >= race.MIN_FIT_STEPS
+                  else "")
+    if cost is None:
+        return (NO_CACHE_LABEL, "–", "how many times slower the run without a cache is: its last step "
+                "and the whole run; shown once both runs made a decode step (turn on the no-cache race)")
+    run = ("measured: the run without a cache finished" if cost.run_measured else
+           "modelled: each step costs a fixed time plus a share per position it reads, fitted to both "
+           "runs' measured steps, as the race caption says")
+    return (NO_CACHE_LABEL, f"{fmt_ratio(cost.step_ratio)} · {fmt_run_ratio(cost)}",
+            f"Last step: step {cost.step} took {fmt_ms(cost.recompute_ms)} without a cache (it re-read "
+            f"all {cost.positions:,} positions) and {fmt_ms(cost.cached_ms)} with it (measured). Run: the time "
+            f"for every token of the cached run without a cache ÷ with it ({run})." + same_steps)
 
 
 def steps(n: int | None) -> str:
@@ -102,24 +183,41 @@ def total_caption(meta: dict, last: StepEvent) -> str:
             f"{last.kv_bytes / max(meta['weight_bytes'], 1):.1%} of them.")
 
 
-def wasted_fractions(last: StepEvent, max_len: int) -> tuple[float, float]:
-    """(paged, contiguous): the share of reserved token slots that hold no token."""
-    b, tokens = last.blocks, last.seq_len - 1
-    per_seq_blocks = b.num_used_blocks // max(len(last.token_ids), 1)
-    paged = 1 - tokens / (per_seq_blocks * b.block_size) if per_seq_blocks else 0.0
-    return paged, 1 - tokens / max_len
+def held_bytes(meta: dict, last: StepEvent) -> int:
+    """Bytes the tokens held after `last` take (tokens × bytes per token × batch): the used part
+    of the blocks chart's bars."""
+    return (last.seq_len - 1) * meta["bytes_per_token"] * meta["batch"]
+
+
+def wasted_fractions(meta: dict, last: StepEvent) -> tuple[float, float]:
+    """(paged, contiguous): the share of each layout's reserved bytes that holds no token — the
+    blocks chart's bars (kvviz.live.frames.reservation_frame: unused / reserved, 0 when nothing is
+    reserved) and the blocks caption both read it, through `unused_label`."""
+    held = held_bytes(meta, last)
+    return tuple(max(reserved - held, 0) / reserved if reserved > 0 else 0.0
+                 for reserved in (last.blocks.paged_bytes, last.blocks.contiguous_bytes))
+
+
+def fmt_share(fraction: float) -> str:
+    """A share as a whole percentage, halves rounded up (12.5 % -> "13%"), the same wherever shown."""
+    return f"{math.floor(fraction * 100 + 0.5)}%"
+
+
+def unused_label(fraction: float) -> str:
+    """The blocks chart's bar label ("13% unused"); the caption quotes the same percentage."""
+    return f"{fmt_share(fraction)} unused"
 
 
 def blocks_caption(meta: dict, last: StepEvent) -> str:
     b = last.blocks
     if b is None:
         return ""
-    paged, contiguous = wasted_fractions(last, meta["max_len"])
+    paged, contiguous = wasted_fractions(meta, last)
     kind = "real: StaticCache allocated it" if b.contiguous_is_real else "computed, not allocated"
     return (f"{b.num_used_blocks} of {b.num_blocks} blocks of {b.block_size} slots in use; each "
             f"sequence's last block holds {b.num_slots_in_last_block}/{b.block_size}. Paged (modelled) "
-            f"wastes {paged:.0%}, only inside last blocks; the contiguous {meta['max_len']}-token "
-            f"reservation ({kind}) wastes {contiguous:.0%} so far.")
+            f"leaves {fmt_share(paged)} unused, only inside last blocks; the contiguous {meta['max_len']}-token "
+            f"reservation ({kind}) leaves {fmt_share(contiguous)} unused so far.")
 
 
 def timings_caption(meta: dict, cached: list[StepEvent]) -> str:
@@ -206,8 +304,21 @@ def estimate_text(est: race.RaceEstimate) -> str:
 ESTIMATE_TO_COME = (" Finishing all the tokens without a cache would take a time estimated once the cached "
                     "run ends, fitted to both runs' measured steps (each step costs a fixed time plus a "
                     "share per position it reads), then set against the cached time for the whole run. "
-                    "The headline's Recompute ÷ cached (same steps) compares only the steps both runs "
-                    "made, where the gap is still small.")
+                    "Each step without a cache re-reads the whole text, so the gap widens with every token; "
+                    "the two runs' shared prefill makes it look small at first.")
+
+
+def same_steps_sentence(cached: list[StepEvent], recompute: list[StepEvent]) -> str:
+    """The last step's measured gap and the diluted same-steps ratio, as the headline's help says them."""
+    cost = no_cache_cost(cached, recompute)
+    n = min(len(cached), len(recompute))
+    if cost is None:
+        return ""
+    same_ms = sum(e.step_ms for e in cached[:n])
+    same = sum(e.step_ms for e in recompute[:n]) / same_ms if same_ms > 0 else None
+    return (f" The last step both made, step {cost.step}, took {fmt_ratio(cost.step_ratio)} as long without "
+            f"a cache (measured); over all {steps(n)} both made it is only {fmt_ratio(same)}, because "
+            f"both start with the same prefill.")
 
 
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
@@ -223,11 +334,10 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
     est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
     if est is None or not any(e.phase == "decode" for e in recompute):
         return text
-    ratio = (est.low_ms + est.high_ms) / 2 / cached_ms
+    cost = no_cache_cost(cached, recompute)
     text += (f" Finishing all {len(cached)} tokens without a cache would take {estimate_text(est)} "
              f"(modelled: each step costs a fixed time plus a share per position it reads, fitted to "
              f"both runs' {len(cached) + len(recompute)} measured steps, {len(recompute)} of them "
-             f"without a cache): ≈ {fmt_ratio(ratio)} the cached time for the whole run. The headline's "
-             f"Recompute ÷ cached (same steps) compares only the {steps(len(recompute))} both runs made, "
-             f"where the gap is still small.")
+             f"without a cache): {fmt_run_ratio(cost)} the cached time for the whole run."
+             + same_steps_sentence(cached, recompute))
     return text

@@ -8,7 +8,7 @@ import altair as alt
 import pandas as pd
 
 from kvviz.core import spec
-from kvviz.live import cache_map, frames
+from kvviz.live import cache_map, captions, frames
 from kvviz.viz import charts
 from kvviz.core.events import StepEvent
 
@@ -19,14 +19,23 @@ def chart_data(meta: dict, cached: list[StepEvent], recompute: list[StepEvent]) 
     """Each chart's DataFrame, from the events so far (at least one cached event)."""
     steps = frames.steps_frame(cached + recompute)
     last = cached[-1]
-    held = (last.seq_len - 1) * meta["bytes_per_token"] * meta["batch"]  # tokens held x bytes
     data = {"layers": layer_groups_frame(meta, last), "total": steps[steps["mode"] == "cached"],
             "steps": steps, "layer_times": frames.layer_times_frame(cached), "race": steps,
             "positions": steps}
     if last.blocks is not None:
         data["grid"] = frames.block_grid_frame(last.blocks, meta["batch"])
-        data["reservation"] = frames.reservation_frame(last.blocks, held)
+        data["reservation"] = reservation_data(meta, last)
     return data
+
+
+def reservation_data(meta: dict, last: StepEvent) -> pd.DataFrame:
+    """The blocks chart's frame (frames.reservation_frame) with each bar's "NN% unused" label made
+    here, by captions.unused_label from captions.wasted_fractions: the caption says the same."""
+    df = frames.reservation_frame(last.blocks, captions.held_bytes(meta, last))
+    paged, contiguous = captions.wasted_fractions(meta, last)
+    labels = {frames.LAYOUT_PAGED: captions.unused_label(paged),
+              frames.LAYOUT_CONTIGUOUS: captions.unused_label(contiguous)}
+    return df.assign(unused_label=df["layout"].map(labels))
 
 
 GROUP_COLUMNS = ["group", "kind", "kv_bytes", "tokens", "layers", "group_bytes", "cap_bytes", "cap_label"]

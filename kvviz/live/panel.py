@@ -108,7 +108,8 @@ class LiveView:
         self.specs: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
         self.figure_updates = 0
-        self.slots = chart_slots(LAYOUT + ((RACE_ROW,) if race_on else ()))
+        race_rows = (RACE_ROW,) if race_on else ()  # on stage the race's verdict comes first, under the texts
+        self.slots = chart_slots(race_rows + LAYOUT if presenting else LAYOUT + race_rows)
 
     def show_previous(self, previous: Trace | None) -> bool:
         """Draw the previous run, dimmed and labelled, where this run's panels are, so that the
@@ -191,7 +192,7 @@ class LiveView:
         if self.measure_wall and len(cached) > len(self.arrivals):
             self.arrivals += [now] * (len(cached) - len(self.arrivals))
         if cached:  # the figures go with the text: never "1 × 1" beside a box of words
-            self.draw_metrics(summary(trace), cached[-1])
+            self.draw_metrics(summary(trace), cached, recompute)
             if self.race_on:
                 same, line = captions.parity(cached, recompute, final)
                 (self.parity_slot.success if same else self.parity_slot.warning)(line)
@@ -249,8 +250,8 @@ class LiveView:
         self.drawn[name] = key
         return changed
 
-    def draw_metrics(self, sums: dict, last) -> None:
-        figures = captions.headline(self.meta, sums, last, self.wall_tokens_per_s())
+    def draw_metrics(self, sums: dict, cached, recompute) -> None:
+        figures = captions.headline(self.meta, sums, cached[-1], self.wall_tokens_per_s(), cached, recompute)
         for slot, (label, value, help_text) in zip(self.metric_slots, figures):
             slot.metric(label, value, help=help_text)
         if self.figure_line is not None:
@@ -470,7 +471,7 @@ def run_live(lm, cfg, opts, status, tour=None) -> None:
     if trace.events:
         view.update(trace, final=True)
         st.session_state["wall_tokens_per_s"] = view.wall_tokens_per_s()
-        downloads(trace)
+        downloads(trace, view.wall_tokens_per_s())
 
 
 def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> LiveView:
@@ -603,7 +604,7 @@ def show_result(trace: Trace, show_tokens: bool, tour=None) -> None:
     view.tour = tour
     view.update(trace, final=True)
     if trace.events:  # a Stop during the prefill leaves nothing worth downloading
-        downloads(trace)
+        downloads(trace, view.wall_rate)
 
 
 def prompt_and_view(rendered: str | None, meta: dict, max_new_tokens: int, race_on: bool,
@@ -623,12 +624,13 @@ def show_prompt(rendered: str | None, meta: dict) -> None:
         st.text(text)  # untrusted: shown as plain text
 
 
-def downloads(trace: Trace) -> None:
-    """The run as a trace, an offline HTML report and CSV tables (built only when clicked)."""
+def downloads(trace: Trace, wall_tokens_per_s: float | None = None) -> None:
+    """The run as a trace, an offline HTML report and CSV tables (built only when clicked);
+    `wall_tokens_per_s`: the rate this page measured for the run, for the report's figure."""
     cols = st.columns([1, 1, 1, 1, 2])
     cols[0].download_button("Trace (JSON)", trace.to_json(), "kvviz-trace.json", "application/json",
                             key="dl-trace")
-    cols[1].download_button("Report (HTML)", lambda: report.html_report(trace), "kvviz-report.html",
+    cols[1].download_button("Report (HTML)", lambda: report.html_report(trace, wall_tokens_per_s=wall_tokens_per_s), "kvviz-report.html",
                             "text/html", key="dl-report", on_click="ignore")
     cols[2].download_button("Steps (CSV)", lambda: report.csv_tables(trace)["steps"], "kvviz-steps.csv",
                             "text/csv", key="dl-csv", on_click="ignore")

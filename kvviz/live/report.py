@@ -266,12 +266,13 @@ def _outputs(trace: Trace) -> dict:
     return {"modes": modes, "parity": parity}
 
 
-def _headline(trace: Trace, sums: dict) -> list[tuple[str, str, str]]:
+def _headline(trace: Trace, sums: dict, wall_tokens_per_s: float | None = None) -> list[tuple[str, str, str]]:
+    """The page's headline figures, from the same function (captions.headline) and the same events."""
     cached = trace.events_of("cached")
     if not cached:
         return []
     meta = {**trace.meta, "batch": len(cached[-1].token_ids)}  # the events say it; meta may not
-    return list(captions.headline(meta, sums, cached[-1]))
+    return list(captions.headline(meta, sums, cached[-1], wall_tokens_per_s, cached, trace.events_of("recompute")))
 
 
 SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.core.trace.mode_summary)
@@ -374,16 +375,18 @@ def template(name: str = "report.html.j2") -> jinja2.Template:
     return env.get_template(name)
 
 
-def html_report(trace: Trace, svg: Svg | None = None) -> str:
+def html_report(trace: Trace, svg: Svg | None = None, wall_tokens_per_s: float | None = None) -> str:
     """The run as one self-contained HTML document (str); nothing in it loads anything.
 
     `svg` turns a Vega-Lite spec into an SVG document: vl-convert-python by default (when it
-    is not installed, the report says so in place of the charts).
+    is not installed, the report says so in place of the charts). `wall_tokens_per_s`: the rate
+    the page measured for this run (the Live page's Tokens/s (wall clock)); a replayed or headless
+    trace has none, and the report shows "–" as the page does.
     """
     sums = summary(trace)
     doc = template().render(
         csp=CSP, css=Markup(CSS), name=_model_name(trace.meta), subtitle=_subtitle(trace),
-        headline=_headline(trace, sums), prompt=_prompt(trace.meta), outputs=_outputs(trace),
+        headline=_headline(trace, sums, wall_tokens_per_s), prompt=_prompt(trace.meta), outputs=_outputs(trace),
         charts=_charts(trace, svg), summary=_summary(sums), facts=_facts(trace.meta),
         settings=_settings(trace.meta), steps_table=_steps_table(trace), version=VERSION)
     return utf8_safe(doc)  # a lone surrogate anywhere would break the caller's encode

@@ -1,7 +1,7 @@
 """`kvviz shrink`: the Shrink page headless — the same prompt with the full cache and a shrunk one,
 written as a kvviz-shrink file (Replay plays it) and, optionally, as an HTML report.
 
-    kvviz shrink --press SnapKV --ratio 0.5 --prompt "..." --out snapkv.json
+    kvviz shrink --press SnapKV --ratio 0.5 --out snapkv.json     (the Shrink page's default prompt)
     kvviz shrink --quant quanto --nbits 4 --residual 16 --prompt "..." --out q4.json --report q4.html
 
 Bad input: one line on stderr, exit code 2.
@@ -23,7 +23,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ratio", type=float, default=0.5, help="share of prompt positions the press evicts")
     p.add_argument("--nbits", type=int, default=4, help="bits of the quantized cache (quanto, hqq)")
     p.add_argument("--residual", type=int, default=16, help="newest tokens a quantized cache keeps in full precision")
-    p.add_argument("--prompt", required=True)
+    p.add_argument("--prompt", default=None,
+                   help="the prompt (default: the Shrink page's, a context and a question, "
+                        "kvviz.shrink.compute.DEFAULT_PROMPT)")
     p.add_argument("--model", default="default", help="'default', a Hub id or a local folder")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--no-chat-template", action="store_true")
@@ -41,16 +43,17 @@ def run(args) -> int:
     from kvviz.shrink import compute as shrink
     from kvviz.shrink import report as shrink_report
 
+    prompt = shrink.DEFAULT_PROMPT if args.prompt is None else args.prompt
     mode = (shrink.ShrinkMode(press=args.press, ratio=args.ratio) if args.press else
             shrink.ShrinkMode(backend=args.quant, nbits=args.nbits, residual_length=args.residual))
     try:
         mode.check()
         if args.max_new_tokens < 1:
             raise UserError("--max-new-tokens must be at least 1")
-        if not args.prompt.strip():
+        if not prompt.strip():
             raise UserError("the prompt is empty: type something for the model to continue")
         lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
-        ids = shrink.prompt_ids(lm.tokenizer, args.prompt, chat=not args.no_chat_template)
+        ids = shrink.prompt_ids(lm.tokenizer, prompt, chat=not args.no_chat_template)
         result = shrink.compare(lm, ids, args.max_new_tokens, mode)
         pieces = lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()])
         write_atomic(args.out, record.to_json(result, pieces, lm.label))

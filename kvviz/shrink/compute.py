@@ -25,6 +25,22 @@ from kvviz.core.errors import UserError
 
 FULL, SHRUNK = "full", "shrunk"
 
+# The Shrink page's and `kvviz shrink`'s prompt: a context and a question, long enough (about 220
+# tokens through SmolLM2's chat template) that SnapKV's observation window (presses.SNAPKV_WINDOW
+# = 64 tokens) is shorter than the half it keeps at ratio 0.5, so its scores choose which earlier
+# positions stay; on a prompt of 128 tokens or fewer the window is the half kept and a SnapKV run
+# keeps just the most recent positions (tests/test_shrink.py checks both on the default model).
+DEFAULT_PROMPT = (
+    "The lighthouse on Gull Rock was kept by Ada Morgan for thirty years. Every night she climbed the "
+    "114 steps, trimmed the wick and wrote the weather in a green logbook. In winter the storms came "
+    "from the west and the spray reached the lamp room; in summer the fog rolled in from the sea and "
+    "she rang the bell every two minutes until it lifted. Ships passing the rock learned to read her "
+    "lamp: two long flashes and one short. Her brother Tom rowed out from the harbour town of Penmor "
+    "every Sunday with bread, oil and letters, and took her logbooks back to the harbour master. When "
+    "the lighthouse was given an electric lamp in 1952, Ada moved to a cottage in Penmor, where she "
+    "kept bees and painted the rock from her window. Her thirty green logbooks are now in the town "
+    "museum.\n\nQuestion: in which year did the lighthouse get an electric lamp?")
+
 
 @dataclass(frozen=True)
 class ShrinkMode:

@@ -31,6 +31,17 @@ METRICS = {
 }
 
 
+def no_boundary_note(device_name: str, kv_budget_bytes: int | None) -> str:
+    """Why the cache chart has no out-of-memory line ("" where it has one): kvviz predicts the
+    boundary from the device's memory size (kvviz.planner.capacity), which it reads on CUDA only."""
+    if kv_budget_bytes is not None:
+        return ""
+    return (f"No out-of-memory boundary is drawn: kvviz reads a device's memory size only on CUDA, and on "
+            f"{device_name} the cache shares the machine's RAM (and swap) with everything else it runs, so "
+            "there is no fixed budget to predict from. A point that does run out is still marked with a "
+            "cross; the Planner predicts the boundary for a GPU you pick.")
+
+
 def metric_names(cuda: bool) -> list[str]:
     """The METRICS a device can fill: peak CUDA memory only on CUDA."""
     return [m for m in METRICS if cuda or m != "peak_cuda_bytes"]

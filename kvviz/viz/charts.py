@@ -230,30 +230,37 @@ def block_grid_chart(grid_df: pd.DataFrame, columns: int = 32) -> alt.Chart:
     ).properties(height=alt.Step(18))
 
 
+LABEL_ROOM = 1.45  # the blocks chart's x extent over its largest bar: "100% unused" in 1.5x text fits
+
+
 def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt.LayerChart:
     """Used vs reserved-but-unused bytes per layout, as horizontal stacked bars.
 
     Input columns (frames.reservation_frame): layout, part ("used"/"unused"), bytes,
-    wasted_fraction. Each bar ends in an "NN% unused" label. x domain: [0, 1.3 x max_bytes],
-    room for the label; by default max_bytes is the largest reservation in res_df (stable
-    across a run: the contiguous reservation does not change).
+    wasted_fraction, and optionally unused_label (kvviz.live.charts.reservation_data: the
+    caption's own "NN% unused"; without it Vega formats wasted_fraction). Each bar ends in its
+    label. x domain: [0, LABEL_ROOM x max_bytes], room for the label (presenter mode's too); by default max_bytes is the
+    largest reservation in res_df (stable across a run: the contiguous reservation does not
+    change). The legend sits below the bars: on the right, in presenter mode's larger text, the
+    labels ran into it.
     """
     if max_bytes is None and len(res_df):
         max_bytes = int(res_df.groupby("layout")["bytes"].sum().max())
-    top = 1.3 * max_bytes if max_bytes else None
+    top = LABEL_ROOM * max_bytes if max_bytes else None
     y = alt.Y("layout:N", title=None, sort=LAYOUTS, axis=alt.Axis(labelLimit=220))
     bars = alt.Chart().transform_calculate(size=bytes_expr("datum.bytes")).mark_bar().encode(
         x=alt.X("bytes:Q", title="bytes reserved", stack="zero", scale=_domain(0, top),
                 axis=_bytes_axis(top)),
         y=y,
-        color=_color("part:N", PART_COLORS, "bytes"),
+        color=_color("part:N", PART_COLORS, "bytes", legend=alt.Legend(orient="bottom", direction="horizontal")),
         order=alt.Order("part_rank:Q"),
         tooltip=["layout:N", "part:N", alt.Tooltip("size:N", title="bytes")],
     ).transform_calculate(part_rank="datum.part == 'used' ? 0 : 1")
+    labelled = "unused_label" in res_df.columns
     labels = alt.Chart().transform_aggregate(
-        total="sum(bytes)", wasted="max(wasted_fraction)", groupby=["layout"],
+        total="sum(bytes)", wasted="max(wasted_fraction)", groupby=["layout", "unused_label"] if labelled else ["layout"],
     ).transform_calculate(
-        label="format(datum.wasted, '.0%') + ' unused'",
+        label="datum.unused_label" if labelled else "format(datum.wasted, '.0%') + ' unused'",
     ).mark_text(align="left", dx=4, color="#555555").encode(x="total:Q", y=y, text="label:N")
     return alt.layer(bars, labels, data=res_df)
 
