@@ -153,6 +153,18 @@ def test_examples_are_shipped():
     assert EXAMPLES, "kvviz/assets/traces/*.json: no example trace to report on"
 
 
+def test_shipped_replay_example_answers_its_question_right():
+    """The Replay example a room sees first: SmolLM2 asked why the sky is blue answers with
+    Rayleigh scattering of the shorter (blue) wavelengths — right — in both runs (greedy, fp32).
+    The example it replaced said a KV cache was a "KVM (Kernel-Vacuum Memory) cache"."""
+    t = Trace.load(ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json")
+    assert t.meta["config"]["prompts"] == ["Why is the sky blue?"] and t.meta["dtype"] == "float32"
+    answers = {mode: "".join(e.texts[0] for e in t.events_of(mode)) for mode in ("cached", "recompute")}
+    assert answers["cached"] == answers["recompute"]
+    assert "Rayleigh scattering" in answers["cached"] and "shorter wavelengths" in answers["cached"]
+    assert "Kernel-Vacuum" not in answers["cached"]
+
+
 @pytest.mark.slow
 def test_example_report_has_figures_texts_and_settings(example):
     t, doc = example

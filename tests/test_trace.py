@@ -439,9 +439,13 @@ def test_version_2_meta_loads_as_specs():
     assert [s.kind for s in tr.legacy_specs(junk)] == ["full", "full", "full"]  # as the older views drew it
 
 
-def test_shipped_version_1_example_loads_as_specs():
+def test_version_1_trace_loads_as_specs():
+    """A version-1 trace (no meta.layers): the shipped Replay example was one until it was
+    re-recorded; its meta and first steps are kept in tests/data."""
     from pathlib import Path
-    meta = Trace.load(Path(tr.__file__).parents[1] / "assets" / "traces" / "smollm2-135m-cpu-fp32.json").meta
+    path = Path(__file__).parent / "data" / "trace-v1-smollm2-135m.json"
+    assert "layers" not in json.loads(path.read_text())["meta"]
+    meta = Trace.load(path).meta
     specs = tr.layer_specs(meta)
     assert specs == (sp.FullSpec(kv_heads=3, values_per_token=2 * 3 * 64),) * 30
     assert sp.bytes_per_token(specs, meta["elem_bytes"]) == meta["bytes_per_token"]
