@@ -107,6 +107,8 @@ def draw(rows: list) -> None:
         left, right = st.columns(2, gap="large")
         left.markdown("**KV cache vs prompt length**")
         panels.draw_altair(left, sweep_charts.cache_bytes_chart(df, device.kv_budget_bytes))
+        if device.kv_budget_bytes is None:
+            left.caption(sweep_charts.no_boundary_note(device.name, device.kv_budget_bytes))
         right.markdown("**Time to first token (prefill)**")
         panels.draw_altair(right, sweep_charts.ttft_chart(df))
         left, right = st.columns(2, gap="large")

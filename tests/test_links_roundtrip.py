@@ -51,11 +51,7 @@ SCENARIOS = {
     "engine": ("engine.py", {"engine_urls": ENGINE_URL}),
     "replay-shrink": ("replay.py", {"replay_source": "smollm2-135m-shrink-snapkv"}),
 }
-# Known gaps, failing until fixed (strict: this marker must go when they are): a recorded Shrink
-# comparison replays with kvviz/shrink/panel.py's own step, speed and per-head widgets, unbound.
-GAPS = {"replay-shrink": "kvviz/shrink/panel.py replay_page: replay_shrink_* widgets are not bound to the URL"}
-CASES = [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=GAPS[name])) if name in GAPS else name
-         for name in SCENARIOS]
+CASES = list(SCENARIOS)
 
 
 @pytest.fixture(autouse=True)

@@ -95,11 +95,12 @@ def replay_page(rec: record.ShrinkRecord) -> None:
     st.caption(f"A shrink comparison{' of ' + ui.inert(rec.model) if rec.model else ''}: "
                f"{ui.inert(result.shrunk.label)} against the full cache, {len(result.full.steps)} steps each.")
     steps = len(result.full.steps)
-    upto = st.slider("Step", 1, steps, steps, key="replay_shrink_step") if steps > 1 else 1
-    speed = ui.SPEEDS[st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_shrink_speed",
+    upto = st.slider("Step", 1, steps, steps, key="replay_shrink_step", bind="query-params") if steps > 1 else 1
+    speed = ui.SPEEDS[st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_shrink_speed", bind="query-params",
                                        help="How fast the recorded steps play back")]
     play = st.button("Play", type="primary", key="replay_shrink_play")
-    per_head = st.toggle("Kept map per KV head", value=False, key="replay_shrink_per_head")
+    per_head = st.toggle("Kept map per KV head", value=False, key="replay_shrink_per_head",
+                         bind="query-params")
     stage = Stage.make()
     if play:
         play_steps(stage, result, speed)

@@ -231,8 +231,8 @@ def replay_page(recording: Recording) -> None:
                f"{recording.duration_s:.0f} s, {len(recording.batches)} event batches, "
                f"{len(recording.scrapes)} metrics scrapes (recorded with `kvviz watch` or the Engine page)")
     speed_col, time_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
-    speed = speed_col.select_slider("Speed", list(ui.SPEEDS), value="4×", key="watch_speed")
+    speed = speed_col.select_slider("Speed", list(ui.SPEEDS), value="4×", key="watch_speed", bind="query-params")
     end = max(1.0, recording.duration_s)
-    upto = time_col.slider("Time (s)", 0.0, end, end, key="watch_time")
+    upto = time_col.slider("Time (s)", 0.0, end, end, key="watch_time", bind="query-params")
     play = play_col.button("Play", type="primary", key="watch_play")
     replay(recording, ui.SPEEDS[speed], None if play else upto)
