@@ -53,8 +53,11 @@ def test_achieved_bandwidth_is_bytes_over_time():
 def test_race_caption_extrapolates_only_when_final_and_behind():
     cached = [event(i, 32 + i, 10.0) for i in range(6)]
     recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(3)]
-    assert "modelled" not in captions.race_caption(cached, recompute, final=False)
-    assert "9 measured steps, 3 of them without a cache" in captions.race_caption(cached, recompute, final=True)
+    during, final = (captions.race_caption(cached, recompute, final=f) for f in (False, True))
+    assert during.endswith(captions.ESTIMATE_TO_COME) and "≈" not in during  # the figures are to come
+    assert "9 measured steps, 3 of them without a cache" in final
+    # the same sentences, so the panel keeps its lines from the first step to the last
+    assert abs(len(final) - len(during)) < 0.1 * len(final)
 
 
 def test_headline_names_what_each_rate_times_and_shows_the_wall_clock_beside_it():
@@ -70,12 +73,13 @@ def test_headline_names_what_each_rate_times_and_shows_the_wall_clock_beside_it(
     assert figures["Tokens/s (wall clock)"][0] == "12.3" and "wall-clock" in figures["Tokens/s (wall clock)"][1]
     assert "forward pass and sampling" in figures["Decode step (median)"][1]
     assert figures["Formula (computed)"][1].startswith("computed from the model's config")
-    value, help_text = figures[captions.NO_CACHE_LABEL]
+    step_value, step_help = figures[captions.LAST_STEP_LABEL]
+    run_value, run_help = figures[captions.RUN_LABEL]
     cost = captions.no_cache_cost(cached, recompute)
     assert (cost.step, cost.step_ratio) == (2, 120 / 50)  # the last step both made, measured
-    assert value == f"{120 / 50:.1f}× · ≈ {cost.run_ratio:.1f}×" and not cost.run_measured
-    assert f"step 2 took {fmt_ms(120)} without a cache" in help_text and f"{fmt_ms(50)} with it" in help_text
-    assert f"Over the same 3 steps both runs made, the run without a cache took {360 / 200:.1f}×" in help_text
+    assert step_value == f"{120 / 50:.1f}×" and run_value == f"≈ {cost.run_ratio:.1f}×" and not cost.run_measured
+    assert f"Step 2 took {fmt_ms(120)} without a cache" in step_help and f"{fmt_ms(50)} with it" in step_help
+    assert f"Over the same 3 steps both runs made, the run without a cache took {360 / 200:.1f}×" in run_help
     no_wall = dict((label, value) for label, value, _ in captions.headline(META, sums, cached[-1]))
     assert no_wall["Tokens/s (wall clock)"] == "–"
 
@@ -110,14 +114,15 @@ def test_the_no_cache_figure_waits_for_a_shared_decode_step_and_a_range_for_thre
         figures = {label: value for label, value, _ in
                    captions.headline(META, summary(Trace(META, cached + recompute)), cached[-1],
                                      cached=cached, recompute=recompute)}
-        value = figures[captions.NO_CACHE_LABEL]
+        step, run = figures[captions.LAST_STEP_LABEL], figures[captions.RUN_LABEL]
         if want == "–":
-            assert value == "–"
+            assert step == run == "–"
         else:
-            step, run = value.split(" · ")
-            assert step == f"{60 / 50:.1f}×" and run.startswith("≈ ") and ("–" in run) is (want == "range")
+            cost = captions.no_cache_cost(cached, recompute)
+            assert step == f"{60 / 50:.1f}×" and run == f"≈ {cost.run_ratio:.1f}×"
+            assert ("–" in captions.fmt_run_ratio(cost)) is (want == "range")  # the help and caption's range
     no_events = {label: value for label, value, _ in captions.headline(META, summary(Trace(META, cached)), cached[-1])}
-    assert no_events[captions.NO_CACHE_LABEL] == "–"
+    assert no_events[captions.LAST_STEP_LABEL] == no_events[captions.RUN_LABEL] == "–"
 
 
 def recompute_event(step, seq_len, ms):
@@ -146,14 +151,15 @@ def test_a_long_prompt_headline_states_the_last_step_not_the_diluted_same_steps_
     cached = [event(0, prompt + 1, 2000.0)] + [event(i, prompt + 1 + i, 20.0) for i in range(1, 64)]
     recompute = [recompute_event(i, prompt + 1 + i, 2000.0 + i) for i in range(5)]
     sums = summary(Trace(META, cached + recompute))
-    value, help_text = next((v, h) for label, v, h in captions.headline(META, sums, cached[-1], cached=cached,
-                                                                          recompute=recompute)
-                            if label == captions.NO_CACHE_LABEL)
+    figures = {label: (v, h) for label, v, h in captions.headline(META, sums, cached[-1], cached=cached,
+                                                                  recompute=recompute)}
     cost = captions.no_cache_cost(cached, recompute)
     assert cost.step_ratio == 2004.0 / 20.0
-    assert cost.step_ratio > 10 * sums["recompute_speedup"] and cost.run_ratio > 5 * sums["recompute_speedup"]
-    assert value == f"{cost.step_ratio:.1f}× · ≈ {cost.run_ratio:.1f}×"
-    assert f"took {sums['recompute_speedup']:.1f}× the cached time" in help_text and "dilutes" in help_text
+    assert cost.step_ratio > 10 * sums.recompute_speedup and cost.run_ratio > 5 * sums.recompute_speedup
+    assert figures[captions.LAST_STEP_LABEL][0] == f"{cost.step_ratio:.1f}×"
+    assert figures[captions.RUN_LABEL][0] == f"≈ {cost.run_ratio:.1f}×"
+    help_text = figures[captions.RUN_LABEL][1]
+    assert f"took {sums.recompute_speedup:.1f}× the cached time" in help_text and "dilutes" in help_text
     text = captions.race_caption(cached, recompute, final=True)
     assert f"≈ {cost.run_ratio:.1f}× the cached time for the whole run" in text
     assert "still small" not in text and "still small" not in captions.race_caption(cached, recompute, final=False)

@@ -331,31 +331,31 @@ def test_summary_numbers():
     for step, ms in enumerate(recompute_ms):
         t.append(event("recompute", step, ms, batch=2, blocks=False, kv_bytes=0, formula_bytes=0))
     s = summary(t)
-    c, r = s["modes"]["cached"], s["modes"]["recompute"]
-    assert c["ttft_ms"] == 50.0
+    c, r = s.modes["cached"], s.modes["recompute"]
+    assert c.ttft_ms == 50.0
     # decode steps 10, 20, 30, 40, 100: median 30; p95 at position 4 * 0.95 = 3.8 → 40 + 0.8 * 60
-    assert c["itl_median_ms"] == 30.0
-    assert c["itl_p95_ms"] == pytest.approx(88.0)
-    assert c["new_tokens"] == 6 and c["batch"] == 2
-    assert c["total_ms"] == 250.0
-    assert c["tokens_per_s"] == pytest.approx(6 * 2 / 0.250)  # 48 tok/s
-    assert c["peak_kv_bytes"] == 2 * 256 * 9 and c["peak_formula_bytes"] == 2 * 256 * 9  # step 5
+    assert c.itl_median_ms == 30.0
+    assert c.itl_p95_ms == pytest.approx(88.0)
+    assert c.new_tokens == 6 and c.batch == 2
+    assert c.total_ms == 250.0
+    assert c.tokens_per_s == pytest.approx(6 * 2 / 0.250)  # 48 tok/s
+    assert c.peak_kv_bytes == 2 * 256 * 9 and c.peak_formula_bytes == 2 * 256 * 9  # step 5
     # decode 30, 50, 70: median 50, p95 at 2 * 0.95 = 1.9 → 50 + 0.9 * 20
-    assert r["itl_median_ms"] == 50.0 and r["itl_p95_ms"] == pytest.approx(68.0)
-    assert r["peak_kv_bytes"] == 0 and r["total_ms"] == 210.0
+    assert r.itl_median_ms == 50.0 and r.itl_p95_ms == pytest.approx(68.0)
+    assert r.peak_kv_bytes == 0 and r.total_ms == 210.0
     # common prefix of 4 steps: recompute 210 ms vs cached 50 + 10 + 20 + 30 = 110 ms
-    assert s["speedup_steps"] == 4
-    assert s["recompute_speedup"] == pytest.approx(210 / 110)
+    assert s.speedup_steps == 4
+    assert s.recompute_speedup == pytest.approx(210 / 110)
 
 
 def test_summary_single_mode_and_edge_cases():
     t = Trace({}, [event("cached", 0, 25.0, batch=1)])
     s = summary(t)
-    assert s["recompute_speedup"] is None and list(s["modes"]) == ["cached"]
-    c = s["modes"]["cached"]
-    assert c["ttft_ms"] == 25.0 and c["itl_median_ms"] is None and c["itl_p95_ms"] is None
-    assert c["tokens_per_s"] == pytest.approx(40.0)
-    assert summary(Trace())["modes"] == {}
+    assert s.recompute_speedup is None and list(s.modes) == ["cached"]
+    c = s.modes["cached"]
+    assert c.ttft_ms == 25.0 and c.itl_median_ms is None and c.itl_p95_ms is None
+    assert c.tokens_per_s == pytest.approx(40.0)
+    assert summary(Trace()).modes == {}
 
 
 def test_percentile_linear_interpolation():

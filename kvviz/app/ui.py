@@ -300,7 +300,7 @@ h1 { font-size: 2rem !important; padding: 0 0 0.25rem 0 !important; }
   font-size: 0.95rem !important; color: #2E3A46 !important; }
 [data-testid="stMetricLabel"] p { font-size: 0.9rem !important; }
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
-  font-size: clamp(1.5rem, 2.1vw, 2.6rem) !important; line-height: 1.15 !important; }
+  font-size: clamp(1.4rem, 1.8vw, 2.4rem) !important; line-height: 1.15 !important; }
 [data-testid="stCode"] code { font-size: 1.05rem; }
 </style>"""  # rem follows the root size, so the whole page scales with the screen: 16 px at 1280, 21 at 1920
 

@@ -477,30 +477,56 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def mode_summary(events: list[StepEvent]) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class ModeSummary:
+    """Headline numbers of one mode's events (see `summary` for how each is counted)."""
+
+    ttft_ms: float | None  # the prefill's step_ms: time to first token
+    itl_median_ms: float | None  # median decode step_ms (inter-token latency)
+    itl_p95_ms: float | None
+    new_tokens: int  # tokens generated per sequence = steps
+    batch: int
+    tokens_per_s: float | None  # new_tokens x batch / (total_ms / 1000)
+    peak_kv_bytes: int
+    peak_formula_bytes: int
+    total_ms: float  # every step's step_ms, prefill included
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """A run's headline numbers per mode, and how the two modes compare."""
+
+    modes: dict[str, ModeSummary]  # per mode present, in order of first appearance
+    recompute_speedup: float | None  # recompute ÷ cached summed step_ms over `speedup_steps`
+    speedup_steps: int  # the steps both modes have
+
+    def mode(self, name: str) -> ModeSummary:
+        """The mode's numbers, or those of no events (zeros and None) when it is absent."""
+        return self.modes.get(name) or mode_summary([])
+
+
+def mode_summary(events: list[StepEvent]) -> ModeSummary:
     """Headline numbers of one mode's events (see `summary`)."""
     decode = [e.step_ms for e in events if e.phase == "decode"]
     prefill = [e.step_ms for e in events if e.phase == "prefill"]
     total_ms = sum(e.step_ms for e in events)
     batch = len(events[0].token_ids) if events else 0
     new_tokens = len(events)
-    return {
-        "ttft_ms": prefill[0] if prefill else None,
-        "itl_median_ms": percentile(decode, 50),
-        "itl_p95_ms": percentile(decode, 95),
-        "new_tokens": new_tokens,
-        "batch": batch,
-        "tokens_per_s": new_tokens * batch / (total_ms / 1000) if total_ms > 0 else None,
-        "peak_kv_bytes": max((e.kv_bytes for e in events), default=0),
-        "peak_formula_bytes": max((e.formula_bytes for e in events), default=0),
-        "total_ms": total_ms,
-    }
+    return ModeSummary(
+        ttft_ms=prefill[0] if prefill else None,
+        itl_median_ms=percentile(decode, 50),
+        itl_p95_ms=percentile(decode, 95),
+        new_tokens=new_tokens,
+        batch=batch,
+        tokens_per_s=new_tokens * batch / (total_ms / 1000) if total_ms > 0 else None,
+        peak_kv_bytes=max((e.kv_bytes for e in events), default=0),
+        peak_formula_bytes=max((e.formula_bytes for e in events), default=0),
+        total_ms=total_ms,
+    )
 
 
-def summary(trace: Trace) -> dict:
-    """{"modes": {mode: numbers}, "recompute_speedup": float | None, "speedup_steps": int}.
-
-    Per mode present: ttft_ms is the prefill's step_ms (time to first token); itl_median_ms and
+def summary(trace: Trace) -> RunSummary:
+    """Per mode present: ttft_ms is the prefill's step_ms (time to first token); itl_median_ms and
     itl_p95_ms are percentiles of the decode steps' step_ms by linear interpolation (`percentile`);
     new_tokens is the tokens generated per sequence = the number of steps (the prefill picks the
     first token, each decode step one more); tokens_per_s = new_tokens × batch / (total_ms / 1000),
@@ -516,7 +542,7 @@ def summary(trace: Trace) -> dict:
     cached_ms = sum(e.step_ms for e in cached[:steps])
     recompute_ms = sum(e.step_ms for e in recompute[:steps])
     speedup = recompute_ms / cached_ms if steps and cached_ms > 0 else None
-    return {"modes": modes, "recompute_speedup": speedup, "speedup_steps": steps}
+    return RunSummary(modes=modes, recompute_speedup=speedup, speedup_steps=steps)
 
 
 def _bytes_cell(n: float) -> str:
@@ -535,24 +561,24 @@ _ROWS = (  # (label, key, formatter)
 )
 
 
-def _cell(numbers: dict, key: str, fmt) -> str:
+def _cell(numbers: ModeSummary, key: str, fmt) -> str:
     if key == "new_tokens":
-        return f"{numbers['new_tokens']} x {numbers['batch']}"
-    value = numbers.get(key)
+        return f"{numbers.new_tokens} x {numbers.batch}"
+    value = getattr(numbers, key)
     return "n/a" if value is None else fmt(value)
 
 
-def format_summary(summary: dict) -> str:
+def format_summary(summary: RunSummary) -> str:
     """The summary as a small aligned plain-text table, one column per mode, units on values."""
-    modes = summary["modes"]
+    modes = summary.modes
     table = [[""] + list(modes)]
     table += [[label] + [_cell(modes[m], key, fmt) for m in modes] for label, key, fmt in _ROWS]
     widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
     lines = ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
                        for c, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in table]
-    if summary.get("recompute_speedup") is not None:
-        lines.append(f"recompute is {summary['recompute_speedup']:.2f}x slower than cached "
-                     f"over the first {summary['speedup_steps']} steps")
+    if summary.recompute_speedup is not None:
+        lines.append(f"recompute is {summary.recompute_speedup:.2f}x slower than cached "
+                     f"over the first {summary.speedup_steps} steps")
     return "\n".join(lines)
 
 

@@ -13,27 +13,27 @@ from kvviz.core.trace import achieved_bandwidth_bytes_per_s
 from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
 
 
-def headline(meta: dict, sums: dict, last: StepEvent,
+def headline(meta: dict, sums: trace.RunSummary, last: StepEvent,
              wall_tokens_per_s: float | None = None, cached: list[StepEvent] | None = None,
              recompute: list[StepEvent] | None = None) -> list[tuple[str, str, str]]:
     """(label, value, help) for the row of headline figures.
 
     `wall_tokens_per_s`: the rate the page itself saw (None where it was not measured: a replay,
     a redrawn result), shown beside the compute-only rate so that neither is read as the other.
-    `cached`, `recompute`: the two runs' events, for the no-cache figure (`no_cache_figure`).
+    `cached`, `recompute`: the two runs' events, for the no-cache figures (`no_cache_figures`).
     """
-    c = sums["modes"].get("cached", {})
+    c = sums.mode("cached")
     return [
-        ("Tokens", f"{c.get('new_tokens', 0)} × {meta['batch']}", "generated per sequence × batch"),
+        ("Tokens", f"{c.new_tokens} × {meta['batch']}", "generated per sequence × batch"),
         cache_figure(last),
         ("Formula (computed)", fmt_bytes(last.formula_bytes),
          "computed from the model's config, not measured: per layer (kvviz.core.layout): tokens held × K+V values per token × batch × bytes per element, "
          "a sliding / chunked layer holding at most its window − 1, plus state layers' fixed state"),
-        ("Time to first token", fmt_ms(c.get("ttft_ms")), "the prefill: the whole prompt in one pass"),
-        ("Decode step (median)", fmt_ms(c.get("itl_median_ms")),
+        ("Time to first token", fmt_ms(c.ttft_ms), "the prefill: the whole prompt in one pass"),
+        ("Decode step (median)", fmt_ms(c.itl_median_ms),
          "median time of one decode step's forward pass and sampling, as the engine times it; "
          "the page's drawing is not in it"),
-        ("Tokens/s (compute)", f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") and c.get("new_tokens", 0) > 1
+        ("Tokens/s (compute)", f"{c.tokens_per_s:.1f}" if c.tokens_per_s and c.new_tokens > 1
          else "–", "tokens × batch / the summed forward + sampling time of every step (prefill "
                    "included; shown from the first decode step on): the model's speed alone"),
         ("Tokens/s (wall clock)", f"{wall_tokens_per_s:.1f}" if wall_tokens_per_s else "–",
@@ -41,11 +41,12 @@ def headline(meta: dict, sums: dict, last: StepEvent,
          "received them: its own compute, plus, with the race on, the turns the no-cache run takes "
          "on the same device (most of the gap then), the page's drawing and whatever else the machine ran. "
          "Shown for runs made here, not for replays"),
-        no_cache_figure(sums, cached or [], recompute or []),
+        *no_cache_figures(sums, cached or [], recompute or []),
     ]
 
 
-NO_CACHE_LABEL = "Without ÷ with cache: last step · run"
+LAST_STEP_LABEL = "No cache ÷ cache: last step"
+RUN_LABEL = "No cache ÷ cache: whole run"
 
 
 @dataclass(frozen=True)
@@ -105,26 +106,37 @@ def fmt_run_ratio(cost: NoCacheCost) -> str:
     return f"≈ {fmt_ratio(cost.run_low)}"
 
 
-def no_cache_figure(sums: dict, cached: list[StepEvent], recompute: list[StepEvent]) -> tuple[str, str, str]:
-    """The headline's no-cache figure: "52.1× · ≈ 36.4×" = the last step both runs made, without ÷
-    with the cache (measured), and the whole run (modelled until the no-cache run finishes). The
-    HTML report shows the very same figure."""
+def fmt_run_card(cost: NoCacheCost) -> str:
+    """The whole run's ratio as a headline card shows it: a range's middle (the help gives the range)."""
+    if cost.run_low is None or cost.run_measured:
+        return fmt_run_ratio(cost)
+    return f"≈ {fmt_ratio(cost.run_ratio)}"
+
+
+def no_cache_figures(sums: trace.RunSummary, cached: list[StepEvent],
+                     recompute: list[StepEvent]) -> list[tuple[str, str, str]]:
+    """The headline's two no-cache figures, the cost a room should remember: the last step both
+    runs made, without ÷ with the cache (measured: "52.1×"), and the whole run ("≈ 36.4×",
+    modelled until the no-cache run finishes). The same-steps ratio, which the shared prefill
+    dilutes, is a detail of their help. The HTML report shows the very same figures."""
     cost = no_cache_cost(cached, recompute)
-    same = sums["recompute_speedup"]
-    same_steps = (f" Over the same {steps(sums['speedup_steps'])} both runs made, the run without a cache "
+    same = sums.recompute_speedup
+    same_steps = (f" Over the same {steps(sums.speedup_steps)} both runs made, the run without a cache "
                   f"took {fmt_ratio(same)} the cached time: both start with the same prefill, which "
-                  "dilutes that ratio." if same is not None and sums["speedup_steps"] >= race.MIN_FIT_STEPS
+                  "dilutes that ratio." if same is not None and sums.speedup_steps >= race.MIN_FIT_STEPS
                   else "")
     if cost is None:
-        return (NO_CACHE_LABEL, "–", "how many times slower the run without a cache is: its last step "
-                "and the whole run; shown once both runs made a decode step (turn on the no-cache race)")
+        wait = ("shown once both runs made a decode step (turn on the no-cache race)")
+        return [(LAST_STEP_LABEL, "–", f"how many times slower one step is without a cache; {wait}"),
+                (RUN_LABEL, "–", f"how many times slower the whole run is without a cache; {wait}")]
     run = ("measured: the run without a cache finished" if cost.run_measured else
-           "modelled: each step costs a fixed time plus a share per position it reads, fitted to both "
-           "runs' measured steps, as the race caption says")
-    return (NO_CACHE_LABEL, f"{fmt_ratio(cost.step_ratio)} · {fmt_run_ratio(cost)}",
-            f"Last step: step {cost.step} took {fmt_ms(cost.recompute_ms)} without a cache (it re-read "
-            f"all {cost.positions:,} positions) and {fmt_ms(cost.cached_ms)} with it (measured). Run: the time "
-            f"for every token of the cached run without a cache ÷ with it ({run})." + same_steps)
+           f"modelled, {fmt_run_ratio(cost)}: each step costs a fixed time plus a share per position it "
+           "reads, fitted to both runs' measured steps, as the race caption says")
+    return [(LAST_STEP_LABEL, fmt_ratio(cost.step_ratio),
+             f"Step {cost.step} took {fmt_ms(cost.recompute_ms)} without a cache (it re-read all "
+             f"{cost.positions:,} positions) and {fmt_ms(cost.cached_ms)} with it (measured)."),
+            (RUN_LABEL, fmt_run_card(cost),
+             f"The time for every token of the cached run without a cache ÷ with it ({run})." + same_steps)]
 
 
 def steps(n: int | None) -> str:
@@ -301,24 +313,19 @@ def estimate_text(est: race.RaceEstimate) -> str:
     return f"≈ {fmt_duration(est.low_ms)}"
 
 
-ESTIMATE_TO_COME = (" Finishing all the tokens without a cache would take a time estimated once the cached "
-                    "run ends, fitted to both runs' measured steps (each step costs a fixed time plus a "
-                    "share per position it reads), then set against the cached time for the whole run. "
-                    "Each step without a cache re-reads the whole text, so the gap widens with every token; "
-                    "the two runs' shared prefill makes it look small at first.")
+def estimate_sentences(n_cached: str, estimate: str, measured: str, without: str, run_ratio: str,
+                       step: str, step_ratio: str, shared: str, same_ratio: str) -> str:
+    """The race caption's closing sentences; during the run the same words with "…" for the
+    figures to come, so the panel keeps its lines from the first step to the last."""
+    return (f" Finishing all {n_cached} tokens without a cache would take {estimate} (modelled: each step "
+            f"costs a fixed time plus a share per position it reads, fitted to both runs' {measured} measured "
+            f"steps, {without} of them without a cache): {run_ratio} the cached time for the whole run. "
+            f"The last step both made, step {step}, took {step_ratio} as long without a cache (measured); "
+            f"over all {shared} steps both made it is only {same_ratio}, because both start with the same "
+            f"prefill.")
 
 
-def same_steps_sentence(cached: list[StepEvent], recompute: list[StepEvent]) -> str:
-    """The last step's measured gap and the diluted same-steps ratio, as the headline's help says them."""
-    cost = no_cache_cost(cached, recompute)
-    n = min(len(cached), len(recompute))
-    if cost is None:
-        return ""
-    same_ms = sum(e.step_ms for e in cached[:n])
-    same = sum(e.step_ms for e in recompute[:n]) / same_ms if same_ms > 0 else None
-    return (f" The last step both made, step {cost.step}, took {fmt_ratio(cost.step_ratio)} as long without "
-            f"a cache (measured); over all {steps(n)} both made it is only {fmt_ratio(same)}, because "
-            f"both start with the same prefill.")
+ESTIMATE_TO_COME = estimate_sentences(*["…"] * 9)
 
 
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
@@ -335,9 +342,11 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
     if est is None or not any(e.phase == "decode" for e in recompute):
         return text
     cost = no_cache_cost(cached, recompute)
-    text += (f" Finishing all {len(cached)} tokens without a cache would take {estimate_text(est)} "
-             f"(modelled: each step costs a fixed time plus a share per position it reads, fitted to "
-             f"both runs' {len(cached) + len(recompute)} measured steps, {len(recompute)} of them "
-             f"without a cache): {fmt_run_ratio(cost)} the cached time for the whole run."
-             + same_steps_sentence(cached, recompute))
-    return text
+    if cost is None:
+        return text
+    n = min(len(cached), len(recompute))
+    same_ms = sum(e.step_ms for e in cached[:n])
+    same = sum(e.step_ms for e in recompute[:n]) / same_ms if same_ms > 0 else None
+    return text + estimate_sentences(str(len(cached)), estimate_text(est), str(len(cached) + len(recompute)),
+                                     str(len(recompute)), fmt_run_ratio(cost), str(cost.step),
+                                     fmt_ratio(cost.step_ratio), str(n), fmt_ratio(same))

@@ -4,6 +4,9 @@ Shared by the live panels (which build each spec once and then swap data) and th
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import altair as alt
 import pandas as pd
 
@@ -16,16 +19,11 @@ WEIGHTS_RULE_MAX = 4  # the weights' rule is left out beyond this x the reservat
 
 
 def chart_data(meta: dict, cached: list[StepEvent], recompute: list[StepEvent]) -> dict:
-    """Each chart's DataFrame, from the events so far (at least one cached event)."""
+    """Each chart's DataFrame, from the events so far (at least one cached event); the block
+    charts only when the run holds blocks (a cache)."""
     steps = frames.steps_frame(cached + recompute)
-    last = cached[-1]
-    data = {"layers": layer_groups_frame(meta, last), "total": steps[steps["mode"] == "cached"],
-            "steps": steps, "layer_times": frames.layer_times_frame(cached), "race": steps,
-            "positions": steps}
-    if last.blocks is not None:
-        data["grid"] = frames.block_grid_frame(last.blocks, meta["batch"])
-        data["reservation"] = reservation_data(meta, last)
-    return data
+    paged = cached[-1].blocks is not None
+    return {c.name: c.data(meta, cached, steps) for c in CHARTS if paged or not c.paged}
 
 
 def reservation_data(meta: dict, last: StepEvent) -> pd.DataFrame:
@@ -98,19 +96,102 @@ def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:
 
 def build_charts(meta: dict, max_new_tokens: int, data: dict) -> dict[str, alt.TopLevelMixin]:
     """Every chart of `data`, with axes fixed to the run's maxima so marks grow in a still frame."""
-    layer_max = largest_tensor_bytes(meta)
-    contiguous = meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
-    built = {
-        "layers": charts.layer_groups_chart(data["layers"], layer_max, list(layer_groups(meta)),
-                                            tensors=tuple(dict.fromkeys(data["layers"]["kind"]))),
-        "total": charts.total_cache_chart(data["total"], weights_on_scale(meta["weight_bytes"], contiguous),
-                                          contiguous, max_seq_len=meta["max_len"]),
-        "steps": charts.step_time_chart(data["steps"], max_step=max_new_tokens),
-        "layer_times": charts.layer_time_chart(data["layer_times"], max_step=max_new_tokens),
-        "race": charts.race_chart(data["race"], max_tokens=max_new_tokens),
-        "positions": charts.positions_chart(data["positions"], max_tokens=max_new_tokens),
-    }
-    if "grid" in data:
-        built["grid"] = charts.block_grid_chart(data["grid"])
-        built["reservation"] = charts.reservation_chart(data["reservation"], max_bytes=contiguous)
-    return built
+    return {c.name: c.build(meta, max_new_tokens, data[c.name]) for c in CHARTS if c.name in data}
+
+
+def contiguous_bytes(meta: dict) -> int:
+    """What a contiguous max-length reservation holds for the whole batch."""
+    return meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
+
+
+def _layers_chart(meta: dict, max_new_tokens: int, df: pd.DataFrame) -> alt.TopLevelMixin:
+    return charts.layer_groups_chart(df, largest_tensor_bytes(meta), list(layer_groups(meta)),
+                                     tensors=tuple(dict.fromkeys(df["kind"])))
+
+
+def _total_chart(meta: dict, max_new_tokens: int, df: pd.DataFrame) -> alt.TopLevelMixin:
+    contiguous = contiguous_bytes(meta)
+    return charts.total_cache_chart(df, weights_on_scale(meta["weight_bytes"], contiguous), contiguous,
+                                    max_seq_len=meta["max_len"])
+
+
+# --- the registry: one entry per chart --------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class LiveChart:
+    """One chart of the Live page and the run report: all that is known of it, in one entry.
+
+    The page stacks a panel's charts in this order under the panel's title (PANELS) and draws the
+    panel's caption (captions.chart_captions / race_captions) under them; the report gives each
+    chart a section titled `report_title`, the panel's caption under the panel's last chart.
+    """
+
+    name: str  # its DataFrame's, chart's and placeholder's key
+    panel: str  # the Live page panel it sits in (a key of PANELS)
+    data: Callable[[dict, list[StepEvent], pd.DataFrame], pd.DataFrame]  # (meta, cached events, steps frame)
+    build: Callable[[dict, int, pd.DataFrame], alt.TopLevelMixin]  # (meta, max new tokens, its frame)
+    report_title: str  # its section title in the HTML report
+    height: int | None = None  # px on a screen; None: the chart sizes itself
+    presenter_height: int | None = None  # px on stage, with chart text 1.5x as large
+    paged: bool = False  # drawn only when the run holds blocks (a cache)
+    race: bool = False  # drawn only when the run races a no-cache run
+
+
+PANELS = {  # panel -> its title, in the page's order, two panels a row
+    "layers": "Cache bytes per layer (K and V)",
+    "total": "Whole cache vs the formula",
+    "blocks": "Blocks: paged (modelled) vs contiguous",
+    "timings": "Time per step and per layer",
+    "race": "The race: time to write the same tokens",
+    "positions": "Token positions processed: ≈ n²/2 without a cache vs n with it",
+}
+CHARTS = (
+    LiveChart(name="layers", panel="layers", height=260, presenter_height=340,
+              data=lambda meta, cached, steps: layer_groups_frame(meta, cached[-1]), build=_layers_chart,
+              report_title="Cache bytes per layer, grouped by kind (K and V), at the last step"),
+    LiveChart(name="total", panel="total", height=260, presenter_height=340,
+              data=lambda meta, cached, steps: steps[steps["mode"] == "cached"], build=_total_chart,
+              report_title="Whole cache vs the formula"),
+    LiveChart(name="grid", panel="blocks", paged=True,
+              data=lambda meta, cached, steps: frames.block_grid_frame(cached[-1].blocks, meta["batch"]),
+              build=lambda meta, n, df: charts.block_grid_chart(df),
+              report_title="Blocks: the paged pool (modelled), at the last step"),
+    LiveChart(name="reservation", panel="blocks", paged=True, height=130, presenter_height=190,
+              data=lambda meta, cached, steps: reservation_data(meta, cached[-1]),
+              build=lambda meta, n, df: charts.reservation_chart(df, max_bytes=contiguous_bytes(meta)),
+              report_title="Paged (modelled) vs a contiguous max-length reservation"),
+    LiveChart(name="steps", panel="timings", height=240, presenter_height=320,
+              data=lambda meta, cached, steps: steps,
+              build=lambda meta, n, df: charts.step_time_chart(df, max_step=n),
+              report_title="Time per step"),
+    LiveChart(name="layer_times", panel="timings", height=200, presenter_height=280,
+              data=lambda meta, cached, steps: frames.layer_times_frame(cached),
+              build=lambda meta, n, df: charts.layer_time_chart(df, max_step=n),
+              report_title="Time per layer and decode step (cached run)"),
+    LiveChart(name="race", panel="race", race=True, height=220, presenter_height=320,
+              data=lambda meta, cached, steps: steps,
+              build=lambda meta, n, df: charts.race_chart(df, max_tokens=n),
+              report_title="With vs without a cache: time to generate"),
+    LiveChart(name="positions", panel="positions", race=True, height=220, presenter_height=320,
+              data=lambda meta, cached, steps: steps,
+              build=lambda meta, n, df: charts.positions_chart(df, max_tokens=n),
+              report_title="Token positions processed: ≈ n²/2 without a cache vs n with it"),
+)
+RACE_PANELS = frozenset(key for c in CHARTS if c.race for key in (c.panel, c.name))  # panels and charts
+
+
+def panel_rows(race: bool) -> tuple[tuple[tuple[str, list[str]], ...], ...]:
+    """The panels drawn, two a row, each with its charts' names: ((panel, [chart, ...]), ...) rows."""
+    panels = [p for p in PANELS if any(c.panel == p and c.race == race for c in CHARTS)]
+    named = [(p, [c.name for c in CHARTS if c.panel == p]) for p in panels]
+    return tuple(tuple(named[i:i + 2]) for i in range(0, len(named), 2))
+
+
+def heights(presenting: bool) -> dict[str, int]:
+    """Each chart's height in px that has one, on a screen or on stage."""
+    return {c.name: c.presenter_height if presenting else c.height for c in CHARTS if c.height}
+
+
+def panel_caption_charts() -> dict[str, str]:
+    """panel -> the chart under which the report prints the panel's caption (its last chart)."""
+    return {c.panel: c.name for c in CHARTS}

@@ -24,7 +24,7 @@ from kvviz.live import report
 from kvviz.engine import cost
 from kvviz.engine.pump import Pump, Running
 from kvviz.app.slots import Slot
-from kvviz.core.trace import Trace, summary
+from kvviz.core.trace import RunSummary, Trace, summary
 from kvviz.core.units import fmt_bytes
 
 LOG = logging.getLogger("kvviz")
@@ -34,24 +34,6 @@ FRAME_S = 0.1  # and at most ten times a second: tokens arriving faster are draw
 WAIT_SHOWN_S = 1.0  # a forward pass running longer than this gets a progress line
 REDRAW_SHARE = 0.25  # at most this share of a run's wall clock goes to redrawing figures
 TOKEN_MARK = "│"
-HEIGHTS = {"layers": 260, "total": 260, "reservation": 130, "steps": 240, "layer_times": 200,
-           "race": 220, "positions": 220}  # pixels; the block grid sizes itself
-PRESENTER_HEIGHTS = {"layers": 340, "total": 340, "reservation": 190, "steps": 320, "layer_times": 280,
-                     "race": 320, "positions": 320}  # room for chart text 1.5x as large
-PANELS = {  # chart name -> panel title
-    "layers": "Cache bytes per layer (K and V)",
-    "total": "Whole cache vs the formula",
-    "blocks": "Blocks: paged (modelled) vs contiguous",
-    "timings": "Time per step and per layer",
-    "race": "The race: time to write the same tokens",
-    "positions": "Token positions processed: ≈ n²/2 without a cache vs n with it",
-}
-LAYOUT = (  # rows of two panels: (panel, the charts stacked in it)
-    (("layers", ["layers"]), ("total", ["total"])),
-    (("blocks", ["grid", "reservation"]), ("timings", ["steps", "layer_times"])),
-)
-RACE_ROW = (("race", ["race"]), ("positions", ["positions"]))
-RACE_PANELS = ("race", "positions")
 RACE_NOTES_CSS = """<style>.st-key-race-notes { min-height: 9.5rem; }</style>"""
 # Room for the parity line and the race's end note at two lines each (measured 109 + 21 + 64 px at
 # 1920 x 1080 in presenter mode, 9.2 rem): the note appears at the end and the parity line wraps as
@@ -108,8 +90,9 @@ class LiveView:
         self.specs: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
         self.figure_updates = 0
-        race_rows = (RACE_ROW,) if race_on else ()  # on stage the race's verdict comes first, under the texts
-        self.slots = chart_slots(race_rows + LAYOUT if presenting else LAYOUT + race_rows)
+        race_rows = live_charts.panel_rows(race=True) if race_on else ()
+        rows = live_charts.panel_rows(race=False)  # on stage the race's verdict comes first, under the texts
+        self.slots = chart_slots(race_rows + rows if presenting else rows + race_rows)
 
     def show_previous(self, previous: Trace | None) -> bool:
         """Draw the previous run, dimmed and labelled, where this run's panels are, so that the
@@ -236,7 +219,7 @@ class LiveView:
     def shows_this_run(self, panel: str) -> bool:
         """False for the race's panels while they still show the previous run: its first cached
         token must not draw into a panel labelled "previous run" (they wait for a recomputed one)."""
-        return not ("recompute" in self.dimmed and panel in RACE_PANELS)
+        return not ("recompute" in self.dimmed and panel in live_charts.RACE_PANELS)
 
     def needs_redraw(self, name: str, last, final: bool) -> bool:
         """Block charts change only when a block fills; the heatmap is redrawn at half rate."""
@@ -250,18 +233,27 @@ class LiveView:
         self.drawn[name] = key
         return changed
 
-    def draw_metrics(self, sums: dict, cached, recompute) -> None:
+    def draw_metrics(self, sums: RunSummary, cached, recompute) -> None:
         figures = captions.headline(self.meta, sums, cached[-1], self.wall_tokens_per_s(), cached, recompute)
-        for slot, (label, value, help_text) in zip(self.metric_slots, figures):
+        for slot, (label, value, help_text) in zip(self.metric_slots, card_figures(figures)):
             slot.metric(label, value, help=help_text)
         if self.figure_line is not None:
             self.figure_line.caption(figure_line(figures))
 
 
 def metric_cards() -> list[Slot]:
-    """The headline figures' cards, each with its explanation (8 columns, wrapping)."""
+    """The headline figures' cards, each with its explanation (8 columns: 9 wrap at 1280 px)."""
     with st.container(key="headline-figures"):
         return [Slot(col) for col in st.columns(8)]
+
+
+def card_figures(figures) -> list[tuple[str, str, str]]:
+    """The figures as cards: eight fit a row at 1280 px (a ninth wraps and moves the stage), so
+    the whole run's no-cache ratio goes into the last step's help; the race caption under the
+    race chart states it too, and the figure line and the report show it as its own figure."""
+    run_help = next(f"{label}: {value}. {h}" for label, value, h in figures if label == captions.RUN_LABEL)
+    return [(label, value, f"{h} {run_help}" if label == captions.LAST_STEP_LABEL else h)
+            for label, value, h in figures if label != captions.RUN_LABEL]
 
 
 def figure_line(figures) -> str:
@@ -411,7 +403,7 @@ def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
         if len(SPECS) > 64:
             SPECS.clear()
         built = live_charts.build_charts(meta, max_new_tokens, data)
-        heights = HEIGHTS if scale == 1 else PRESENTER_HEIGHTS
+        heights = live_charts.heights(presenting=scale != 1)
         SPECS[key] = {name: charts.with_font_scale(sized(charts.to_spec(chart), heights.get(name)), scale)
                       for name, chart in built.items()}
     return SPECS[key]
@@ -440,7 +432,7 @@ def chart_slots(rows) -> dict:
     for row in rows:
         for col, (panel, names) in zip(st.columns(2, gap="large"), row):
             with col.container(key=f"panel-{panel}"):
-                st.markdown(f"**{PANELS[panel]}**")  # a constant title
+                st.markdown(f"**{live_charts.PANELS[panel]}**")  # a constant title
                 for name in names:
                     slots[name] = Slot(st)
                 slots[f"{panel}_caption"] = Slot(st)

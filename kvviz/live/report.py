@@ -30,24 +30,16 @@ from kvviz.live import cache_map, cache_map_charts, captions, frames
 from kvviz.live import charts as live_charts
 from kvviz.live import cache_map_panel
 from kvviz.core.events import StepEvent
-from kvviz.core.trace import VERSION, Trace, TraceError, check_run_meta, summary
+from kvviz.core.trace import VERSION, RunSummary, Trace, TraceError, check_run_meta, summary
 from kvviz.viz import export
 from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
 
 CHART_WIDTH = 520  # px; the SVGs scale down with the page (CSS max-width)
 MAX_HEATMAP_CELLS = 30_000  # a layer-time heatmap beyond this would weigh megabytes of SVG
 MAX_VALUE_CHARS = 400  # a meta value longer than this is cut, with an ellipsis
-TITLES = {  # chart name -> section title (the live page's panels, one chart each)
+MAP_TITLES = {  # the cache map's two sections; every other chart's title is its registry entry's
     "cache_map": "The cache, position by position, at the last step",
     "attention": "The newest token's attention over the cache (averaged over heads), at the last step",
-    "layers": "Cache bytes per layer, grouped by kind (K and V), at the last step",
-    "total": "Whole cache vs the formula",
-    "grid": "Blocks: the paged pool (modelled), at the last step",
-    "reservation": "Paged (modelled) vs a contiguous max-length reservation",
-    "steps": "Time per step",
-    "layer_times": "Time per layer and decode step (cached run)",
-    "race": "With vs without a cache: time to generate",
-    "positions": "Token positions processed: ≈ n²/2 without a cache vs n with it",
 }
 FACTS = (  # (meta key, label, formatter) for the run's facts table
     ("model_label", "model", str),
@@ -107,8 +99,7 @@ def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
     data = live_charts.chart_data(trace.meta, cached, recompute)
     out = live_charts.build_charts(trace.meta, len(cached), data)
     if not recompute:
-        out.pop("race")
-        out.pop("positions")
+        out = {name: chart for name, chart in out.items() if name not in live_charts.RACE_PANELS}
     if not 0 < (data["layer_times"]["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
         out.pop("layer_times")
     else:
@@ -150,6 +141,10 @@ def inline_svg(svg: str, prefix: str) -> str:
     return re.sub(r'(href=")#([^"]+)"', rf'\1#{prefix}-\2"', svg)
 
 
+def section_title(name: str) -> str:
+    return MAP_TITLES.get(name) or next(c.report_title for c in live_charts.CHARTS if c.name == name)
+
+
 def _chart_captions(trace: Trace) -> dict[str, str]:
     """Each chart's plain-language caption, when the meta holds the facts they quote."""
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
@@ -158,8 +153,8 @@ def _chart_captions(trace: Trace) -> dict[str, str]:
         check_run_meta(trace)
         by_panel = captions.chart_captions(trace.meta, cached)
         out = {"cache_map": cache_map_panel.caption(trace.meta, cached[-1], 0, True, hover=False),
-               "layers": by_panel["layers"], "total": by_panel["total"],
-               "reservation": by_panel["blocks"], "layer_times": by_panel["timings"]}
+               **{chart: by_panel[panel] for panel, chart in live_charts.panel_caption_charts().items()
+                  if panel in by_panel}}
     except (TraceError, ArithmeticError, KeyError, TypeError):
         pass
     if cached and recompute:
@@ -183,7 +178,7 @@ def _charts(trace: Trace, svg: Svg | None) -> dict:
             drawing = Markup(inline_svg(svg(_sized(name, chart)), f"c{i}"))
         except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
             error = type(exc).__name__
-        figures.append({"name": name, "title": TITLES[name], "svg": drawing, "error": error,
+        figures.append({"name": name, "title": section_title(name), "svg": drawing, "error": error,
                         "caption": notes.get(name)})
     cells = sum(len(ev.layers) for ev in trace.events_of("cached") if ev.phase == "decode")
     return {"missing_renderer": False, "figures": figures,
@@ -275,25 +270,25 @@ def _headline(trace: Trace, sums: dict, wall_tokens_per_s: float | None = None) 
     return list(captions.headline(meta, sums, cached[-1], wall_tokens_per_s, cached, trace.events_of("recompute")))
 
 
-SUMMARY_ROWS = (  # (label, formatter of one mode's numbers from kvviz.core.trace.mode_summary)
-    ("time to first token", lambda n: fmt_ms(n["ttft_ms"])),
-    ("inter-token median", lambda n: fmt_ms(n["itl_median_ms"])),
-    ("inter-token p95", lambda n: fmt_ms(n["itl_p95_ms"])),
-    ("tokens/s", lambda n: "–" if n["tokens_per_s"] is None else f"{n['tokens_per_s']:.1f}"),
-    ("new tokens × batch", lambda n: f"{n['new_tokens']} × {n['batch']}"),
-    ("peak KV cache", lambda n: fmt_bytes(n["peak_kv_bytes"])),
-    ("peak formula", lambda n: fmt_bytes(n["peak_formula_bytes"])),
-    ("total time", lambda n: fmt_ms(n["total_ms"])),
+SUMMARY_ROWS = (  # (label, formatter of one mode's numbers, a kvviz.core.trace.ModeSummary)
+    ("time to first token", lambda n: fmt_ms(n.ttft_ms)),
+    ("inter-token median", lambda n: fmt_ms(n.itl_median_ms)),
+    ("inter-token p95", lambda n: fmt_ms(n.itl_p95_ms)),
+    ("tokens/s", lambda n: "–" if n.tokens_per_s is None else f"{n.tokens_per_s:.1f}"),
+    ("new tokens × batch", lambda n: f"{n.new_tokens} × {n.batch}"),
+    ("peak KV cache", lambda n: fmt_bytes(n.peak_kv_bytes)),
+    ("peak formula", lambda n: fmt_bytes(n.peak_formula_bytes)),
+    ("total time", lambda n: fmt_ms(n.total_ms)),
 )
 
 
-def _summary(sums: dict) -> dict:
-    modes = sums["modes"]
+def _summary(sums: RunSummary) -> dict:
+    modes = sums.modes
     rows = [(label, [fmt(modes[m]) for m in modes]) for label, fmt in SUMMARY_ROWS] if modes else []
     speedup = ""
-    if modes and sums["recompute_speedup"] is not None:
-        speedup = (f'Recompute took {fmt_ratio(sums["recompute_speedup"])} the cached time '
-                   f'over the first {sums["speedup_steps"]} steps of both.')
+    if modes and sums.recompute_speedup is not None:
+        speedup = (f'Recompute took {fmt_ratio(sums.recompute_speedup)} the cached time '
+                   f'over the first {sums.speedup_steps} steps of both.')
     return {"modes": list(modes), "rows": rows, "speedup": speedup}
 
 

@@ -230,8 +230,8 @@ def measured_fields(events: list[StepEvent], weight_bytes: int) -> dict:
     """The measured SweepRow fields from one point's events (via trace.mode_summary)."""
     numbers = mode_summary(events)
     return {"prefill_kv_bytes": events[0].kv_bytes, "end_kv_bytes": events[-1].kv_bytes,
-            "ttft_ms": numbers["ttft_ms"], "itl_median_ms": numbers["itl_median_ms"],
-            "tokens_per_s": numbers["tokens_per_s"],
+            "ttft_ms": numbers.ttft_ms, "itl_median_ms": numbers.itl_median_ms,
+            "tokens_per_s": numbers.tokens_per_s,
             "decode_bandwidth_bytes_per_s": percentile(decode_bandwidths(events, weight_bytes), 50)}
 
 
