@@ -38,29 +38,31 @@ st.caption("Requests run through transformers' continuous batching (`generate_ba
            "read from transformers' allocator after every step unless labelled modelled.")
 lm = ui.load_model_with_progress(spec)
 
-left, right = st.columns([3, 2])
+# The settings sit in the sidebar (closed on stage), so the run's figures and the pool's grid start
+# on the first screen at 1280 x 720.
 chars = rules.cap("prompt_chars", ui.MAX_PROMPT_CHARS)
-with left:
+with st.sidebar:
+    st.subheader("Requests")
     prompts_text = st.text_area("Requests, one per line", ui.text_from_link("srv_requests", DEFAULT_REQUESTS, chars),
                                 height=150, max_chars=chars, key="srv_requests")
-with right:
     share = st.toggle("Shared system prompt", value=True, key="srv_share", bind=URL,
                       help="The same long system prompt before every request: a common prefix to reuse")
     system = st.text_area("System prompt", ui.text_from_link("srv_system", SYSTEM, chars), height=100,
                           max_chars=chars, key="srv_system", disabled=not share)
-c1, c2, c3, c4, c5 = st.columns(5)
-num_blocks = c1.number_input("Pool size (blocks)", 4, 1024, 24, key="srv_blocks", bind=URL)
-block_size = c2.select_slider("Block size (tokens)", [4, 8, 16, 32, 64], value=16, key="srv_block_size",
-                              bind=URL)
-max_new = c3.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 24, key="srv_max_new", bind=URL)
-every = c4.slider("A new request every … steps", 0, 16, 2, key="srv_every", bind=URL,
-                  help="0: all arrive at once (deduplicated after prefill, no prefill saved); later "
-                       "arrivals find the prefix already cached and skip computing it")
-delay_ms = c5.slider("Slow motion (ms pause per step)", 0, 1000, 150, 50, key="srv_delay", bind=URL,
-                     help="Holds the batching loop after every step so each one can be followed; "
-                          "pauses are left out of every time shown")
+    num_blocks = st.number_input("Pool size (blocks)", 4, 1024, 24, key="srv_blocks", bind=URL)
+    block_size = st.select_slider("Block size (tokens)", [4, 8, 16, 32, 64], value=16, key="srv_block_size",
+                                  bind=URL)
+    max_new = st.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 24, key="srv_max_new", bind=URL)
+    every = st.slider("A new request every … steps", 0, 16, 2, key="srv_every", bind=URL,
+                      help="0: all arrive at once (deduplicated after prefill, no prefill saved); later "
+                           "arrivals find the prefix already cached and skip computing it")
+    delay_ms = st.slider("Slow motion (ms pause per step)", 0, 1000, 150, 50, key="srv_delay", bind=URL,
+                         help="Holds the batching loop after every step so each one can be followed; "
+                              "pauses are left out of every time shown")
 ui.share_link([links.Text("srv_requests", "requests", prompts_text, DEFAULT_REQUESTS),
                links.Text("srv_system", "system prompt", system, SYSTEM)])
+st.caption(f"{sum(1 for line in prompts_text.splitlines() if line.strip())} requests · pool of {int(num_blocks)} "
+           f"blocks of {block_size} tokens · {max_new} new tokens each · requests and settings in the sidebar")
 run_col, stop_col, _ = st.columns([1, 1, 8], vertical_alignment="center")
 run = run_col.button("Run", type="primary", disabled=lm is None, key="srv_run")
 stopped = stop_col.button("Stop", key="srv_stop", help="Ends a run between two steps (its steps are not kept)")

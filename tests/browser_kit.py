@@ -49,3 +49,11 @@ def launched_chromium():
             yield browser
         finally:
             browser.close()
+
+
+def open_sidebar(page) -> None:
+    """Expand the sidebar where it starts closed (hosted mode, a narrow screen, presenter mode)."""
+    if page.get_by_test_id("stSidebar").get_attribute("data-collapsed") == "true":
+        page.get_by_test_id("stExpandSidebarButton").click()
+        page.wait_for_function("() => document.querySelector('[data-testid=stSidebar]')"
+                               ".getAttribute('data-collapsed') === 'false'", timeout=10_000)

@@ -21,7 +21,7 @@ import hashlib
 import time
 
 import pytest
-from browser_kit import ARTIFACTS, ROOT, launched_chromium, served_tiny_app
+from browser_kit import ARTIFACTS, ROOT, launched_chromium, open_sidebar, served_tiny_app
 
 from bench.app_server import IDLE, RUNNING
 
@@ -169,6 +169,7 @@ def grid_image(page) -> str | None:
 
 def serving_settings_for_tiny(page) -> None:
     """No shared system prompt and a bigger pool: the tiny tokenizer spends a token per few bytes."""
+    open_sidebar(page)
     page.get_by_test_id("stCheckbox").filter(has_text="Shared system prompt").locator("label").click()
     settle(page)
     pool = page.get_by_label("Pool size (blocks)")

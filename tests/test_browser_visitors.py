@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, require_chromium
+from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, require_chromium
 
 from bench.app_server import IDLE, RUNNING, Server
 
@@ -129,6 +129,7 @@ def output_text(page) -> str:
 
 def serving_for_tiny(page) -> None:
     """Two short requests, no shared system prompt, a bigger pool, no slow motion."""
+    open_sidebar(page)
     page.get_by_test_id("stCheckbox").filter(has_text="Shared system prompt").locator("label").click()
     page.wait_for_selector(IDLE, timeout=60_000)
     box = page.get_by_label("Requests, one per line")
