@@ -36,7 +36,7 @@ $(VLLM_STAMP):
 	PYTHON=$(PYTHON) bash scripts/vllm_install.sh
 
 test: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # The fast loop (under 90 s on 2 quiet cores): lint, then every test not marked slow or browser (pyproject's
 # markers: slow is the default model, AppTest pages, model runs, processes, most of the catalog).
