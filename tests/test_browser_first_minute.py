@@ -18,10 +18,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, require_chromium
-from test_browser_visitors import tiny_as_default
+from browser_kit import ARTIFACTS, launched_chromium, served_hosted_tiny
 
-from bench.app_server import IDLE, RUNNING, Server
+from bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -38,11 +37,7 @@ PICKED = """el => [...el.querySelectorAll('g.role-mark.mark-text text')].map(t =
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    require_chromium()
-    cache = tmp_path_factory.mktemp("kvviz-cache-first-minute")
-    tiny_as_default(cache)
-    env = {"KVVIZ_HOSTED": "1", "KVVIZ_CACHE_DIR": str(cache), "KVVIZ_TORCH_THREADS": "1"}
-    with Server(env, PORTS, ARTIFACTS / "first-minute-streamlit.log") as served:
+    for served in served_hosted_tiny(tmp_path_factory, "first-minute", PORTS):
         yield served.url
 
 

@@ -16,16 +16,14 @@ Without Chromium the module skips, except under CI (env CI set), where it fails.
 """
 from __future__ import annotations
 
-import json
 import re
 import time
-from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, require_chromium
+from browser_kit import ARTIFACTS, launched_chromium, served_hosted_tiny
 
-from bench.app_server import IDLE, RUNNING, Server
+from bench.app_server import IDLE, RUNNING
 from kvviz.live.tour import MIN_READ_S
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -39,27 +37,9 @@ SLOW = quote("Slow motion ×30")
 PHRASES = {1: "the prefill", 2: "adds one column", 3: "keeps no cache", 4: "131,072 tokens", 5: "Shrink page"}
 
 
-def tiny_as_default(cache: Path) -> None:
-    """The tiny Llama saved where kvviz keeps the converted default model, with its marker
-    (as tests/test_browser_visitors.py does: hosted mode's only model is then tiny and fast)."""
-    from tiny import save_tiny
-
-    from kvviz.core import files
-    from kvviz.engine import models
-    folder = cache / models.DEFAULT_FOLDER
-    folder.mkdir(parents=True)
-    save_tiny(folder)
-    sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
-    files.write_atomic(folder / models.MARKER, json.dumps({"source": "tiny", "sizes": sizes}))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    require_chromium()
-    cache = tmp_path_factory.mktemp("kvviz-cache-tour")
-    tiny_as_default(cache)
-    env = {"KVVIZ_HOSTED": "1", "KVVIZ_CACHE_DIR": str(cache), "KVVIZ_TORCH_THREADS": "1"}
-    with Server(env, PORTS, ARTIFACTS / "tour-streamlit.log") as served:
+    for served in served_hosted_tiny(tmp_path_factory, "tour", PORTS):
         yield served.url
 
 

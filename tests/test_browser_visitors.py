@@ -26,9 +26,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, require_chromium
+from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, served_hosted_tiny
 
-from bench.app_server import IDLE, RUNNING, Server
+from bench.app_server import IDLE, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -48,28 +48,9 @@ new MutationObserver(ms => { for (const m of ms)
 """
 
 
-def tiny_as_default(cache: Path) -> None:
-    """The tiny Llama saved where kvviz keeps the converted default model, with its marker."""
-    from tiny import save_tiny
-
-    from kvviz.core import files
-    from kvviz.engine import models
-    folder = cache / models.DEFAULT_FOLDER
-    folder.mkdir(parents=True)
-    save_tiny(folder)
-    sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
-    files.write_atomic(folder / models.MARKER, json.dumps({"source": "tiny", "sizes": sizes}))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    require_chromium()
-    cache = tmp_path_factory.mktemp("kvviz-cache")
-    tiny_as_default(cache)
-    env = {"KVVIZ_HOSTED": "1", "KVVIZ_CACHE_DIR": str(cache), "KVVIZ_HOSTED_MAX_RUN_S": str(RUN_LIMIT_S),
-           "KVVIZ_TORCH_THREADS": "1"}
-    with Server(env, PORTS, ARTIFACTS / "visitors-streamlit.log") as served:
-        yield served
+    yield from served_hosted_tiny(tmp_path_factory, "visitors", PORTS, {"KVVIZ_HOSTED_MAX_RUN_S": str(RUN_LIMIT_S)})
 
 
 @pytest.fixture(scope="module")

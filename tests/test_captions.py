@@ -1,4 +1,6 @@
 """Captions and headline figures carry the right live numbers."""
+from dataclasses import replace
+
 from kvviz.live import captions
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from kvviz.core.units import fmt_ms
@@ -127,19 +129,7 @@ def test_the_no_cache_figure_waits_for_a_shared_decode_step_and_a_range_for_thre
 
 def recompute_event(step, seq_len, ms):
     """A step without a cache: it reads the whole text (every position so far)."""
-    return StepEvent(mode="recompute",
-                     phase="prefill" if step == 0 else "decode",
-                     step=step,
-                     token_ids=(5,),
-                     texts=("a",),
-                     finished=(False,),
-                     step_ms=ms,
-                     seq_len=seq_len,
-                     positions=seq_len - 1,
-                     kv_bytes=0,
-                     formula_bytes=0,
-                     layers=(),
-                     blocks=None)
+    return replace(event(step, seq_len, ms, "recompute", kv=0, blocks=False), positions=seq_len - 1, layers=())
 
 
 def test_a_long_prompt_headline_states_the_last_step_not_the_diluted_same_steps_ratio():
