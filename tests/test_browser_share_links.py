@@ -16,7 +16,7 @@ import re
 
 import pytest
 from browser_kit import ARTIFACTS, launched_chromium, served_tiny_app
-from test_links_roundtrip import GAPS, SCENARIOS, TINY_CONFIG, explore
+from test_links_roundtrip import SCENARIOS, TINY_CONFIG, explore
 
 from bench.app_server import IDLE
 from kvviz.app import links
@@ -96,7 +96,7 @@ def widgets(page, expected: set[str] = frozenset()) -> dict[str, list[str]]:
     return seen
 
 
-@pytest.mark.parametrize("scenario", [name for name in SCENARIOS if name not in GAPS])  # GAPS: AppTest
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_a_page_link_reopened_in_a_fresh_context_reproduces_every_setting(
         server, browser, scenario, tiny_dir, monkeypatch):
     monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))  # the AppTest exploration's host model
