@@ -1,6 +1,6 @@
 """A full-vs-shrunk comparison as one self-contained HTML file. Pure; no streamlit.
 
-The same document rules as the run report (kvviz/live/report.py): nothing loads anything, every value
+The same document rules as the run report (the page of kvviz/viz/report_page.py): nothing loads anything, every value
 (answers, labels, token texts: an uploaded file can say anything) is escaped by the autoescaping
 template `templates/shrink_report.html.j2`, and only the SVG vl-convert drew and the table pandas
 escaped arrive as Markup. The figures are the Comparison's own (the Shrink page shows the same).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from markupsafe import Markup
 
-from kvviz.live import report
+from kvviz.viz import report_page as report
 from kvviz.shrink import charts as shrink_charts
 from kvviz.shrink.compute import Comparison
 from kvviz.core.units import fmt_bytes
