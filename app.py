@@ -1,11 +1,10 @@
 """kvviz: a Streamlit dashboard of a language model's KV cache. Run: `make run`."""
-import os
 import sys
 from pathlib import Path
 
 import streamlit as st
 
-from kvviz.app import hosted  # stdlib only: cheap enough to run before anything is on the page
+from kvviz.app import hosted, stage  # light: cheap enough to run before anything is on the page
 
 # A local file: a ":material/...:" page icon makes the browser fetch the favicon from fonts.gstatic.com.
 FAVICON = Path(__file__).resolve().parent / "kvviz" / "assets" / "favicon.png"
@@ -14,8 +13,7 @@ HEAVY = "kvviz.app.ui"  # imports torch and transformers: seconds on a fresh ser
 
 def sidebar_state(rules: hosted.Policy) -> str:
     """Closed on stage and for a hosted link's stranger; else "auto": open, closed on a phone."""
-    presenting = os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
-    return "collapsed" if presenting or rules.enabled else "auto"
+    return "collapsed" if stage.presenter_mode() or rules.enabled else "auto"
 
 
 def import_ui():

@@ -21,6 +21,7 @@ from kvviz.app import hosted, links, threads
 from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
+from kvviz.app.stage import presenter_mode
 from kvviz.core.config import DEFAULT_MODEL, ModelSpec, RunConfig
 from kvviz.core.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
 
@@ -70,10 +71,6 @@ def configure_server() -> None:
         st.warning(f"Ignoring a setting: {visitor_text(exc, 'url settings')}")
     if policy().enabled and st.get_option("client.showErrorDetails") != "none":
         st.set_option("client.showErrorDetails", "none")
-
-
-def presenter_mode() -> bool:
-    return os.environ.get("KVVIZ_PRESENT") == "1" or st.query_params.get("present") == "1"
 
 
 PRESENTER_FONT_SCALE = 1.5  # chart text in presenter mode, × Streamlit's sizes (charts.with_font_scale)
