@@ -7,14 +7,21 @@ text, or Markdown-escaped with `ui.inert`, never rendered.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import streamlit as st
 
-from kvviz.app import ui
-from kvviz.shrink import record
+from kvviz.app import links, ui
+from kvviz.shrink import presses, quant_cache, record
 from kvviz.shrink import charts as shrink_charts
+from kvviz.shrink import compute as shrink
 from kvviz.shrink.compute import Comparison, ShrinkRun
+
+DRAW_EVERY_S = 0.15  # redraw both answers at most this often while the runs take turns
+PRESS, QUANT = "Press (evict positions)", "Quantized cache"
+PROMPT = shrink.DEFAULT_PROMPT  # a context and a question: long enough for SnapKV's scores to choose
+URL = "query-params"  # settings are bound to the page's link (kvviz.app.links)
 
 
 @dataclass
@@ -118,3 +125,118 @@ def play_steps(stage: Stage, result: Comparison, speed: float) -> None:
         if speed:
             step_s = (now.full.steps[-1].step_ms + now.shrunk.steps[-1].step_ms) / 1000
             time.sleep(min(step_s / speed, 2.0))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the sidebar asked for: the shrink mode, the prompt, the new tokens, the map's view."""
+
+    mode: shrink.ShrinkMode
+    prompt: str
+    new_tokens: int
+    per_head: bool
+
+
+def mode_settings() -> shrink.ShrinkMode:
+    """The sidebar's press or quantized cache, with a sentence for each one not offered here."""
+    offered, refused = presses.offered()
+    backends, refused_backends = quant_cache.available()
+    st.sidebar.subheader("Shrink")
+    kind = st.sidebar.radio("Shrink by", [PRESS, QUANT], key="shrink_kind", bind=URL)
+    if kind == PRESS:
+        name = st.sidebar.selectbox("Press", list(offered), key="shrink_press", bind=URL)
+        ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, 0.5, 0.1, key="shrink_ratio",
+                                  bind=URL)
+        mode = shrink.ShrinkMode(press=name, ratio=ratio) if name else shrink.ShrinkMode()
+        if name:
+            st.sidebar.caption(offered[name])
+        for why_name, why in refused.items():
+            st.sidebar.caption(f"{why_name} is not offered: {why}")
+        return mode
+    backend = st.sidebar.selectbox("Backend", list(backends), key="shrink_backend", bind=URL)
+    nbits = st.sidebar.selectbox("Bits", backends[backend], index=len(backends[backend]) - 1,
+                                 key="shrink_nbits", bind=URL)
+    residual = st.sidebar.slider("Residual (newest tokens kept in full precision)", 1, 128, 16,
+                                 key="shrink_residual", disabled=backend == "fp8", bind=URL)
+    for why_name, why in refused_backends.items():
+        st.sidebar.caption(f"{why_name} is not offered: {why}")
+    return shrink.ShrinkMode(backend=backend, nbits=nbits, residual_length=residual)
+
+
+def settings(rules) -> Settings:
+    """The Shrink sidebar: mode, prompt (carried by the link up to its length), tokens, map view."""
+    mode = mode_settings()
+    chars = rules.cap("prompt_chars", ui.MAX_PROMPT_CHARS)
+    with st.sidebar:  # a link's prompt (not bound: kvviz.app.links carries it up to its length)
+        prompt = st.text_area("Prompt", ui.text_from_link("shrink_prompt", PROMPT, chars), max_chars=chars,
+                              key="shrink_prompt")
+    new_tokens = st.sidebar.slider("New tokens", 2, rules.cap("new_tokens", 64), 24, key="shrink_new", bind=URL)
+    per_head = st.sidebar.toggle("Kept map per KV head", value=False, key="shrink_per_head", bind=URL)
+    ui.share_link([links.Text("shrink_prompt", "prompt", prompt, PROMPT)])
+    return Settings(mode, prompt, new_tokens, per_head)
+
+
+def run_both(lm, ids, asked: Settings, stage: Stage, deadline: float) -> Comparison:
+    """The two runs taking turns, each side's column filled as its tokens arrive."""
+    runs = shrink.new_pair(asked.mode)
+    drawn = 0.0
+    turns = shrink.take_turns(lm, ids, asked.new_tokens, asked.mode, should_stop=lambda: time.monotonic() > deadline)
+    for turn in turns:
+        shrink.add_turn(runs, turn, lm.tokenizer)
+        if turn.side == shrink.SHRUNK and time.monotonic() - drawn > DRAW_EVERY_S:
+            stage.heading.caption(f"Both runs take turns on the device: step {turn.step.step + 1} "
+                                  f"of {asked.new_tokens}…")
+            draw_answers(stage, [runs[shrink.FULL], runs[shrink.SHRUNK]], final=False)
+            drawn = time.monotonic()
+    return shrink.comparison(runs)
+
+
+def run_clicked(lm, rules, asked: Settings, stage: Stage, status, ran_with) -> None:
+    """Check the request, run both sides in the device's turn, keep the result in the session."""
+    try:
+        ids = shrink.prompt_ids(lm.tokenizer, asked.prompt)
+        rules.check_prompt_tokens(ids.shape[1])
+        st.session_state.pop("shrink", None)  # a new run: the old result is not this one's
+        with ui.device_turn(status) if rules.enabled else nullcontext():
+            deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
+            result = run_both(lm, ids, asked, stage, deadline)
+        if time.monotonic() > deadline:
+            status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
+        pieces = lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()])
+        st.session_state["shrink"] = (result, pieces, ran_with)
+    except ValueError as exc:
+        st.error(f"Cannot run: {ui.visitor_text(exc, 'shrink run')}")
+
+
+def page() -> None:
+    """The Shrink page: sidebar settings, the Run button, both runs, the finished comparison."""
+    rules = ui.policy()
+    spec = ui.model_settings()
+    st.title("Shrink the cache")
+    st.caption("Both runs are greedy and measured here: bytes are read from the cache tensors after "
+               "each step. A press evicts prompt positions once, after the prompt; a quantized cache "
+               "stores older tokens in fewer bits and keeps the newest in full precision.")
+    lm = ui.load_model_with_progress(spec)
+    if lm is None:
+        st.stop()
+    asked = settings(rules)
+    status = st.empty()
+    clicked = st.button("Run full and shrunk", type="primary", key="shrink_run")
+    stage = Stage.make()
+    ran_with = (spec.name, asked.mode, asked.prompt, asked.new_tokens)
+    if clicked:
+        try:
+            rules.check_limits(spec.name, new_tokens=asked.new_tokens, prompt_chars=len(asked.prompt))
+        except ValueError as exc:
+            st.error(f"Cannot run: {ui.visitor_text(exc, 'shrink run')}")
+        else:
+            run_clicked(lm, rules, asked, stage, status, ran_with)
+    if "shrink" not in st.session_state:
+        status.info("Pick a press or a quantized cache in the sidebar, then press **Run full and shrunk**.")
+        st.stop()
+    result, prompt_pieces, was = st.session_state["shrink"]
+    if was != ran_with:
+        status.warning("These results are from the previous settings (model, shrink mode, prompt or "
+                       "tokens changed since): press **Run full and shrunk** to run the current ones.")
+    draw_result(stage, result, prompt_pieces, asked.per_head, key="shrink")
+    downloads(result, prompt_pieces, lm.label, key="shrink")
