@@ -107,7 +107,7 @@ def test_the_long_context_step_scales_the_measured_bytes_per_token():
 def planner_settings() -> dict[str, str]:
     """The planner page's URL-bound widgets: key -> the widget's function name."""
     bound = {}
-    for node in ast.walk(ast.parse((PAGES / "planner.py").read_text())):
+    for node in ast.walk(ast.parse((PAGES.parent / "kvviz" / "planner" / "panel.py").read_text())):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             words = {k.arg: k.value for k in node.keywords}
             key = words.get("key")
