@@ -206,6 +206,11 @@ def test_cli_writes_a_file_replay_reads(tiny_dir, tmp_path, capsys):
     (["--quant", "quanto", "--nbits", "3"], "not 3"),
     (["--press", "Knorm", "--max-new-tokens", "0"], "at least 1"),
     (["--press", "Knorm", "--prompt", "  "], "prompt is empty"),
+    (["--quant", "fp8", "--nbits", "4"], "fp8 stores 8 bits per value; --nbits 4 does not apply"),
+    (["--quant", "fp8", "--residual", "8"], "keeps no full-precision residual"),
+    (["--press", "Knorm", "--out", "/nonexistent-kvviz/s.json"], "the folder /nonexistent-kvviz does not exist"),
+    (["--press", "Knorm", "--out", "/tmp"], "--out /tmp is a folder"),
+    (["--press", "Knorm", "--report", "/nonexistent-kvviz/r.html"], "--report /nonexistent-kvviz/r.html"),
 ])
 def test_cli_bad_input_is_one_line(tiny_dir, tmp_path, capsys, argv, words):
     from kvviz import cli

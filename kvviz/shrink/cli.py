@@ -21,8 +21,9 @@ def add_parser(subparsers) -> None:
     how.add_argument("--press", choices=list(presses.PRESSES), help="a kvpress press that evicts prompt positions")
     how.add_argument("--quant", choices=list(quant_cache.BACKENDS), help="transformers' quantized cache backend")
     p.add_argument("--ratio", type=float, default=0.5, help="share of prompt positions the press evicts")
-    p.add_argument("--nbits", type=int, default=4, help="bits of the quantized cache (quanto, hqq)")
-    p.add_argument("--residual", type=int, default=16, help="newest tokens a quantized cache keeps in full precision")
+    p.add_argument("--nbits", type=int, default=None, help="bits of the quantized cache (quanto, hqq; default 4)")
+    p.add_argument("--residual", type=int, default=None,
+                   help="newest tokens a quantized cache keeps in full precision (quanto, hqq; default 16)")
     p.add_argument("--prompt", default=None,
                    help="the prompt (default: the Shrink page's, a context and a question, "
                         "kvviz.shrink.compute.DEFAULT_PROMPT)")
@@ -32,6 +33,33 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, help="the kvviz-shrink file to write (JSON)")
     p.add_argument("--report", default=None, help="also write the HTML report here")
     p.set_defaults(func=run)
+
+
+def quant_mode(args):
+    """The quantized-cache mode the flags ask for; UserError for flags fp8 cannot honour."""
+    from kvviz.shrink.compute import ShrinkMode
+    if args.quant == "fp8":
+        if args.nbits not in (None, 8):
+            raise UserError(f"fp8 stores 8 bits per value; --nbits {args.nbits} does not apply to it "
+                            "(quanto and hqq offer 2 or 4 bits)")
+        if args.residual is not None:
+            raise UserError("fp8 quantizes every token and keeps no full-precision residual; drop --residual")
+        return ShrinkMode(backend="fp8", nbits=8)
+    return ShrinkMode(backend=args.quant, nbits=4 if args.nbits is None else args.nbits,
+                      residual_length=16 if args.residual is None else args.residual)
+
+
+def check_out(path: str, flag: str = "--out") -> None:
+    """UserError before any work when `path` cannot be written: a folder, or a missing or
+    read-only parent folder."""
+    import os
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path} is a folder; name a file in it")
+    if not os.path.isdir(folder):
+        raise UserError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UserError(f"{flag} {path}: kvviz may not write there")
 
 
 def run(args) -> int:
@@ -44,14 +72,16 @@ def run(args) -> int:
     from kvviz.shrink import report as shrink_report
 
     prompt = shrink.DEFAULT_PROMPT if args.prompt is None else args.prompt
-    mode = (shrink.ShrinkMode(press=args.press, ratio=args.ratio) if args.press else
-            shrink.ShrinkMode(backend=args.quant, nbits=args.nbits, residual_length=args.residual))
     try:
+        mode = shrink.ShrinkMode(press=args.press, ratio=args.ratio) if args.press else quant_mode(args)
         mode.check()
         if args.max_new_tokens < 1:
             raise UserError("--max-new-tokens must be at least 1")
         if not prompt.strip():
             raise UserError("the prompt is empty: type something for the model to continue")
+        check_out(args.out)
+        if args.report:
+            check_out(args.report, "--report")
         lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
         ids = shrink.prompt_ids(lm.tokenizer, prompt, chat=not args.no_chat_template)
         result = shrink.compare(lm, ids, args.max_new_tokens, mode)

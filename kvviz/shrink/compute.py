@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache
 
 from kvviz.engine import loop as engine
-from kvviz.shrink import presses, quant_cache
+from kvviz.shrink import presses, quant_cache, support
 from kvviz.core.errors import UserError
 
 FULL, SHRUNK = "full", "shrunk"
@@ -108,6 +108,26 @@ def prompt_ids(tokenizer, prompt: str, chat: bool = True) -> torch.Tensor:
     return torch.tensor([tokenizer(prompt)["input_ids"]])
 
 
+def context_limit(model) -> int | None:
+    """The model's context in tokens (max_position_embeddings), None when the config has none."""
+    return getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+
+
+def check_run(lm, prompt_tokens: int, max_new_tokens: int, mode: ShrinkMode) -> None:
+    """UserError in plain words, before any run: the mode on this model, the new tokens, the
+    prompt against the model's context (as `kvviz record` checks it) and a press's minimum."""
+    mode.check()
+    support.check(lm.model, mode)
+    if max_new_tokens < 1:
+        raise UserError("the number of new tokens must be at least 1")
+    limit, total = context_limit(lm.model), prompt_tokens + max_new_tokens
+    if limit and total > limit:
+        raise UserError(f"prompt ({prompt_tokens:,} tokens) + new tokens ({max_new_tokens}) = {total:,} "
+                        f"exceeds this model's context of {limit:,} tokens")
+    if mode.press != presses.NONE and not mode.backend:
+        presses.make_press(mode.press, mode.ratio, prompt_tokens)  # its own checks, nothing run
+
+
 def dynamic_bytes(cache) -> int:
     return sum(t.nbytes for layer in cache.layers for t in (layer.keys, layer.values)
                if isinstance(t, torch.Tensor))
@@ -156,6 +176,7 @@ def prefill(model, ids: torch.Tensor, cache, mode: ShrinkMode):
 
 
 def run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[int] | None = None) -> ShrinkRun:
+    check_run(lm, ids.shape[1], max_new_tokens, mode)
     out = ShrinkRun(mode.label())
     for step, kept in greedy_run(lm, ids, max_new_tokens, mode, eos):
         out.steps.append(step)
@@ -216,7 +237,9 @@ def take_turns(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
     """The full and the shrunk runs, one step each in turn: full 0, shrunk 0, full 1, shrunk 1, ...
 
     `should_stop` is asked before every pair after the first (both prompts always run): when it
-    says so, both sides stop after the same number of steps. EOS is not a stop."""
+    says so, both sides stop after the same number of steps. EOS is not a stop. UserError before
+    any step for a request `check_run` refuses."""
+    check_run(lm, ids.shape[1], max_new_tokens, mode)
     sides = {FULL: greedy_run(lm, ids, max_new_tokens, ShrinkMode()), SHRUNK: greedy_run(lm, ids, max_new_tokens, mode)}
     try:
         for step in range(max_new_tokens):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from kvviz.app import links, ui
-from kvviz.shrink import presses, quant_cache, record
+from kvviz.shrink import presses, quant_cache, record, support
 from kvviz.shrink import charts as shrink_charts
 from kvviz.shrink import compute as shrink
 from kvviz.shrink.compute import Comparison, ShrinkRun
@@ -135,14 +135,21 @@ class Settings:
     prompt: str
     new_tokens: int
     per_head: bool
+    refused: str = ""  # why the chosen kind does not run on this model ("" when it does)
 
 
-def mode_settings() -> shrink.ShrinkMode:
-    """The sidebar's press or quantized cache, with a sentence for each one not offered here."""
+def mode_settings(model) -> tuple[shrink.ShrinkMode, str]:
+    """The sidebar's press or quantized cache, with a sentence for each one not offered here;
+    (mode, why this kind is not offered for `model`, or "")."""
     offered, refused = presses.offered()
     backends, refused_backends = quant_cache.available()
     st.sidebar.subheader("Shrink")
     kind = st.sidebar.radio("Shrink by", [PRESS, QUANT], key="shrink_kind", bind=URL)
+    why = support.press_refusal(model) if kind == PRESS else support.quant_refusal(model)
+    if why:
+        what = "Presses are" if kind == PRESS else "A quantized cache is"
+        st.sidebar.caption(f"{what} not offered for this model: {why}.")
+        return shrink.ShrinkMode(), f"{what} not offered for this model: {why}."
     if kind == PRESS:
         name = st.sidebar.selectbox("Press", list(offered), key="shrink_press", bind=URL)
         ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, 0.5, 0.1, key="shrink_ratio",
@@ -150,22 +157,22 @@ def mode_settings() -> shrink.ShrinkMode:
         mode = shrink.ShrinkMode(press=name, ratio=ratio) if name else shrink.ShrinkMode()
         if name:
             st.sidebar.caption(offered[name])
-        for why_name, why in refused.items():
-            st.sidebar.caption(f"{why_name} is not offered: {why}")
-        return mode
+        for why_name, why_not in refused.items():
+            st.sidebar.caption(f"{why_name} is not offered: {why_not}")
+        return mode, ""
     backend = st.sidebar.selectbox("Backend", list(backends), key="shrink_backend", bind=URL)
     nbits = st.sidebar.selectbox("Bits", backends[backend], index=len(backends[backend]) - 1,
                                  key="shrink_nbits", bind=URL)
     residual = st.sidebar.slider("Residual (newest tokens kept in full precision)", 1, 128, 16,
                                  key="shrink_residual", disabled=backend == "fp8", bind=URL)
-    for why_name, why in refused_backends.items():
-        st.sidebar.caption(f"{why_name} is not offered: {why}")
-    return shrink.ShrinkMode(backend=backend, nbits=nbits, residual_length=residual)
+    for why_name, why_not in refused_backends.items():
+        st.sidebar.caption(f"{why_name} is not offered: {why_not}")
+    return shrink.ShrinkMode(backend=backend, nbits=nbits, residual_length=residual), ""
 
 
-def settings(rules) -> Settings:
+def settings(rules, model) -> Settings:
     """The Shrink sidebar: mode, prompt (carried by the link up to its length), tokens, map view."""
-    mode = mode_settings()
+    mode, refused = mode_settings(model)
     chars = rules.cap("prompt_chars", ui.MAX_PROMPT_CHARS)
     with st.sidebar:  # a link's prompt (not bound: kvviz.app.links carries it up to its length)
         prompt = st.text_area("Prompt", ui.text_from_link("shrink_prompt", PROMPT, chars), max_chars=chars,
@@ -173,7 +180,7 @@ def settings(rules) -> Settings:
     new_tokens = st.sidebar.slider("New tokens", 2, rules.cap("new_tokens", 64), 24, key="shrink_new", bind=URL)
     per_head = st.sidebar.toggle("Kept map per KV head", value=False, key="shrink_per_head", bind=URL)
     ui.share_link([links.Text("shrink_prompt", "prompt", prompt, PROMPT)])
-    return Settings(mode, prompt, new_tokens, per_head)
+    return Settings(mode, prompt, new_tokens, per_head, refused)
 
 
 def run_both(lm, ids, asked: Settings, stage: Stage, deadline: float) -> Comparison:
@@ -219,9 +226,11 @@ def page() -> None:
     lm = ui.load_model_with_progress(spec)
     if lm is None:
         st.stop()
-    asked = settings(rules)
+    asked = settings(rules, lm.model)
     status = st.empty()
-    clicked = st.button("Run full and shrunk", type="primary", key="shrink_run")
+    clicked = st.button("Run full and shrunk", type="primary", key="shrink_run", disabled=bool(asked.refused))
+    if asked.refused:
+        st.warning(asked.refused)
     stage = Stage.make()
     ran_with = (spec.name, asked.mode, asked.prompt, asked.new_tokens)
     if clicked:

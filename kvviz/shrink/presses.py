@@ -28,6 +28,7 @@ PRESSES = {
     "TOVA": ("TOVAPress", "Keeps the tokens the last prompt token attends to most, per head."),
 }
 NONE = "none"
+MIN_PROMPT_TOKENS = 8  # fewer leave a press nothing to choose between
 SNAPKV_WINDOW = 64  # kvpress's default observation window (tokens at the end of the prompt)
 
 
@@ -63,8 +64,10 @@ def check(name: str, ratio: float) -> None:
 def make_press(name: str, ratio: float, prompt_tokens: int):
     """A kvpress press that evicts `ratio` of the prompt's positions; ValueError in plain words."""
     check(name, ratio)
-    if prompt_tokens < 8:
-        raise UserError(f"the prompt is {prompt_tokens} tokens; a press needs at least 8 to choose from")
+    if prompt_tokens < MIN_PROMPT_TOKENS:
+        noun = "token" if prompt_tokens == 1 else "tokens"
+        raise UserError(f"the prompt is {prompt_tokens} {noun}; a press needs at least {MIN_PROMPT_TOKENS} "
+                        "to choose from")
     cls = getattr(kvpress_module(), PRESSES[name][0])
     if name == "SnapKV":  # its window must be shorter than the prompt
         return cls(compression_ratio=ratio, window_size=min(SNAPKV_WINDOW, prompt_tokens // 2))
