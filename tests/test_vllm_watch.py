@@ -10,6 +10,7 @@ from kvviz import cli
 from kvviz.vllm import client
 from kvviz.vllm.client import EngineError, normalize_url
 from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.state import request_rows
 from kvviz.vllm.subscriber import publisher_binds, resolve_source
 from kvviz.vllm.watch import EngineWatch
 from vllm_fake import FakeVllm, free_port
@@ -214,15 +215,20 @@ def test_hosted_engine_allowlist():
 @pytest.mark.slow
 def test_kvviz_watch_records_a_file_that_replays(fake, tmp_path, capsys):
     fake.publish_captured()
-    out = tmp_path / "watch.json"
-    assert cli.main([  "watch", fake.url, "--seconds", "3", "--scrape-every", "0.5", "--out", str(out)]) == 0
+    out, rows_path = tmp_path / "watch.json", tmp_path / "requests.json"
+    assert cli.main(["watch", fake.url, "--seconds", "3", "--scrape-every", "0.5", "--out", str(out),
+                     "--requests-json", str(rows_path)]) == 0
     printed = capsys.readouterr().out
     assert "evicted 104" in printed and "hit rate" in printed and str(out) in printed
+    assert f"26 requests written to {rows_path}" in printed
     rec = Recording.load(out)
     assert rec.meta["servers"][fake.url]["version"] == "0.32.0" and rec.scrapes
     (state,) = states_at(rec).values()
     assert state.pool.counts == replayed_pool().counts
     assert json.loads(out.read_text())["format"] == "kvviz-vllm-watch"
+    rows = json.loads(rows_path.read_text())  # the rows Replay derives from the file, the same
+    assert rows == request_rows(states_at(rec)) and sum(r["cached_tokens"] for r in rows) == 3840
+    assert {"prompt_tokens", "cached_tokens", "reused_blocks", "stored_blocks", "miss_reason"} <= set(rows[0])
 
 
 @pytest.mark.slow

@@ -1,12 +1,13 @@
 """`kvviz watch URL… --seconds N --out watch.json`: record what vLLM engines do, headless."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 
-from kvviz.core.trace import TraceError
+from kvviz.core.trace import TraceError, write_atomic
 from kvviz.vllm.client import EngineError
-from kvviz.vllm.state import format_summary, summary
+from kvviz.vllm.state import format_summary, request_rows, summary
 from kvviz.vllm.watch import EngineWatch
 
 
@@ -16,6 +17,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="how long to watch")
     p.add_argument("--scrape-every", type=float, default=1.0, help="seconds between /metrics reads")
     p.add_argument("--out", required=True, help="where to write the watch (JSON, kvviz-vllm-watch)")
+    p.add_argument("--requests-json", metavar="PATH",
+                   help="also write one object per request seen (prompt_tokens, cached_tokens, "
+                        "reused_blocks, stored_blocks, miss_reason, ...) as a JSON array")
     p.set_defaults(func=run_watch)
 
 
@@ -36,7 +40,7 @@ def run_watch(args) -> int:
         print("kvviz watch: interrupted; saving what was recorded", file=sys.stderr)
     watch.stop()
     report_status(watch, shown)
-    return finish(watch, args.out)
+    return finish(watch, args.out, args.requests_json)
 
 
 def report_status(watch: EngineWatch, shown: dict[str, str]) -> None:
@@ -46,7 +50,7 @@ def report_status(watch: EngineWatch, shown: dict[str, str]) -> None:
             print(f"{conn.url}: {conn.status}", file=sys.stderr)
 
 
-def finish(watch: EngineWatch, out: str) -> int:
+def finish(watch: EngineWatch, out: str, requests_json: str | None = None) -> int:
     recording = watch.recording
     recording.meta["seconds"] = round(watch.now_s(), 3)
     try:
@@ -56,8 +60,23 @@ def finish(watch: EngineWatch, out: str) -> int:
         return 2
     for state in watch.states.values():
         print(format_summary(summary(state)))
+    if requests_json and write_requests(watch, requests_json) != 0:
+        return 2
     if not recording.batches and not recording.scrapes:
         print(f"kvviz watch: nothing was recorded; {out} holds only the notes", file=sys.stderr)
         return 2
     print(f"watch written to {out}")
+    return 0
+
+
+def write_requests(watch: EngineWatch, path: str) -> int:
+    """The per-request rows (the same the Replay page derives from the watch file) as JSON."""
+    with watch.lock:
+        rows = request_rows(watch.states)
+    try:
+        write_atomic(path, json.dumps(rows, indent=1) + "\n")
+    except OSError as exc:
+        print(f"kvviz watch: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"{len(rows)} requests written to {path}")
     return 0

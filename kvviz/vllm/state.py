@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from kvviz.vllm.events import KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
 from kvviz.vllm.pool import CachedBlocks
+from kvviz.vllm.requests import RequestLedger
 
 MAX_HISTORY = 3600  # rows kept per engine (an hour at one scrape a second)
 
@@ -27,6 +28,7 @@ class EngineState:
     pool: CachedBlocks = field(default_factory=CachedBlocks)
     metrics: EngineMetrics | None = None
     history: list[dict] = field(default_factory=list)
+    ledger: RequestLedger = field(default_factory=RequestLedger)  # per request, block lives
 
     def history_row(self, t_s: float) -> dict:
         """One row of the charts over time; None where the metrics have not been read yet."""
@@ -52,7 +54,16 @@ def state_for(states: dict[str, EngineState], url: str, rank: int | str) -> Engi
 
 def apply_batch(states: dict[str, EngineState], url: str, rank: int, seq: int,
                 batch: KVEventBatch) -> None:
-    state_for(states, url, rank).pool.apply(seq, batch)
+    """The batch to the pool and, when the pool took it (not a duplicate), to the ledger; a
+    restart (the pool starts over) starts the ledger over too."""
+    state = state_for(states, url, rank)
+    counts = state.pool.counts
+    restarts, batches = counts.num_restarts, counts.num_batches
+    state.pool.apply(seq, batch)
+    if state.pool.counts.num_restarts != restarts:
+        state.ledger = RequestLedger()
+    if state.pool.counts.num_batches != batches or state.pool.counts.num_restarts != restarts:
+        state.ledger.apply(batch)
 
 
 def apply_scrape(states: dict[str, EngineState], url: str, engines: dict[str, EngineMetrics],
@@ -61,6 +72,7 @@ def apply_scrape(states: dict[str, EngineState], url: str, engines: dict[str, En
     for engine, metrics in engines.items():
         state = state_for(states, url, engine)
         state.metrics = metrics
+        state.ledger.usable_blocks = metrics.num_usable_blocks
         state.history.append(state.history_row(t_s))
         del state.history[:-MAX_HISTORY]
 
@@ -77,6 +89,11 @@ def summary(state: EngineState) -> dict:
             "peak_held_blocks": max(held, default=None),
             "usable_blocks": m.num_usable_blocks if m else None,
             "hit_rate": m.hit_rate if m else None, "preemptions": m.num_preemptions if m else None}
+
+
+def request_rows(states: dict[str, EngineState]) -> list[dict]:
+    """Every engine's per-request rows (events; derived), each with its engine's key first."""
+    return [{"engine": key, **row} for key, state in sorted(states.items()) for row in state.ledger.rows()]
 
 
 def format_summary(row: dict) -> str:

@@ -1,0 +1,116 @@
+"""Why a request's prompt stopped matching the prefix cache, in words, from the block log.
+
+The first block a request had to compute (`Miss`) is compared with what the cache held or had
+held, in this order:
+
+1. its very hash was cached before and evicted (LRU, under pool pressure) or cleared: `evicted`,
+   `cleared` (when, how long before, how full the pool was then);
+2. its hash is cached right now, yet it was computed again: `recomputed` (a request running in
+   the same step was computing it, or it holds the prompt's last token, which vLLM recomputes);
+3. a block after the same prefix holds the very same tokens under another hash: `extra keys`
+   (a different LoRA, cache salt or multimodal input, which vLLM hashes with the tokens);
+4. a block after the same prefix shares its first tokens: `diverged` at token k, from the request
+   that stored that block (for a first block, at least a quarter block in common);
+5. otherwise `extends` (some prefix was cached, this continuation never seen) or `first seen`.
+
+A request whose whole blocks all came from the cache gets `partial tail`: only its last, partial
+block was computed, and vLLM caches whole blocks only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvviz.vllm.blocklog import CLEARED, BlockLog, Life
+from kvviz.vllm.events import BlockHash
+
+FIRST_SEEN, EXTENDS, DIVERGED = "first seen", "extends", "diverged"
+EVICTED, CLEARED_CODE, RECOMPUTED = "evicted", "cleared", "recomputed"
+EXTRA_KEYS, PARTIAL_TAIL = "extra keys", "partial tail"
+CODES = (FIRST_SEEN, EXTENDS, DIVERGED, EVICTED, CLEARED_CODE, RECOMPUTED, EXTRA_KEYS, PARTIAL_TAIL)
+
+
+@dataclass(frozen=True)
+class Miss:
+    """The first block a request stored: where its cache match stopped."""
+
+    block_hash: BlockHash
+    parent: BlockHash | None
+    position: int  # block index: the request reused `position` blocks
+    tokens: tuple[int, ...]
+    keys: tuple
+    block_size: int
+    ts: float
+    t0: float  # the ledger's first batch time, for "at t = … s"
+
+
+def tail(block_size: int) -> tuple[str, str]:
+    return PARTIAL_TAIL, (f"every whole block of the prompt came from the cache; its last tokens "
+                          f"do not fill a block of {block_size} and vLLM caches whole blocks only")
+
+
+def explain(log: BlockLog, miss: Miss, usable: int | None = None) -> tuple[str, str, int]:
+    """(code, sentence, first token not served from the cache)."""
+    start = miss.position * miss.block_size
+    gone = log.last_end.get(miss.block_hash)
+    if not log.is_cached(miss.block_hash) and gone is not None:
+        return gone_reason(gone, miss, usable) + (start,)
+    current = log.live.get(miss.block_hash)
+    if current is not None:
+        return RECOMPUTED, (f"block {miss.position} was already cached (stored by request "
+                            f"{current.owner}) but computed again: that request was computing it in "
+                            "the same step, or it holds the prompt's last token, which vLLM always "
+                            "recomputes"), start
+    siblings = log.siblings(miss.parent, miss.block_hash)
+    same = [s for s in siblings if s.tokens == miss.tokens]
+    if same:
+        return EXTRA_KEYS, (f"block {miss.position} has the same tokens as a block of request "
+                            f"{same[-1].owner} but another hash: a different LoRA, cache salt or "
+                            f"multimodal input ({keys_text(same[-1].keys)} then, "
+                            f"{keys_text(miss.keys)} now)"), start
+    best, common = closest(siblings, miss.tokens)
+    if best is not None and (miss.position > 0 or common >= max(1, miss.block_size // 4)):
+        k = start + common
+        return DIVERGED, f"diverged at token {k} from the prefix request {best.owner} cached", k
+    if miss.position > 0:
+        owner = log.known(miss.parent)
+        return EXTENDS, (f"the first {start} tokens were cached (request "
+                         f"{owner.owner if owner else 'before kvviz attached'}); what follows was "
+                         "seen for the first time"), start
+    return FIRST_SEEN, "first time this prefix was seen", 0
+
+
+def gone_reason(gone: Life, miss: Miss, usable: int | None) -> tuple[str, str]:
+    at, ago = gone.ended_s - miss.t0, miss.ts - gone.ended_s
+    if gone.ended_by == CLEARED:
+        return CLEARED_CODE, (f"block {miss.position} was cached until the prefix cache was cleared "
+                              f"at t = {at:.1f} s ({ago:.1f} s before)")
+    pool = f"{gone.cached_then} of {usable}" if usable else f"{gone.cached_then}"
+    return EVICTED, (f"block {miss.position} (stored by request {gone.owner}) was evicted at "
+                     f"t = {at:.1f} s ({ago:.1f} s before) by pool pressure, with {pool} blocks "
+                     "cached then")
+
+
+def closest(siblings: list[Life], tokens: tuple[int, ...]) -> tuple[Life | None, int]:
+    """The sibling sharing the longest run of first tokens (the latest on a tie), and that run."""
+    best, common = None, -1
+    for life in siblings:
+        n = common_start(life.tokens, tokens)
+        if n >= common:
+            best, common = life, n
+    return best, max(common, 0)
+
+
+def common_start(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def keys_text(keys: tuple) -> str:
+    lora_id, lora_name, extra = keys
+    parts = [f"LoRA {lora_name or lora_id}" if lora_id is not None or lora_name else "no LoRA",
+             f"extra keys {list(extra)}" if extra else "no extra keys"]
+    return ", ".join(parts)

@@ -1,0 +1,176 @@
+"""Per-request cache accounting from one engine's KV events: what each request reused, stored, and
+why the rest missed.
+
+vLLM 0.32 publishes, per request, a `BlockStored` for the blocks it reused from the prefix cache
+(requests sent with `kv_cache_report_mode="full"`: the contiguous run from block 0, parent None,
+every hash already cached) and `BlockStored` for the blocks it newly cached, in the same engine
+step for the prompt (vLLM caches a prompt's full blocks when it allocates them), later ones one by
+one as generated tokens fill them. Each carries the request's `session_id` when the client sent
+one. Events are grouped into requests:
+
+- a reuse report, or a store whose parent is None, starts a request (per session, when tagged);
+- any other store continues the request whose chain ends at its parent (same session when
+  tagged); a store continuing no known request starts one whose reuse is inferred from the chain.
+
+Per request: `cached_tokens` = reused blocks × block size (vLLM's own
+`usage.prompt_tokens_details.cached_tokens`), `prompt_tokens` = the prompt's tokens in whole blocks
+(reused plus those stored in the request's first step; a partial last block is never in an event),
+and the miss reason (`kvviz.vllm.reasons`). Rows are bounded (MAX_REQUESTS, oldest dropped).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvviz.vllm import reasons
+from kvviz.vllm.blocklog import BlockLog
+from kvviz.vllm.events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEventBatch
+
+MAX_REQUESTS = 5000
+MATCH_WINDOW = 512  # recent requests searched for the chain a store continues
+EVENTS, INFERRED = "events", "inferred from the chain"
+
+
+@dataclass
+class Request:
+    name: str  # the session_id (with #n from its second request on), else "#n" in arrival order
+    session_id: str | None
+    first_s: float  # server time of its first event
+    batch_no: int  # the ledger's batch counter when it started
+    block_size: int
+    tail: BlockHash | None = None  # the last block of its chain so far
+    reused_blocks: int = 0
+    reuse_source: str = EVENTS
+    prefill_blocks: int = 0  # stored in its first step: the rest of the prompt's whole blocks
+    stored_blocks: int = 0  # prompt and generated blocks newly cached
+    reason: str = ""  # a code of kvviz.vllm.reasons
+    miss_reason: str = ""  # in words
+    first_miss_token: int | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.reused_blocks * self.block_size
+
+    @property
+    def prompt_tokens(self) -> int:
+        return (self.reused_blocks + self.prefill_blocks) * self.block_size
+
+    def row(self, t0: float) -> dict:
+        return {"request": self.name, "session_id": self.session_id, "t_s": round(self.first_s - t0, 3),
+                "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+                "reused_blocks": self.reused_blocks, "stored_blocks": self.stored_blocks,
+                "reason": self.reason, "miss_reason": self.miss_reason,
+                "first_miss_token": self.first_miss_token, "reuse_source": self.reuse_source}
+
+
+@dataclass
+class RequestLedger:
+    log: BlockLog = field(default_factory=BlockLog)
+    requests: list[Request] = field(default_factory=list)
+    t0: float | None = None
+    batch_no: int = 0
+    numbered: int = 0
+    sessions: dict[str, int] = field(default_factory=dict)  # session_id -> requests seen
+    pending: list[Request] = field(default_factory=list)  # reuse seen this step, no store yet
+    usable_blocks: int | None = None  # from /metrics when known: "N of U blocks cached"
+
+    def apply(self, batch: KVEventBatch) -> None:
+        """One batch (one engine step), in sequence order."""
+        if self.t0 is None:
+            self.t0 = batch.ts
+        self.batch_no += 1
+        for event in batch.events:
+            if isinstance(event, BlockStored):
+                self.stored(event, batch.ts)
+            elif isinstance(event, BlockRemoved):
+                for block_hash in event.block_hashes:
+                    self.log.remove(block_hash, batch.ts)
+            elif isinstance(event, AllBlocksCleared):
+                self.log.clear(batch.ts)
+        for request in self.pending:  # every whole block of its prompt came from the cache
+            request.reason, request.miss_reason = reasons.tail(request.block_size)
+            request.first_miss_token = request.prompt_tokens
+        self.pending.clear()
+
+    def rows(self) -> list[dict]:
+        return [r.row(self.t0 or 0.0) for r in self.requests]
+
+    # --- grouping ---------------------------------------------------------------------------------
+    def stored(self, event: BlockStored, ts: float) -> None:
+        if not event.block_hashes:
+            return
+        if is_reuse(event, self.log):
+            request = self.start(event, ts)
+            request.reused_blocks, request.tail = len(event.block_hashes), event.block_hashes[-1]
+            for block_hash in event.block_hashes:
+                self.log.use(block_hash, ts)
+            self.pending.append(request)
+            return
+        request = self.continued(event)
+        if request is None:
+            request = self.start(event, ts)
+            self.infer_reuse(request, event.parent_block_hash)
+            self.explain(request, event, ts)
+        elif request in self.pending:
+            self.pending.remove(request)
+            self.explain(request, event, ts)
+        self.store_blocks(request, event, ts)
+
+    def start(self, event: BlockStored, ts: float) -> Request:
+        sid = event.session_id
+        if sid is not None:
+            self.sessions[sid] = self.sessions.get(sid, 0) + 1
+            name = sid if self.sessions[sid] == 1 else f"{sid}#{self.sessions[sid]}"
+        else:
+            self.numbered += 1
+            name = f"#{self.numbered}"
+        request = Request(name, sid, ts, self.batch_no, event.block_size)
+        self.requests.append(request)
+        del self.requests[:-MAX_REQUESTS]
+        return request
+
+    def continued(self, event: BlockStored) -> Request | None:
+        """The recent request (same session) whose chain ends where this store starts."""
+        if event.parent_block_hash is None:
+            return None
+        for request in reversed(self.requests[-MATCH_WINDOW:]):
+            if request.tail == event.parent_block_hash and request.session_id == event.session_id:
+                return request
+        return None
+
+    def infer_reuse(self, request: Request, parent: BlockHash | None) -> None:
+        """A request that starts mid-chain reused the blocks up to its parent (no reuse report)."""
+        known = self.log.known(parent) if parent is not None else None
+        if known is not None:
+            request.reused_blocks, request.reuse_source = known.position + 1, INFERRED
+
+    def store_blocks(self, request: Request, event: BlockStored, ts: float) -> None:
+        size, parent = event.block_size, event.parent_block_hash
+        position = request.reused_blocks + request.stored_blocks if parent is not None else 0
+        for i, block_hash in enumerate(event.block_hashes):
+            tokens = tuple(event.token_ids[i * size:(i + 1) * size])
+            self.log.store(block_hash, parent, position + i, tokens, block_keys(event, i), request.name, ts)
+            parent = block_hash
+        request.stored_blocks += len(event.block_hashes)
+        request.tail = event.block_hashes[-1]
+        if request.batch_no == self.batch_no:
+            request.prefill_blocks += len(event.block_hashes)
+
+    def explain(self, request: Request, event: BlockStored, ts: float) -> None:
+        """Why the request's first stored block was not in the cache (the log as it was then)."""
+        size = event.block_size
+        miss = reasons.Miss(block_hash=event.block_hashes[0], parent=event.parent_block_hash,
+                            position=request.reused_blocks, tokens=tuple(event.token_ids[:size]),
+                            keys=block_keys(event, 0), block_size=size, ts=ts, t0=self.t0 or ts)
+        request.reason, request.miss_reason, request.first_miss_token = reasons.explain(
+            self.log, miss, self.usable_blocks)
+
+
+def is_reuse(event: BlockStored, log: BlockLog) -> bool:
+    """vLLM's report of prefix-cache hits: from block 0, every block already cached."""
+    return event.parent_block_hash is None and all(log.is_cached(h) for h in event.block_hashes)
+
+
+def block_keys(event: BlockStored, i: int) -> tuple:
+    """What besides tokens and parent enters block i's hash, as far as the event tells."""
+    extra = event.extra_keys[i] if event.extra_keys and i < len(event.extra_keys) else None
+    return (event.lora_id, event.lora_name, tuple(extra) if extra else None)
