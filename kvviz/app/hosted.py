@@ -44,6 +44,9 @@ class Policy:
     max_recompute_tokens: int = 48  # the no-cache race stops here; the rest is extrapolated
     max_run_s: float = 60.0  # wall clock per generation, waiting in the queue excluded
     max_upload_bytes: int = 8 * 2**20
+    max_pool_tokens: int = 4096  # Serving's pool: blocks × block size (SmolLM2-135M fp32: 180 MiB of cache)
+    max_step_delay_ms: int = 1000  # Serving's slow motion per step (pauses are not counted in max_run_s)
+    max_arrival_every: int = 16  # Serving: steps between two arrivals
     max_plan_tokens: int = 2**20  # the planner's context, max_model_len, shared prompt, window
     max_plan_requests: int = 4096  # the planner's batch (requests decoded together)
     max_plan_gpus: int = 512  # the planner's TP × PP × DP
@@ -67,11 +70,13 @@ class Policy:
     def check_limits(self, model: str | None, *, batch: int = 1, new_tokens: int = 0, points: int = 1,
                      prompt_tokens: int = 0, prompt_chars: int = 0,
                      plan_tokens: dict[str, int] | None = None, plan_requests: int = 1,
-                     plan_gpus: int = 1, engine_urls: list[str] | tuple[str, ...] = ()) -> None:
+                     plan_gpus: int = 1, engine_urls: list[str] | tuple[str, ...] = (),
+                     pool_tokens: int = 0, step_delay_ms: int = 0, arrival_every: int = 0) -> None:
         """The one check every page goes through: Live, Sweep, Serving and Shrink runs (`model`
         allowlisted, batch, tokens, points, prompt), the Planner (`plan_tokens`: each token count
-        by the name the page gives it; requests; GPUs; `model` None: nothing runs) and the vLLM
-        engine page (`engine_urls`, normalized). UserError naming the first amount over its cap."""
+        by the name the page gives it; requests; GPUs; `model` None: nothing runs), the vLLM
+        engine page (`engine_urls`, normalized) and Serving's pool and pacing (`pool_tokens`: blocks ×
+        block size). UserError naming the first amount over its cap."""
         if not self.enabled:
             return
         if model is not None:
@@ -86,7 +91,10 @@ class Policy:
                                    for name, value in (plan_tokens or {}).items()),
                                  ("the batch", plan_requests, self.max_plan_requests),
                                  ("TP × PP × DP", plan_gpus, self.max_plan_gpus),
-                                 ("the number of vLLM servers", len(engine_urls), self.max_engines)):
+                                 ("the number of vLLM servers", len(engine_urls), self.max_engines),
+                                 ("the pool (blocks × block size, in tokens)", pool_tokens, self.max_pool_tokens),
+                                 ("the pause per step (ms)", step_delay_ms, self.max_step_delay_ms),
+                                 ("the steps between arrivals", arrival_every, self.max_arrival_every)):
             if value > cap:
                 raise UserError(f"{what} is {value:,}; this hosted kvviz allows {cap:,}")
         if prompt_chars > self.max_prompt_chars:

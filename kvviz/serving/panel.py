@@ -98,22 +98,45 @@ def sidebar_settings(rules: hosted.Policy) -> Settings:
         prompts_text = st.text_area("Requests, one per line",
                                     ui.text_from_link("srv_requests", DEFAULT_REQUESTS, chars),
                                     height=150, max_chars=chars, key="srv_requests")
+        st.caption(f"At most {chars:,} characters.")
         share = st.toggle("Shared system prompt", value=True, key="srv_share", bind=URL,
                           help="The same long system prompt before every request: a common prefix to reuse")
         system = st.text_area("System prompt", ui.text_from_link("srv_system", default_system(), chars),
                               height=100, max_chars=chars, key="srv_system", disabled=not share)
-        num_blocks = st.number_input("Pool size (blocks)", 4, 1024, 24, key="srv_blocks", bind=URL)
+        st.caption(f"At most {chars:,} characters.")
+        num_blocks = st.number_input("Pool size (blocks)", 4, 1024, 24, key="srv_blocks", bind=URL,
+                                     help=pool_help(rules))
         block_size = st.select_slider("Block size (tokens)", [4, 8, 16, 32, 64], value=16,
                                       key="srv_block_size", bind=URL)
         max_new = st.slider("New tokens per request", 1, rules.cap("new_tokens", 128), 24, key="srv_max_new",
                             bind=URL)
-        every = st.slider("A new request every … steps", 0, 16, 2, key="srv_every", bind=URL,
-                          help="0: all arrive at once (deduplicated after prefill, no prefill saved); later "
-                               "arrivals find the prefix already cached and skip computing it")
-        delay_ms = st.slider("Slow motion (ms pause per step)", 0, 1000, 150, 50, key="srv_delay", bind=URL,
+        every = st.slider("A new request every … steps", 0, rules.cap("arrival_every", 16), 2, key="srv_every",
+                          bind=URL, help="0: all arrive at once (deduplicated after prefill, no prefill saved); "
+                                         "later arrivals find the prefix already cached and skip computing it")
+        delay_ms = st.slider("Slow motion (ms pause per step)", 0, rules.cap("step_delay_ms", 1000), 150, 50,
+                             key="srv_delay", bind=URL,
                              help="Holds the batching loop after every step so each one can be followed; "
                                   "pauses are left out of every time shown")
     return Settings(prompts_text, share, system, int(num_blocks), block_size, max_new, every, delay_ms)
+
+
+def pool_help(rules: hosted.Policy) -> str | None:
+    if not rules.enabled:
+        return None
+    return (f"This hosted kvviz allows a pool of at most {rules.max_pool_tokens:,} token slots (blocks × "
+            f"block size), e.g. {rules.max_pool_tokens // 16:,} blocks of 16 tokens")
+
+
+def check_settings(rules: hosted.Policy, model: str, settings: Settings) -> list[str]:
+    """The hosted caps on everything the visitor set, checked before any text is tokenized
+    (UserError); the requests, one per line."""
+    rules.check_limits(model, new_tokens=settings.max_new,
+                       prompt_chars=max(len(settings.prompts_text), len(settings.system)),
+                       pool_tokens=settings.num_blocks * settings.block_size,
+                       step_delay_ms=settings.delay_ms, arrival_every=settings.every)
+    prompts = serving.parse_requests(settings.prompts_text, rules.cap("batch", serving.MAX_REQUESTS))
+    rules.check_limits(model, batch=len(prompts))
+    return prompts
 
 
 def summary(settings: Settings) -> str:
@@ -158,8 +181,7 @@ def execute(rules: hosted.Policy, model: str, lm: LoadedModel, settings: Setting
     """Run the requests on the device (one session at a time), drawing every step as it happens."""
     cfg = settings.config(rules)
     try:
-        prompts = serving.parse_requests(settings.prompts_text, rules.cap("batch", serving.MAX_REQUESTS))
-        rules.check_limits(model, batch=len(prompts), new_tokens=settings.max_new)  # hosted caps, server side
+        prompts = check_settings(rules, model, settings)  # hosted caps, server side, before tokenizing
         ids = serving.encode_requests(lm.tokenizer, prompts, settings.shared_system())
         for row in ids:
             rules.check_prompt_tokens(len(row))
