@@ -256,3 +256,21 @@ def test_model_needs_layers_and_heads():
 def test_assets_are_valid_json():
     for name in ("models.json", "gpus.json"):
         json.loads((capacity.ASSETS_DIR / name).read_text(encoding="utf-8"))
+
+
+def test_gpu_presets_plan_at_the_bytes_the_device_reports():
+    """Each preset carries the bytes its device reports (torch's total_memory, what vLLM budgets
+    from) with where that figure comes from; a published figure sits within a few per cent of
+    the marketed GB, and a preset without one says so and falls back to the marketed bytes."""
+    from kvviz.core import catalog
+
+    for gpu in capacity.load_gpus():
+        assert gpu["device_figure"] in {"published", "measured", "marketed"}, gpu["name"]
+        assert gpu["device_source"].strip(), gpu["name"]
+        if gpu["device_figure"] == "marketed":
+            assert catalog.device_bytes(gpu) == gpu["memory_bytes"], gpu["name"]
+        else:
+            assert 0.95 < catalog.device_bytes(gpu) / gpu["memory_bytes"] < 1.1, gpu["name"]
+    h100 = capacity.find_gpu("H100")
+    assert catalog.device_bytes(h100) == 81_090 * 2**20 and "81090MB" in h100["device_source"]
+    assert catalog.device_bytes({"name": "custom", "memory_bytes": 24 * 10**9}) == 24 * 10**9

@@ -50,10 +50,12 @@ def test_json_llama_8b_on_h100(capsys):
     assert plan["kv_bytes_per_token"] == 131_072
     assert plan["weight_bytes"] == 16_060_522_496  # 8,030,261,248 params counted on meta × 2 B
     assert plan["params_source"] == "meta-device count"
-    # (80e9 − 8e9 − 16,060,522,496) // (131,072 × T) for T = 500, 2,000, 8,000
-    assert [r["max_concurrent_requests"] for r in plan["rows"]] == [853, 213, 53]
+    # the preset's device bytes, 81,090 MiB = 85,029,027,840 B (torch's total_memory, not 80e9):
+    # (0.9 × 85,029,027,840 − 16,060,522,496) // (131,072 × T) for T = 500, 2,000, 8,000
+    assert [r["max_concurrent_requests"] for r in plan["rows"]] == [922, 230, 57]
     assert plan["rows"][0]["decode_step_floor_s"] > 0
-    assert plan["gpu"]["memory_bytes"] == 80 * 10**9
+    assert plan["gpu"]["memory_bytes"] == 81_090 * 2**20
+    assert plan["gpu"]["memory_source"] == "a published torch figure"
 
 
 def test_config_json_path(tmp_path, capsys):
@@ -182,8 +184,9 @@ def test_json_llama_70b_on_8_h100_tp8(capsys):
     d = plan["deployment"]
     assert d["label"] == "8×H100 SXM, TP 8" and (d["tp"], d["pp"], d["dp"], d["gpus"]) == (8, 1, 1, 8)
     assert d["per_gpu"]["weight_bytes"] == 17_638_426_624  # 141,107,412,992 / 8
-    assert plan["rows"][0]["max_concurrent_requests"] == 165  # see tests/test_parallel.py
-    assert d["vllm"]["num_blocks"] == 82_949
+    # (0.9 × 85,029,027,840 − 17,638,426,624) // 327,680,000 (tests/test_parallel.py at 80e9: 165)
+    assert plan["rows"][0]["max_concurrent_requests"] == 179
+    assert d["vllm"]["num_blocks"] == 89_855  # 58,887,698,432 // (80 layers × 1 × 128 × 2 × 2 B × 16)
 
 
 def test_json_pp_dp_prefix_offload(capsys):

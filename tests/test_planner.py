@@ -33,7 +33,7 @@ SMOLLM2_CONFIG = json.dumps({  # HuggingFaceTB/SmolLM2-135M-Instruct config.json
 
 
 def make_plan(model="Llama-3.1-8B", gpu=H100, **kw) -> pf.Plan:
-    args = dict(gpu_name=gpu["name"], gpu_bytes=gpu["memory_bytes"],
+    args = dict(gpu_name=gpu["name"], gpu_bytes=gpu["memory_bytes"],  # marketed: the hand sums above
                 bandwidth_bytes_per_s=gpu["bandwidth_bytes_per_s"], context_tokens=2000)
     model = plan_models.catalog_model(model) if isinstance(model, str) else model
     return pf.Plan(model, deployment.Setup(**{**args, **kw}))
@@ -327,17 +327,20 @@ def test_page_default_catalog_model():
     at = page()
     assert not at.exception and not at.error
     values = metrics(at)
-    assert values["Requests that fit at 2,000 tokens"] == "213"
+    # the preset plans at the bytes an H100 reports, 81,090 MiB = 85,029,027,840 B (not 80e9):
+    # budget 0.9 × 85,029,027,840 − 16,060,522,496 = 60,465,602,560 B; ÷ 131,072·T B per request
+    assert values["Requests that fit at 2,000 tokens"] == "230"
     assert values["KV per token"] == "128 KiB"
     assert values["Decode step ≥ (batch 1)"] == "4.56 ms"
-    assert values["Requests of 2,000 tokens (whole blocks)"] == "213"
+    assert values["Requests of 2,000 tokens (whole blocks)"] == "230"
     assert any(h.value == "As vLLM would allocate it" for h in at.subheader)
-    sentence = "At 500 / 2,000 / 8,000 tokens: 853 / 213 / 53 requests fit at once."
+    sentence = "At 500 / 2,000 / 8,000 tokens: 922 / 230 / 57 requests fit at once."
     assert any(h.value == sentence for h in at.subheader)
     assert len(at.get("vega_lite_chart")) == 2
     table = next(d.value for d in at.dataframe if "max_concurrent_requests" in d.value.columns)
-    assert list(table["max_concurrent_requests"]) == [853, 213, 53]  # shown as "%,d"
-    assert list(table["vllm_requests_per_replica"]) == [833, 213, 53]
+    assert list(table["max_concurrent_requests"]) == [922, 230, 57]  # shown as "%,d"
+    # 60,465,602,560 // 2,097,152 B per block = 28,832 blocks; ÷ 32 / 125 / 500 blocks per request
+    assert list(table["vllm_requests_per_replica"]) == [901, 230, 57]
     assert list(table["kv_bytes_per_request"]) == ["62.5 MiB", "250 MiB", "1,000 MiB"]
     labels = [b.label for b in at.get("download_button")]
     assert labels.count("PNG") == 2 and labels.count("SVG") == 2 and labels.count("CSV") >= 4
@@ -366,6 +369,7 @@ def test_page_reads_its_settings_from_the_url():
     assert at.selectbox(key="plan_model").value == "Qwen2.5-7B"
     assert at.number_input(key="plan_batch").value == 8
     a100 = capacity.find_gpu("A100 40GB")
+    a100 = {**a100, "memory_bytes": 42_298_834_944}  # the preset's device bytes, as the page plans
     plan = make_plan("Qwen2.5-7B", a100, kv_dtype="int4", context_tokens=8000, batch=8)
     expected = {m.label: m.value for m in pf.headline_metrics(plan, fmt_bytes)}
     assert metrics(at) == expected
@@ -449,8 +453,8 @@ def test_page_serving_setup_controls():
     at.run()
     assert not at.exception and not at.error
     values = metrics(at)
-    assert values["Requests that fit at 8,000 tokens"] == "165"
-    assert values["Whole deployment (16×H100 SXM, TP 8 · DP 2)"] == "330"
+    assert values["Requests that fit at 8,000 tokens"] == "179"  # at the H100's device bytes
+    assert values["Whole deployment (16×H100 SXM, TP 8 · DP 2)"] == "358"
     assert "Max concurrency at 32,768 tokens" in values
     infos = " ".join(i.value for i in at.info)
     assert "Modelled" in infos and "whole blocks of 128" in infos and "CPU tier" in infos
@@ -520,7 +524,8 @@ def test_page_and_cli_show_memory_figures_in_one_unit(capsys):
     assert "KV budget 55.94 GB per GPU" in values["Requests that fit at 2,000 tokens"].help
     parser = argparse.ArgumentParser(prog="kvviz")
     plan_cli.add_parser(parser.add_subparsers(dest="command"))
-    assert plan_cli.run(parser.parse_args(["plan", "Llama-3.1-8B", "--gpu", "H100", "--context", "2000"])) == 0
+    assert plan_cli.run(parser.parse_args(["plan", "Llama-3.1-8B", "--gpu-gb", "80", "--bandwidth-gbs", "3350",
+                                           "--context", "2000"])) == 0
     out = capsys.readouterr().out
     assert f"− weights {weights}" in out and "55.94 GB for KV caches" in out
     assert f" {values['KV per request at 2,000 tokens'].value} " in out  # 250 MiB on both

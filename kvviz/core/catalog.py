@@ -27,8 +27,22 @@ def catalog_config(entry: dict) -> dict:
 
 
 def load_gpus() -> list[dict]:
-    """GPU presets of kvviz/assets/gpus.json: name, memory_bytes, bandwidth_bytes_per_s (GB = 1e9 B)."""
+    """GPU presets of kvviz/assets/gpus.json: name, memory_bytes (marketed), device_bytes (what the
+    device reports, with device_figure and device_source saying where that comes from),
+    bandwidth_bytes_per_s (GB = 1e9 B)."""
     return _read_asset("gpus.json", "gpus")
+
+
+def device_bytes(gpu: dict) -> int:
+    """The memory a GPU preset's device reports (torch's total_memory, what vLLM budgets from);
+    the marketed bytes for a custom GPU or a preset without a device figure."""
+    return int(gpu.get("device_bytes") or gpu["memory_bytes"])
+
+
+def device_note(gpu: dict) -> str:
+    """Where a preset's device bytes come from, in a few words ("published torch figure", …)."""
+    return {"published": "a published torch figure", "measured": "measured on the card",
+            }.get(gpu.get("device_figure", ""), "marketed; no device figure found")
 
 
 def _key(text: str) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from kvviz.planner import capacity, deployment, parallel, results, serving_plan, words
 from kvviz.planner import configs as plan_models
 from kvviz.core.errors import UserError
-from kvviz.core import units
+from kvviz.core import catalog, units
 
 DEFAULT_CONTEXTS = (500, 2000, 8000)
 DEFAULT_GPU = "H100 SXM"
@@ -220,7 +220,8 @@ def parse_contexts(values: list[str] | None) -> list[int]:
 
 
 def resolve_gpu(args: argparse.Namespace) -> dict:
-    """{name, memory_bytes, bandwidth_bytes_per_s (or None)} from --gpu / --gpu-gb."""
+    """{name, memory_bytes, bandwidth_bytes_per_s (or None)} from --gpu / --gpu-gb; a preset's
+    memory_bytes are the bytes its device reports (catalog.device_bytes), not the marketed GB."""
     if args.gpu_gb is not None:
         if args.gpu_gb <= 0:
             raise PlanError("--gpu-gb must be > 0")
@@ -231,6 +232,8 @@ def resolve_gpu(args: argparse.Namespace) -> dict:
         if gpu is None:
             names = ", ".join(g["name"] for g in capacity.load_gpus())
             raise PlanError(f"unknown GPU {args.gpu!r}; known: {names} (or use --gpu-gb)")
+        gpu = {"name": gpu["name"], "memory_bytes": catalog.device_bytes(gpu),
+               "bandwidth_bytes_per_s": gpu["bandwidth_bytes_per_s"], "memory_source": catalog.device_note(gpu)}
     if args.bandwidth_gbs is not None:
         if args.bandwidth_gbs <= 0:
             raise PlanError("--bandwidth-gbs must be > 0")
@@ -297,8 +300,9 @@ class ModelSummary:
 @dataclass(frozen=True)
 class GpuSummary:
     name: str
-    memory_bytes: int
+    memory_bytes: int  # what the device reports (a preset's device_bytes), or --gpu-gb
     bandwidth_bytes_per_s: float | None
+    memory_source: str = "given with --gpu-gb"
 
 
 @dataclass(frozen=True)
@@ -348,7 +352,8 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
     kv_dtype = capacity.normalize_dtype(args.kv_dtype)  # checked by plan_setup above
     return CliPlan(ModelSummary.of(model, kv_dtype), model.attention_kind, kv_dtype,
                    capacity.kv_bytes_per_element(kv_dtype), capacity.kv_bytes_per_token(model, kv_dtype),
-                   GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s")),
+                   GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
+                              gpu.get("memory_source", "given with --gpu-gb")),
                    args.overhead, rows, deployed,
                    deployment.fit_advice(model, setup) if deployment.refused(deployed) else "", setup)
 
@@ -374,7 +379,8 @@ def _header_lines(plan: CliPlan) -> list[str]:
         f"{plan.kv_bytes_per_token:,} B per token ({kinds})"
         + (f" + {m.state_bytes_per_request:,} B of state per request" if m.state_bytes_per_request else ""),
         _weights_line(plan),
-        f"setup   {d.label}, overhead {plan.overhead_fraction:.0%}. {words.budget_sentence(d)}",
+        f"setup   {d.label}, overhead {plan.overhead_fraction:.0%}. {words.budget_sentence(d)} "
+        f"(GPU memory {plan.gpu.memory_bytes:,} B: {plan.gpu.memory_source})",
     ]
 
 
@@ -438,6 +444,8 @@ def format_plan(plan: CliPlan) -> str:
 
 def _listing() -> str:
     models = [f"  {e['name']:<24} {e.get('hf_id', '')}" for e in capacity.load_catalog()]
-    gpus = [f"  {g['name']:<16} {g['memory_gb']:>5,} GB  {g['bandwidth_gb_per_s']:>6,} GB/s"
+    gpus = [f"  {g['name']:<16} {g['memory_gb']:>5,} GB marketed  {catalog.device_bytes(g) / 1e9:>8.2f} GB "
+            f"as the device reports ({catalog.device_note(g)})  {g['bandwidth_gb_per_s']:>6,} GB/s"
             for g in capacity.load_gpus()]
-    return "\n".join(["catalog models:", *models, "GPU presets (GB = 1e9 bytes):", *gpus])
+    return "\n".join(["catalog models:", *models, "GPU presets (GB = 1e9 bytes; plans use the device's "
+                       "figure, torch's total_memory, as vLLM does):", *gpus])

@@ -21,7 +21,7 @@ import streamlit as st
 
 from kvviz.app import links, ui
 from kvviz.app.ui import inert
-from kvviz.core import units
+from kvviz.core import catalog, units
 from kvviz.core.errors import UserError
 from kvviz.planner import capacity, deployment, parallel, words
 from kvviz.planner import charts as planner_charts
@@ -221,8 +221,11 @@ def gpu_inputs() -> tuple[str, int, float]:
                                         100.0, key="plan_bandwidth_gbs", bind=URL)
         return gpu_name, int(gpu_gb * 1e9), bandwidth_gbs * 1e9
     gpu = GPUS[gpu_name]
-    st.caption(f"{gpu['memory_gb']:,} GB · {gpu['bandwidth_gb_per_s']:,} GB/s peak")
-    return gpu_name, gpu["memory_bytes"], gpu["bandwidth_bytes_per_s"]
+    device = catalog.device_bytes(gpu)
+    st.caption(f"{gpu['memory_gb']:,} GB marketed; planned at {device / 1e9:,.2f} GB ({device:,} B), "
+               f"what the device reports ({catalog.device_note(gpu)}) · "
+               f"{gpu['bandwidth_gb_per_s']:,} GB/s peak", help=gpu.get("device_source"))
+    return gpu_name, device, gpu["bandwidth_bytes_per_s"]
 
 
 def dtype_inputs() -> tuple[str, str]:
