@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make vllm-demo`: a real vLLM (from .venv-vllm) serving kvviz's default model with prefix caching,
-# a small pool and KV events on loopback; a bounded load generator whose requests share a system
-# prompt; and kvviz's dashboard on the vLLM engine page, attached to this server whatever its port
+# a small pool and KV events on loopback; a bounded load generator (first the requests designed to
+# show each miss reason, then rounds of requests sharing a system prompt, all with session_ids);
+# and kvviz's dashboard on the vLLM engine page, attached to this server whatever its port
 # (KVVIZ_VLLM_URL, and the printed link's engine_urls). Ctrl-C stops everything it started.
 # Environment: PORT (dashboard, 8501), KVVIZ_VLLM_PORT (8000), KVVIZ_VLLM_NUM_BLOCKS (72),
-# DEMO_ROUNDS (load rounds, 3), DEMO_SECONDS (end the demo after this long; default: run until
+# DEMO_ROUNDS (load rounds, 3), DEMO_FILLERS (designed requests that overflow the pool, 14), DEMO_SECONDS (end the demo after this long; default: run until
 # Ctrl-C), DEMO_LINGER_SECONDS (the dashboard stays up this long after the end, saying the demo
 # ended; 30). The end stops the load first, writes "ended" (the engine page detaches), waits
 # DEMO_DETACH_SECONDS (6), then stops vLLM: no request is cut by a dying server, no retry is logged.
@@ -72,6 +73,8 @@ curl -fs "$URL/health" >/dev/null || { echo "vllm-demo: vLLM did not start withi
 echo "vllm-demo: vLLM is up; open $ENGINE_PAGE (Ctrl-C stops everything)"
 command -v xdg-open >/dev/null 2>&1 && [ -n "${DISPLAY:-}" ] && xdg-open "$ENGINE_PAGE" >/dev/null 2>&1 || true
 (
+  # first, one request at a time, the requests built to show each miss reason on the page's table
+  $LOAD --url "$URL" --designed --fillers "${DEMO_FILLERS:-14}" --requests 0 --tag demo$(date +%s) || true
   for round in $(seq 0 $(( ${DEMO_ROUNDS:-3} - 1 ))); do
     $LOAD --url "$URL" --requests 24 --concurrency 4 --max-tokens 48 --first $(( round * 24 )) --gap-s 1.5 || true
     sleep 5

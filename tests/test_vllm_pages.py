@@ -100,6 +100,9 @@ def test_replay_page_plays_a_vllm_watch(tmp_path, monkeypatch):
     assert not at.exception and not at.error
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Stored / evicted (events)"].endswith("/ 104")
+    (table,) = [d for d in at.dataframe if "miss_reason" in d.value.columns]  # per request (events)
+    assert len(table.value) == 26 and table.value["cached_tokens"].sum() == 3840
+    assert any("evicted blocks idled a median of" in c.value for c in at.caption)
     at.slider(key="watch_time").set_value(20.0).run()
     assert {m.label: m.value for m in at.metric}["Running / waiting (metrics)"] == "4 / 0"
     at.select_slider(key="watch_speed").set_value("instant").run()
@@ -115,7 +118,8 @@ def test_several_servers_are_shown_side_by_side(fake):
     try:
         assert not at.exception and not at.error
         headers = [h.value for h in at.subheader]
-        assert headers == sorted([f"127.0.0.1:{fake.http_port} · rank 0", f"127.0.0.1:{other.http_port} · rank 0"])
+        assert headers == sorted([ui.inert(f"127.0.0.1:{fake.http_port} · rank 0"),
+                                  ui.inert(f"127.0.0.1:{other.http_port} · rank 0")])
         assert len([m for m in at.metric if m.label == "Cached (events)"]) == 2
     finally:
         panels.watch_for(fake.url).stop()

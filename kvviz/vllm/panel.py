@@ -13,7 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.app import ui
-from kvviz.vllm import tokens, views
+from kvviz.vllm import lifetimes, request_views, tokens, views
 from kvviz.vllm.recording import FORMAT, Recording, peek_format, replay_frames
 from kvviz.vllm.state import EngineState
 from kvviz.vllm.watch import EngineWatch
@@ -110,7 +110,7 @@ def url_of(engine_key: str) -> str:
 
 def show_engine(state: EngineState, text_fn, key: str, alone: bool = False) -> None:
     """One engine's panels; `alone` (the only engine) lays them out in two columns."""
-    st.subheader(state.key, divider="gray")
+    st.subheader(ui.inert(state.key), divider="gray")  # from a server URL or a watch file: inert
     left, right = st.columns(2, gap="large") if alone else (st.container(), st.container())
     with left:
         show_numbers(state)
@@ -130,6 +130,49 @@ def show_engine(state: EngineState, text_fn, key: str, alone: bool = False) -> N
                                               "inter-token latency (metrics)"), width="stretch", height=220)
     with st.expander("Cache config (metrics: vllm:cache_config_info)"):
         st.dataframe(views.config_frame(state), hide_index=True, width="stretch")
+    show_requests(state, key)
+    show_lifetimes(state)
+
+
+def show_requests(state: EngineState, key: str) -> None:
+    """The per-request table (sortable: click a header), its CSV, and the reasons counted."""
+    df = request_views.requests_frame(state)
+    st.markdown("**Requests: what each reused from the prefix cache, and why the rest missed**")
+    st.caption("Derived from the events, one row per request (grouped by session_id, else by the hash "
+               "chains). cached_tokens = reused blocks × block size, vLLM's own count of prompt tokens "
+               "served from the cache; prompt_tokens counts the prompt's whole blocks (a partial last "
+               "block is never cached, so never in an event). Needs requests sent with "
+               "kv_cache_report_mode=full, else reuse is inferred from the chains.")
+    if df.empty:
+        st.info("No request has stored or reused a whole block yet.")
+        return
+    left, right = st.columns([3, 1])
+    with left:
+        st.dataframe(df, hide_index=True, width="stretch", height=260,
+                     column_config={"miss_reason": st.column_config.TextColumn("miss_reason", width="large")})
+    with right:
+        st.altair_chart(request_views.reasons_chart(request_views.reasons_frame(df)), width="stretch",
+                        height=240)
+    st.download_button("Download the requests (CSV)", request_views.csv_bytes(df),
+                       file_name="vllm-requests.csv", mime="text/csv", on_click="ignore",
+                       key=f"requests_csv_{key}")
+
+
+def show_lifetimes(state: EngineState) -> None:
+    """Block residency histograms and the capacity planner's sentence (events; derived)."""
+    st.markdown("**Block lifetimes (events; derived)**")
+    sentence = lifetimes.capacity_sentence(state.ledger.log)
+    st.caption(("Derived from the events' batch times: " + sentence) if sentence else
+               "No block has been evicted yet: lifetimes and idle times appear with the first eviction.")
+    frames = request_views.lifetime_frames(state)
+    columns = st.columns(len(frames))
+    for column, (name, title) in zip(columns, request_views.LIFETIME_CHARTS.items()):
+        df = frames[name].dropna()
+        with column:
+            if df.empty:
+                st.caption(f"{title}: none yet")
+            else:
+                st.altair_chart(request_views.value_histogram(df, name, title), width="stretch", height=200)
 
 
 def show_pool(state: EngineState) -> None:

@@ -1,0 +1,63 @@
+"""Frames and Altair charts of the per-request table and the block lifetimes. Pure.
+
+Every column comes from the KV events (`kvviz.vllm.requests`, `kvviz.vllm.lifetimes`): cached
+tokens are reused blocks × block size (vLLM's own count of prompt tokens served from the cache),
+the reasons are derived from the block log, times are the server's batch times.
+"""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from kvviz.vllm import lifetimes
+from kvviz.vllm.reasons import CODES
+from kvviz.vllm.state import EngineState
+
+COLUMNS = ["request", "t_s", "prompt_tokens", "cached_tokens", "reused_blocks", "stored_blocks",
+           "reason", "miss_reason", "first_miss_token", "session_id", "reuse_source"]
+LIFETIME_CHARTS = {  # frame column -> axis title
+    "lifetime_s": "lifetime of evicted blocks, s (events)",
+    "idle_before_eviction_s": "idle before eviction, s (events)",
+    "gap_s": "time between reuses of a block, s (events)",
+    "reuses": "reuses per block (events)",
+}
+
+
+def requests_frame(state: EngineState) -> pd.DataFrame:
+    """One row per request, newest first. Columns: COLUMNS."""
+    return pd.DataFrame(state.ledger.rows()[::-1], columns=COLUMNS)
+
+
+def reasons_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns: reason, requests (every code, zeros included, in CODES order)."""
+    counts = df["reason"].value_counts() if not df.empty else pd.Series(dtype=int)
+    return pd.DataFrame({"reason": list(CODES), "requests": [int(counts.get(c, 0)) for c in CODES]})
+
+
+def reasons_chart(df: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(df).mark_bar(color="#4C78A8").encode(
+        x=alt.X("requests:Q", title="requests (derived from events)"),
+        y=alt.Y("reason:N", sort=list(CODES), title="why the rest missed"),
+        tooltip=["reason:N", "requests:Q"])
+
+
+def lifetime_frames(state: EngineState) -> dict[str, pd.DataFrame]:
+    """LIFETIME_CHARTS' column -> a one-column frame of its values (empty rows dropped)."""
+    log, t0 = state.ledger.log, state.ledger.t0 or 0.0
+    lives = lifetimes.lives_frame(log, t0)
+    evicted = lives[lives.ended_by == "evicted"]
+    return {"lifetime_s": evicted[["lifetime_s"]],
+            "idle_before_eviction_s": evicted[["idle_before_eviction_s"]].astype(float),
+            "gap_s": lifetimes.gaps_frame(log), "reuses": lifetimes.reuse_counts_frame(log)}
+
+
+def value_histogram(df: pd.DataFrame, column: str, title: str) -> alt.Chart:
+    """Counts of `column`'s values in at most 20 bins."""
+    return alt.Chart(df).mark_bar(color="#6A3D9A").encode(
+        x=alt.X(f"{column}:Q", bin=alt.Bin(maxbins=20), title=title),
+        y=alt.Y("count():Q", title="blocks" if column != "gap_s" else "gaps"),
+        tooltip=[alt.Tooltip(f"{column}:Q", bin=True, title=title), alt.Tooltip("count():Q", title="count")])
+
+
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    return df.to_csv(index=False).encode()
