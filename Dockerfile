@@ -54,9 +54,6 @@ ENV KVVIZ_HOSTED=1
 # checks and needs HTTPS (Spaces have it); serving this image over plain HTTP on another host,
 # run it with -e STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=lax.
 ENV STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=none
-# Streamlit refuses bigger uploads before they reach memory (MB; keep it at or above the upload
-# cap in kvviz/app/hosted.py, which then validates what it accepts).
-ENV STREAMLIT_SERVER_MAX_UPLOAD_SIZE=8
 # Visitors never see a traceback: an uncaught exception shows a generic message, and its type, text
 # and traceback go to the container log only (hosted mode also sets this at start-up, kvviz/app/ui.py).
 ENV STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none
@@ -64,4 +61,6 @@ ENV STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
     CMD python -c "import urllib.request; urllib.request.urlopen('http://localhost:8501/_stcore/health', timeout=4)"
-CMD ["streamlit", "run", "app.py", "--server.port", "8501", "--server.address", "0.0.0.0", "--server.headless", "true"]
+# kvviz's launcher runs `streamlit run app.py` with the hosted policy's server options: uploads over
+# Policy.server_upload_mib (12 MiB for the 8 MiB cap) refused by Streamlit before they reach memory.
+CMD ["python", "-m", "kvviz.app.launch", "--server.port", "8501", "--server.address", "0.0.0.0", "--server.headless", "true"]

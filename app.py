@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz.app import hosted, stage  # light: cheap enough to run before anything is on the page
+from kvviz.app import hosted, stage, uploads  # light: cheap enough to run before anything is on the page
 
 # A local file: a ":material/...:" page icon makes the browser fetch the favicon from fonts.gstatic.com.
 FAVICON = Path(__file__).resolve().parent / "kvviz" / "assets" / "favicon.png"
@@ -42,6 +42,7 @@ def pages(rules: hosted.Policy) -> list:
 
 
 rules = hosted.policy_from_env()
+uploads.apply(rules)  # hosted: Streamlit's upload endpoint sized and bounded from the policy, first thing
 st.set_page_config(page_title="kvviz", page_icon=FAVICON, layout="wide", initial_sidebar_state=sidebar_state(rules))
 ui = import_ui()
 ui.configure_server()

@@ -25,11 +25,14 @@ the Planner's computations and the vLLM engine page's servers. What the last two
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
 from kvviz.core.config import DEFAULT_MODEL
 from kvviz.core.errors import UserError
+
+UNHOSTED_UPLOAD_MIB = 80  # .streamlit/config.toml's server.maxUploadSize (Streamlit reads it as MiB)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,12 @@ class Policy:
     def upload_limit_bytes(self, unhosted_bytes: int) -> int:
         """The largest upload accepted: the hosted cap, or `unhosted_bytes` on your own machine."""
         return self.max_upload_bytes if self.enabled else unhosted_bytes
+
+    def server_upload_mib(self) -> int:
+        """Streamlit's `server.maxUploadSize` (MiB) under this policy: hosted, the upload cap plus room
+        for an upload box's rounding and the multipart envelope (12 for 8 MiB); else
+        `.streamlit/config.toml`'s 80 (traces up to 64 MiB)."""
+        return math.ceil(self.max_upload_bytes / 1e6) + 3 if self.enabled else UNHOSTED_UPLOAD_MIB
 
     def cap(self, name: str, value: int) -> int:
         """`value` limited by the hosted cap `max_<name>` (unchanged when not hosted)."""

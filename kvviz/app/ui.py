@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.core import errors
-from kvviz.app import hosted, links, threads
+from kvviz.app import hosted, links, threads, uploads
 from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
@@ -63,7 +63,8 @@ def configure_server() -> None:
 
     torch's thread policy (kvviz.app.threads: all cores but one, `KVVIZ_TORCH_THREADS` overrides),
     and in hosted mode no error details for visitors: an uncaught exception shows a generic
-    message, its type, text and traceback go only to the server log.
+    message, its type, text and traceback go only to the server log; Streamlit's upload endpoint
+    bounded (kvviz.app.uploads) for a server not started by kvviz.app.launch.
     """
     try:
         threads.apply_torch_threads()
@@ -71,6 +72,7 @@ def configure_server() -> None:
         st.warning(f"Ignoring a setting: {visitor_text(exc, 'url settings')}")
     if policy().enabled and st.get_option("client.showErrorDetails") != "none":
         st.set_option("client.showErrorDetails", "none")
+    uploads.apply(policy())  # hosted: the upload endpoint's size from the policy, held files bounded
 
 
 PRESENTER_FONT_SCALE = 1.5  # chart text in presenter mode, × Streamlit's sizes (charts.with_font_scale)
@@ -346,14 +348,16 @@ def trace_uploader():
                             max_upload_size=uploader_limit_mb(limit))
 
 
-SERVER_MAX_UPLOAD_MIB = 80  # .streamlit/config.toml server.maxUploadSize; Streamlit reads it as MiB
+SERVER_MAX_UPLOAD_MIB = hosted.UNHOSTED_UPLOAD_MIB  # .streamlit/config.toml; hosted: Policy.server_upload_mib
 
 
-def uploader_limit_mb(cap_bytes: int) -> int:
+def uploader_limit_mb(cap_bytes: int, server_mib: int | None = None) -> int:
     """Streamlit's per-box limit (in its 'MB') for a kvviz cap of `cap_bytes`: above the cap however
     the browser counts a MB (10^6 bytes, or 2^20 on Windows), so kvviz's own check answers first;
-    below the server's limit less its multipart margin, so the server never answers 413."""
-    return min(math.ceil(cap_bytes / 1e6) + 1, SERVER_MAX_UPLOAD_MIB - 2)
+    below the server's limit (`server_mib`, default the policy's) less its multipart margin, so the
+    server never answers 413."""
+    server_mib = policy().server_upload_mib() if server_mib is None else server_mib
+    return min(math.ceil(cap_bytes / 1e6) + 1, server_mib - 2)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
