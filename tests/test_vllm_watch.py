@@ -206,6 +206,24 @@ def test_only_loopback_and_the_server_s_host_are_contacted():
         resolve_source("0", {"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://10.9.9.9:5558"}, "gpu-node-3")
 
 
+@pytest.mark.parametrize("endpoint, replay, server, message", [
+    ("tcp://0.0.0.0:5557", None, "127.0.0.1", "every interface"),
+    ("tcp://10.1.2.3:5557", None, "127.0.0.1", "off this machine's loopback"),
+    ("ipc:///tmp/kv-events", None, "gpu-node-3", "local socket file"),
+    ("tcp://*:5557", "ipc:///tmp/kv-replay", "gpu-node-3", "local socket file"),
+    ("tcp://*:5557", "tcp://evil.example:5558", "gpu-node-3", "another host"),
+])
+def test_the_server_s_reply_never_decides_where_kvviz_opens_a_socket(endpoint, replay, server, message):
+    with pytest.raises(EngineError, match=message):
+        resolve_source("0", {"endpoint": endpoint, "replay_endpoint": replay}, server)
+
+
+def test_a_wildcard_of_either_family_is_read_on_the_server_s_own_host():
+    for endpoint in ("tcp://[2001:db8::7]:5557", "tcp://[::]:5557", "tcp://*:5557"):
+        source = resolve_source("0", {"endpoint": endpoint}, "gpu-node-3")
+        assert source.sub_address == "tcp://gpu-node-3:5557" and not source.sub_binds
+
+
 def test_hosted_engine_allowlist():
     from kvviz.app.hosted import engine_urls
     assert engine_urls({}) == []

@@ -48,34 +48,66 @@ def endpoint_host(endpoint: str) -> str:
     return urllib.parse.urlsplit(endpoint.replace("tcp://", "http://", 1)).hostname or ""
 
 
+WILDCARD_HOSTS = ("", "*", "0.0.0.0", "::", "[::]")
+
+
 def resolve_source(rank: str | int, settings: dict, server_host: str) -> EventSource:
-    """An EventSource for `/kv_event_sources`' entry; EngineError if it needs a host not allowed
-    (only loopback and the server's own host are contacted)."""
+    """An EventSource for `/kv_event_sources`' entry. The server's reply never decides where kvviz
+    opens a socket: kvviz connects only to the server's own host (a wildcard endpoint is rewritten
+    to it), binds only a concrete address (loopback for a loopback server, never a wildcard), and
+    uses ipc:// only for a server on this machine. EngineError for anything else."""
     endpoint = str(settings.get("endpoint") or "")
     replay = settings.get("replay_endpoint")
     if not endpoint.startswith(("tcp://", "ipc://")):
         raise EngineError(f"rank {rank} publishes KV events at {endpoint!r}; kvviz reads tcp:// "
                           "or ipc:// endpoints (inproc:// is only visible inside vLLM)")
+    check_ipc(endpoint, server_host, rank)
     binds = publisher_binds(endpoint)
-    if not binds and is_loopback(endpoint_host(endpoint)) and not is_loopback(server_host):
-        raise EngineError(f"rank {rank} publishes KV events to its own loopback ({endpoint}), which "
-                          "kvviz cannot reach from another machine; start vLLM with the endpoint "
-                          "tcp://*:5557 (it binds) or tcp://<this machine>:5557 (kvviz binds)")
-    sub_address = on_host(endpoint, server_host) if binds and "*" in endpoint else endpoint
+    if not binds:
+        check_bind_host(endpoint, server_host, rank)
+    sub_address = on_host(endpoint, server_host) if binds and endpoint.startswith("tcp://") else endpoint
     return EventSource(int(rank), sub_address, not binds,
                        replay_address(str(replay), server_host, rank) if replay else None,
                        str(settings.get("topic") or ""))
 
 
+def check_ipc(endpoint: str, server_host: str, rank) -> None:
+    if endpoint.startswith("ipc://") and not is_loopback(server_host):
+        raise EngineError(f"rank {rank} names a local socket file ({endpoint}); kvviz uses ipc:// "
+                          "only for a server on this machine (a loopback URL)")
+
+
+def check_bind_host(endpoint: str, server_host: str, rank) -> None:
+    """vLLM connects to a concrete address, where kvviz must listen: a loopback one for a
+    loopback server, and never every interface."""
+    host = endpoint_host(endpoint)
+    if host in WILDCARD_HOSTS:
+        raise EngineError(f"rank {rank} publishes KV events to {endpoint}; kvviz does not listen on "
+                          "every interface: give vLLM a concrete address of this machine")
+    if is_loopback(server_host) and not is_loopback(host):
+        raise EngineError(f"rank {rank} publishes KV events to {endpoint}, off this machine's "
+                          f"loopback while the server is at {server_host}; kvviz listens only on "
+                          "loopback for a loopback server")
+    if is_loopback(host) and not is_loopback(server_host):
+        raise EngineError(f"rank {rank} publishes KV events to its own loopback ({endpoint}), which "
+                          "kvviz cannot reach from another machine; start vLLM with the endpoint "
+                          "tcp://*:5557 (it binds) or tcp://<this machine>:5557 (kvviz binds)")
+
+
 def replay_address(endpoint: str, server_host: str, rank) -> str | None:
+    if endpoint.startswith("ipc://"):
+        check_ipc(endpoint, server_host, rank)
+        return endpoint
+    if not endpoint.startswith("tcp://"):
+        raise EngineError(f"rank {rank}'s replay endpoint {endpoint!r} is not tcp:// or ipc://")
     if "*" in endpoint or "::" in endpoint:
         return on_host(endpoint, server_host)
     host = endpoint_host(endpoint)
     if is_loopback(host) and not is_loopback(server_host):
         return None  # the server's own loopback: unreachable from here, so no replay
-    if endpoint.startswith("tcp://") and not (is_loopback(host) or host == server_host):
+    if not (host == server_host or (is_loopback(host) and is_loopback(server_host))):
         raise EngineError(f"rank {rank}'s replay endpoint {endpoint} is on another host than the "
-                          f"server ({server_host}); kvviz contacts only loopback and that host")
+                          f"server ({server_host}); kvviz contacts only that host")
     return endpoint
 
 
