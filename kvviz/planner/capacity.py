@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from kvviz.core.layout import CHUNKED, FULL, LATENT, SLIDING, CacheSpec, kinds_summary
 from kvviz.core.layout import layer_tokens_held
 from kvviz.core.budget import DEFAULT_OVERHEAD_FRACTION, kv_budget_bytes, runtime_overhead_bytes  # noqa: F401
+from kvviz.planner.vllm_memory import ModelShape
 from kvviz.core.catalog import (ASSETS_DIR, catalog_config, find_catalog_entry, find_gpu,  # noqa: F401
                                 load_catalog, load_gpus)
 from kvviz.core.errors import UserError
@@ -71,6 +72,7 @@ class ModelKV:
     checkpoint_active_bytes: int | None = None  # of which one token reads (MoE), else = total
     weight_format: str = ""  # the checkpoint's format in words ("mxfp4 experts + bf16")
     moe: bool = False  # routed experts (the config names E and k); else dense
+    shape: ModelShape = field(default_factory=ModelShape)  # widths vLLM's profile run depends on
 
     def __post_init__(self) -> None:
         if not self.specs:

@@ -36,7 +36,9 @@ DEFAULT_GPU = "H100 SXM"
 FLAGS = {"context_tokens": "--context", "batch": "--batch", "block_size": "--block-size",
          "max_num_batched_tokens": "--max-num-batched-tokens", "max_model_len": "--max-model-len",
          "overhead_fraction": "--overhead", "prefix_tokens": "--prefix-tokens (the shared prefix)",
-         "offload_bytes": "--offload-gb", "tp": "--tp", "pp": "--pp", "dp": "--dp"}
+         "offload_bytes": "--offload-gb", "tp": "--tp", "pp": "--pp", "dp": "--dp",
+         "gpu_memory_utilization": "--gpu-memory-utilization",
+         "kv_cache_memory_bytes": "--kv-cache-memory-bytes", "max_num_seqs": "--max-num-seqs"}
 PARAMS_REMEDY = "Give it with --params."
 
 
@@ -82,7 +84,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     gpu.add_argument("--gpu-gb", type=float, metavar="M", help="custom GPU memory in GB (1e9 bytes)")
     p.add_argument("--bandwidth-gbs", type=float, metavar="B",
                    help="memory bandwidth in GB/s (overrides the preset's)")
-    p.add_argument("--overhead", type=float, default=capacity.DEFAULT_OVERHEAD_FRACTION,
+    p.add_argument("--overhead", type=float, default=None,
                    help="fraction of GPU memory kept for activations, CUDA context and "
                         "fragmentation (default 0.1, like vLLM's gpu_memory_utilization=0.9)")
     p.add_argument("--window", type=int, help="what-if: a sliding window of W tokens on every layer")
@@ -106,6 +108,17 @@ def _add_serving_options(p: argparse.ArgumentParser) -> None:
                    help="tokens per scheduled batch (default 8192); sliding / chunked layers reserve "
                         "for every batch in flight: two with CUDA's asynchronous scheduling (vLLM "
                         "0.32's default), one per stage with PP or on CPU")
+    g.add_argument("--gpu-memory-utilization", type=float, metavar="U",
+                   help="as vLLM's flag (vLLM 0.32's default 0.92): the budget becomes vLLM's, "
+                        "ceil(GPU memory × U) − weights − the profile run's activation peak and "
+                        "sampler (modelled); replaces --overhead")
+    g.add_argument("--kv-cache-memory-bytes", type=int, metavar="N",
+                   help="as vLLM's flag: N bytes of KV cache per GPU, ignoring "
+                        "--gpu-memory-utilization (as in vLLM)")
+    g.add_argument("--max-num-seqs", type=int, metavar="N",
+                   help="as vLLM's flag: requests scheduled at once; sizes the sampler's share of "
+                        "the profile run (default: vLLM 0.32's for the GPU: 1,024 at ≥ 70 GiB "
+                        "except A100, 256 below, 128 on CPU)")
     g.add_argument("--platform", choices=sorted(serving_plan.PLATFORMS), default="cuda",
                    help="vLLM's platform (default cuda): hybrids' block alignment and state dtype")
     g.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
@@ -263,7 +276,7 @@ def _setup(args: argparse.Namespace, gpu: dict, context: int) -> deployment.Setu
                             par=parallel.Parallel(args.tp, args.pp, args.dp),
                             kv_dtype=args.kv_dtype,
                             weight_dtype=deployment.CHECKPOINT if args.weight_dtype is None else args.weight_dtype,
-                            overhead_fraction=args.overhead,
+                            overhead_fraction=_overhead(args),
                             context_tokens=context,
                             batch=args.batch,
                             block_size=args.block_size,
@@ -272,7 +285,17 @@ def _setup(args: argparse.Namespace, gpu: dict, context: int) -> deployment.Setu
                             prefix_tokens=args.prefix_tokens,
                             offload_bytes=int(args.offload_gb * 1e9),
                             platform=args.platform,
-                            prefix_caching=args.prefix_caching)
+                            prefix_caching=args.prefix_caching,
+                            gpu_memory_utilization=args.gpu_memory_utilization,
+                            kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+                            max_num_seqs=args.max_num_seqs)
+
+
+def _overhead(args: argparse.Namespace) -> float:
+    if args.overhead is not None and (args.gpu_memory_utilization is not None or args.kv_cache_memory_bytes):
+        raise PlanError("--overhead is kvviz's simple budget; --gpu-memory-utilization and "
+                        "--kv-cache-memory-bytes are vLLM's: give one or the other")
+    return capacity.DEFAULT_OVERHEAD_FRACTION if args.overhead is None else args.overhead
 
 
 @dataclass(frozen=True)
@@ -354,7 +377,7 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
                    capacity.kv_bytes_per_element(kv_dtype), capacity.kv_bytes_per_token(model, kv_dtype),
                    GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
                               gpu.get("memory_source", "given with --gpu-gb")),
-                   args.overhead, rows, deployed,
+                   setup.overhead_fraction, rows, deployed,
                    deployment.fit_advice(model, setup) if deployment.refused(deployed) else "", setup)
 
 
@@ -379,9 +402,13 @@ def _header_lines(plan: CliPlan) -> list[str]:
         f"{plan.kv_bytes_per_token:,} B per token ({kinds})"
         + (f" + {m.state_bytes_per_request:,} B of state per request" if m.state_bytes_per_request else ""),
         _weights_line(plan),
-        f"setup   {d.label}, overhead {plan.overhead_fraction:.0%}. {words.budget_sentence(d)} "
+        f"setup   {d.label}{_overhead_words(plan)}. {words.budget_sentence(d)} "
         f"(GPU memory {plan.gpu.memory_bytes:,} B: {plan.gpu.memory_source})",
     ]
+
+
+def _overhead_words(plan: CliPlan) -> str:
+    return "" if plan.deployment.vllm_budget else f", overhead {plan.overhead_fraction:.0%}"
 
 
 def _table_lines(plan: CliPlan) -> list[str]:

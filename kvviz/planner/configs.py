@@ -12,6 +12,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from kvviz.planner import capacity, checkpoint_weights, params
+from kvviz.planner.vllm_memory import ModelShape
 from kvviz.core import layout
 from kvviz.core.errors import UserError
 
@@ -133,7 +134,20 @@ def _model_from_json(cfg_json: str, name: str, given_params: int | None, measure
                             num_attention_heads=getattr(text, "num_attention_heads", None) or 1,
                             max_position=_max_position(text), params_total=total,
                             params_active=active, params_source=source, notes=notes,
-                            moe=params.moe_counts(cfg)[0] is not None, **_checkpoint(cfg, source))
+                            moe=params.moe_counts(cfg)[0] is not None, shape=model_shape(text),
+                            **_checkpoint(cfg, source))
+
+
+def model_shape(text) -> ModelShape:
+    """The widths vLLM's profile run depends on, from the text config (a MoE: one token's experts)."""
+    def positive(name: str) -> int | None:
+        value = getattr(text, name, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    routed = positive("moe_intermediate_size")
+    k = positive("num_experts_per_tok")
+    intermediate = routed * k if routed and k else positive("intermediate_size")
+    return ModelShape(positive("hidden_size"), intermediate, positive("vocab_size"))
 
 
 def _layer_specs(config, measured: bool) -> tuple[tuple, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from kvviz.planner import capacity, parallel, serving_plan, words
+from kvviz.planner import capacity, parallel, serving_plan, vllm_memory, words
 from kvviz.planner.capacity import ModelKV
 from kvviz.planner.results import (
     Bandwidth, ContextRow, FitChange, OffloadWhatIf, PerGpu, Plain, PrefixWhatIf, SetupPlan, VllmPlan,
@@ -43,6 +43,16 @@ class Setup:
     offload_bytes: int = 0  # CPU memory per replica holding evicted blocks (what-if)
     platform: str = "cuda"  # vLLM's platform: "cuda" or "cpu" (hybrids' block sizes, state dtype)
     prefix_caching: bool = True  # vLLM's default; a Mamba hybrid then holds more state pages
+    # vLLM's own flags: either sets the budget as vLLM does (kvviz.planner.vllm_memory) instead of
+    # the overhead fraction; kv_cache_memory_bytes (per GPU) overrides it, as in vLLM
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    max_num_seqs: int | None = None  # None: vLLM's default for this GPU (vllm_memory.default_max_num_seqs)
+
+    @property
+    def vllm_flags(self) -> bool:
+        """Whether the budget is vLLM's (its flags given) rather than the overhead fraction's."""
+        return self.gpu_memory_utilization is not None or bool(self.kv_cache_memory_bytes)
 
 
 # What each setting is called in messages: the page's words by default; the CLI passes its flags.
@@ -51,6 +61,8 @@ SETTING_NAMES = {
     "max_num_batched_tokens": "max batched tokens", "max_model_len": "max model length",
     "overhead_fraction": "the overhead", "prefix_tokens": "the shared prefix",
     "offload_bytes": "the CPU offload tier", "tp": "TP", "pp": "PP", "dp": "DP",
+    "gpu_memory_utilization": "gpu_memory_utilization", "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "max_num_seqs": "max_num_seqs",
 }
 
 
@@ -73,6 +85,12 @@ def validated_setup(model: ModelKV, s: Setup, names: Mapping[str, str] = SETTING
         raise UserError(f"{name('max_model_len')} must be at least 1")
     if s.offload_bytes < 0:
         raise UserError(f"{name('offload_bytes')} cannot be negative")
+    if s.gpu_memory_utilization is not None and not 0 < s.gpu_memory_utilization <= 1:
+        raise UserError(f"{name('gpu_memory_utilization')} is a fraction of GPU memory, in (0, 1]")
+    if s.kv_cache_memory_bytes is not None and s.kv_cache_memory_bytes < 0:
+        raise UserError(f"{name('kv_cache_memory_bytes')} cannot be negative")
+    if s.max_num_seqs is not None and s.max_num_seqs < 1:
+        raise UserError(f"{name('max_num_seqs')} must be at least 1")
     if s.platform not in serving_plan.PLATFORMS:
         raise UserError(f"the platform is one of {', '.join(serving_plan.PLATFORMS)}")
     parallel.check_parallel(s.par, model.specs, model.num_attention_heads)
@@ -134,7 +152,7 @@ def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> VllmP
         p, budget, length, in_flight) for p in pages)
     return VllmPlan(
         starts=starts, longest_max_model_len=longest, platform=platform.name,
-        prefix_caching=s.prefix_caching, gpu_memory_utilization=round(1 - s.overhead_fraction, 6),
+        prefix_caching=s.prefix_caching, gpu_memory_utilization=utilization(s),
         block_size=a.block_size, max_model_len=length, max_num_batched_tokens=s.max_num_batched_tokens,
         in_flight_tokens=in_flight, num_blocks=a.num_blocks, num_tokens=a.num_tokens,
         max_concurrency=a.max_concurrency, blocks_per_request=a.blocks_per_request,
@@ -181,14 +199,40 @@ def _bandwidth(stages: list[ModelKV], weights: Weights, plain: Plain, s: Setup) 
                      capacity.tokens_per_s_ceiling_aggregate(full_s, fit) if full_s else 0.0)
 
 
+def utilization(s: Setup) -> float:
+    """gpu_memory_utilization as given, else 1 − the overhead fraction."""
+    if s.gpu_memory_utilization is not None:
+        return s.gpu_memory_utilization
+    return round(1 - s.overhead_fraction, 6)
+
+
+def max_num_seqs(s: Setup) -> int:
+    return s.max_num_seqs or vllm_memory.default_max_num_seqs(s.gpu_bytes, s.gpu_name, s.platform)
+
+
+def vllm_budget(model: ModelKV, s: Setup, weights: Weights) -> vllm_memory.VllmBudget | None:
+    """vLLM's own budget per GPU when its flags were given (modelled deductions), else None."""
+    if not s.vllm_flags:
+        return None
+    util = s.gpu_memory_utilization or vllm_memory.DEFAULT_GPU_MEMORY_UTILIZATION
+    return vllm_memory.vllm_budget(model.shape, s.gpu_bytes, weights.bytes_per_gpu, util,
+                                   s.max_num_batched_tokens, max_num_seqs(s), s.par.tp,
+                                   s.kv_cache_memory_bytes)
+
+
 def plan_setup(model: ModelKV, s: Setup, names: Mapping[str, str] = SETTING_NAMES) -> SetupPlan:
     """The whole plan; UserError (naming settings as `names` does) for settings that cannot be planned."""
     s = validated_setup(model, s, names)
     stages = stage_models(model, s.par)
     weights = _weights(model, s)
-    budget = capacity.kv_budget_bytes(s.gpu_bytes, weights.bytes_per_gpu, s.overhead_fraction)
+    by_vllm = vllm_budget(model, s, weights)
+    if by_vllm is None:
+        budget = capacity.kv_budget_bytes(s.gpu_bytes, weights.bytes_per_gpu, s.overhead_fraction)
+        overhead = capacity.runtime_overhead_bytes(s.gpu_bytes, s.overhead_fraction)
+    else:
+        budget, overhead = by_vllm.kv_bytes, max(0, by_vllm.deducted_bytes)
     plain = _plain(stages, budget, s, s.context_tokens)
-    per_gpu = PerGpu(s.gpu_bytes, capacity.runtime_overhead_bytes(s.gpu_bytes, s.overhead_fraction),
+    per_gpu = PerGpu(s.gpu_bytes, overhead,
                      weights.bytes_per_gpu, budget,
                      max(capacity.kv_bytes_per_token(m, s.kv_dtype) for m in stages),
                      max(m.num_layers for m in stages))
@@ -196,7 +240,7 @@ def plan_setup(model: ModelKV, s: Setup, names: Mapping[str, str] = SETTING_NAME
                      per_gpu, plain, _vllm(stages, budget, model, s),
                      _bandwidth(stages, weights, plain, s),
                      _prefix(stages, budget, s) if s.prefix_tokens else None,
-                     _offload(plain, budget, s) if s.offload_bytes else None)
+                     _offload(plain, budget, s) if s.offload_bytes else None, by_vllm)
 
 
 def context_row(plan: SetupPlan, batch: int) -> ContextRow:

@@ -23,7 +23,7 @@ from kvviz.app import links, ui
 from kvviz.app.ui import inert
 from kvviz.core import catalog, units
 from kvviz.core.errors import UserError
-from kvviz.planner import capacity, deployment, parallel, words
+from kvviz.planner import capacity, deployment, parallel, vllm_memory, words
 from kvviz.planner import charts as planner_charts
 from kvviz.planner import configs as plan_models
 from kvviz.planner import frames as planner_frames
@@ -279,7 +279,29 @@ def serving_inputs() -> dict:
     return dict(par=parallel.Parallel(int(tp), int(pp), int(dp)), block_size=int(block_size),
                 max_model_len=int(max_len) or None, prefix_tokens=int(prefix),
                 offload_bytes=int(offload_gb * 1e9), platform=platform,
-                prefix_caching=bool(prefix_caching))
+                prefix_caching=bool(prefix_caching), **vllm_flag_inputs())
+
+
+def vllm_flag_inputs() -> dict:
+    """vLLM's own flags, by vLLM's names and defaults; off: the overhead slider's simple budget."""
+    on_col, util_col, kv_col, seqs_col = st.columns([2, 2, 2, 2])
+    on = on_col.toggle("Budget as vLLM computes it", False, key="plan_vllm_budget", bind=URL,
+                       help="ceil(GPU memory × gpu_memory_utilization) − weights − the profile run's "
+                            "activation peak and sampler (both modelled), instead of the overhead slider.")
+    if not on:
+        return {}
+    util = util_col.number_input("--gpu-memory-utilization", 0.01, 1.0,
+                                 vllm_memory.DEFAULT_GPU_MEMORY_UTILIZATION, 0.01,
+                                 key="plan_gpu_memory_utilization", bind=URL, help="vLLM 0.32's default: 0.92")
+    kv_gib = kv_col.number_input("--kv-cache-memory-bytes (GiB; 0 = not set)", 0.0, 100_000.0, 0.0, 1.0,
+                                 key="plan_kv_cache_gib", bind=URL,
+                                 help="Set: vLLM takes this many bytes of KV cache per GPU and ignores "
+                                      "gpu_memory_utilization.")
+    seqs = seqs_col.number_input("--max-num-seqs (0 = vLLM's default)", 0, 100_000, 0, 64,
+                                 key="plan_max_num_seqs", bind=URL,
+                                 help="vLLM 0.32: 1,024 on a GPU of ≥ 70 GiB (not A100), 256 below, 128 on CPU.")
+    return dict(gpu_memory_utilization=float(util), kv_cache_memory_bytes=int(kv_gib * 2**30) or None,
+                max_num_seqs=int(seqs) or None)
 
 
 # ---------------------------------------------------------------- the model
@@ -334,9 +356,10 @@ def vllm_section(plan, result) -> None:
         st.info(inert(words.vllm_unavailable_sentence(result.vllm.error)))
     else:
         st.caption("vLLM hands out memory in whole blocks of `block size` tokens per layer, grouped "
-                   "by layer kind (kvviz.planner.serving_plan follows its kv_cache_utils). Same budget as above; "
-                   "vLLM also subtracts the activation peak it measures at start-up, which is not "
-                   "modelled here.")
+                   "by layer kind (kvviz.planner.serving_plan follows its kv_cache_utils). Same budget as above"
+                   + ("." if result.vllm_budget else
+                      "; vLLM also subtracts the activation peak it measures at start-up: turn on "
+                      "“Budget as vLLM computes it” (serving setup) for its deductions, modelled."))
         metric_row(planner_frames.vllm_metrics(plan))
         if any(spec.has_state for spec in plan.model.specs):
             st.caption(inert(f"Recurrent-state (Mamba-style) layers on {result.vllm.platform}: vLLM's "

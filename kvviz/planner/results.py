@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
+from kvviz.planner.vllm_memory import VllmBudget
+
 
 @dataclass(frozen=True)
 class Weights:
@@ -131,6 +133,7 @@ class SetupPlan:
     bandwidth: Bandwidth | None  # None without a bandwidth
     prefix: PrefixWhatIf | None = None  # only when a shared prompt was asked about
     offload: OffloadWhatIf | None = None  # only when a CPU tier was asked about
+    vllm_budget: VllmBudget | None = None  # vLLM's own budget, when its flags were given
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ class FitChange:
     weight_dtype: str | None = None
 
 
-_LEFT_OUT_WHEN_NONE = ("prefix", "offload")
+_LEFT_OUT_WHEN_NONE = ("prefix", "offload", "vllm_budget")
 
 
 def plan_json(plan: SetupPlan) -> dict:

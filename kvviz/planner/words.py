@@ -11,6 +11,7 @@ import math
 
 from kvviz.planner.results import FitChange, OffloadWhatIf, PrefixWhatIf, SetupPlan, VllmPlan, Weights
 from kvviz.core.units import fmt_bytes_si as gb
+from kvviz.planner.vllm_memory import VllmBudget
 
 ACTIVE_CONVENTION = ("routed experts k of E; an untied embedding table not counted, as gpt-oss and "
                      "Llama 4 publish it: a token reads one row of it; Qwen counts the table in")
@@ -30,10 +31,28 @@ def fmt_seconds(s: float | None) -> str:
 
 
 def budget_sentence(plan: SetupPlan) -> str:
-    """Per GPU: memory − weights (their format) − overhead → what is left for KV caches."""
+    """Per GPU: memory − weights (their format) − overhead → what is left for KV caches; vLLM's
+    own deductions instead when its flags were given."""
+    if plan.vllm_budget is not None:
+        return vllm_budget_sentence(plan.vllm_budget, plan.weights.weight_dtype)
     p = plan.per_gpu
     return (f"Per GPU: {gb(p.memory_bytes)} − weights {gb(p.weight_bytes)} ({plan.weights.weight_dtype}) "
             f"− overhead {gb(p.overhead_bytes)} → {gb(p.kv_budget_bytes)} for KV caches.")
+
+
+def vllm_budget_sentence(b: VllmBudget, weight_dtype: str) -> str:
+    """vLLM's budget, term by term, modelled terms labelled and the unknown ones named."""
+    if b.given:
+        return (f"Per GPU: kv_cache_memory_bytes {b.kv_bytes:,} B ({gb(b.kv_bytes)}) for KV caches, "
+                f"as given: vLLM then ignores gpu_memory_utilization and profiles nothing for the "
+                f"budget (weights {gb(b.weight_bytes)} ({weight_dtype}) of {gb(b.total_bytes)}).")
+    return (f"Per GPU, as vLLM computes it: {gb(b.total_bytes)} × gpu_memory_utilization "
+            f"{b.gpu_memory_utilization:g} = {gb(b.requested_bytes)} − weights {gb(b.weight_bytes)} "
+            f"({weight_dtype}) − activation peak {gb(b.activation_peak_bytes)} (modelled: a forward pass "
+            f"of max_num_batched_tokens {b.max_num_batched_tokens:,}) − sampler {gb(b.sampler_bytes)} "
+            f"(modelled: max_num_seqs {b.max_num_seqs:,} rows of logits) → {gb(b.kv_bytes)} "
+            f"({b.kv_bytes / 2**30:,.2f} GiB, vLLM's unit) for KV caches. Not known to kvviz, so not deducted (vLLM's figure is lower by them): "
+            f"{'; '.join(b.unknown)}.")
 
 
 def weights_sentence(w: Weights) -> str:
