@@ -125,3 +125,47 @@ def test_several_servers_are_shown_side_by_side(fake):
         panels.watch_for(fake.url).stop()
         panels.watch_for(other.url).stop()
         other.close()
+
+
+def replay_of(path: Path, monkeypatch) -> AppTest:
+    monkeypatch.setattr(ui, "example_traces", lambda: {"vllm-watch": path})
+    return AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
+
+
+def page_text(at: AppTest) -> list:
+    """What the page shows: headings, captions, metrics, texts and every table's cells."""
+    return ([h.value for h in at.subheader] + [c.value for c in at.caption] + [m.value for m in at.metric]
+            + [t.value for t in at.text] + [d.value.to_csv() for d in at.dataframe])
+
+
+def test_a_watch_file_never_names_a_file_kvviz_opens(tmp_path, monkeypatch):
+    """Issue 28: a model root with `..` pointing at a real tokenizer.json gives the very page a
+    missing target gives: token ids, no sign of the file. And the record's URL stays plain text."""
+    from tokenizers import Tokenizer, models
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "x").mkdir()  # so that x/.. resolves
+    Tokenizer(models.WordLevel({f"w{i}": i for i in range(50_000)}, unk_token="w0")).save(
+        str(target / "tokenizer.json"))
+    url = "http://127.0.0.1:8000"
+    pages = []
+    for root in (tmp_path / "x" / ".." / "target", tmp_path / "x" / ".." / "missing"):
+        rec = recording_of_capture()
+        rec.meta["servers"] = {url: {"model": "not-allowlisted", "model_root": str(root), "version": "0.32.0"}}
+        path = tmp_path / f"{root.name}.json"
+        rec.save(path)
+        at = replay_of(path, monkeypatch)
+        assert not at.exception and not at.error
+        pages.append(page_text(at))
+    assert pages[0] == pages[1]
+    assert any("Token ids shown" in c for c in pages[0])
+
+    rec = recording_of_capture()
+    hostile = "http://[x](https://evil.example)**bold**$x$"
+    for record in rec.batches + rec.scrapes:
+        record.url = hostile
+    rec.save(tmp_path / "hostile.json")
+    at = replay_of(tmp_path / "hostile.json", monkeypatch)
+    assert not at.exception
+    (heading,) = [h.value for h in at.subheader]
+    assert heading == ui.inert("[x](https://evil.example)**bold**$x$ · rank 0")

@@ -80,11 +80,18 @@ def download(watches: list[EngineWatch]) -> None:
                            on_click="ignore", key=f"engine_download_{i}")
 
 
-def text_fns(meta: dict) -> dict:
-    """URL -> token-ids-to-text function for servers whose tokenizer is readable here."""
+def text_fns(meta: dict, from_file: bool = False) -> dict:
+    """URL -> token-ids-to-text function for servers whose tokenizer is readable here. A watch
+    file's (`from_file`) or a hosted page's servers get only the allowlist's tokenizers, by the
+    served model's name: a path they name is never opened."""
     out = {}
-    for url, server in (meta.get("servers") or {}).items():
-        fn = tokens.block_text_fn(url, str(server.get("model_root", "")))
+    allowlist_only = from_file or ui.policy().enabled
+    servers = meta.get("servers")
+    for url, server in (servers.items() if isinstance(servers, dict) else ()):
+        if not isinstance(server, dict):
+            continue
+        fn = (tokens.allowlisted_text_fn(str(server.get("model", ""))) if allowlist_only
+              else tokens.block_text_fn(url, str(server.get("model_root", ""))))
         if fn is not None:
             out[url] = fn
     return out
@@ -231,7 +238,7 @@ def show_notes(notes, limit: int = 6) -> None:
 def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
     """A recorded watch through the same panels: at `upto_s`, or played from the start at
     `speed` × the recorded pace (0: straight to the end)."""
-    texts = text_fns(recording.meta)
+    texts = text_fns(recording.meta, from_file=True)
     slot = st.empty()
     if upto_s is not None:
         states = dict(replay_frames(recording, [upto_s]))[upto_s]
@@ -269,7 +276,8 @@ def read_watch(path, upload) -> Recording | None:
 
 def replay_page(recording: Recording) -> None:
     """The Replay page's controls for a vLLM watch, then the same panels as the Engine page."""
-    servers = ", ".join(recording.meta.get("servers", {}) or recording.meta.get("urls", []))
+    named = recording.meta.get("servers") or recording.meta.get("urls") or []
+    servers = ", ".join(map(str, named)) if isinstance(named, (dict, list)) else str(named)
     st.caption(f"A vLLM watch of {ui.inert(servers) or 'unknown servers'}, "
                f"{recording.duration_s:.0f} s, {len(recording.batches)} event batches, "
                f"{len(recording.scrapes)} metrics scrapes (recorded with `kvviz watch` or the Engine page)")

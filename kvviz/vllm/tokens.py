@@ -1,8 +1,10 @@
 """Token text for the blocks of a watched engine, from the served model's own tokenizer file.
 
-Only when the server runs on this machine (a loopback URL) and reports a local model folder
-(`/v1/models`' root) with a `tokenizer.json`: then that very file decodes the ids. Anything
-else (a remote server, a Hub id) shows the token ids as they are.
+Live, on your own machine: when the server runs here (a loopback URL) and reports a local model
+folder (`/v1/models`' root) with a `tokenizer.json`, that very file decodes the ids.
+A watch file (Replay) or a hosted page never opens a path it was given: its tokenizer comes from
+the allowlist, found by the served model's name in kvviz's own cache (today the embedded default
+model, which `make vllm-demo` serves). Anything else shows the token ids as they are.
 """
 from __future__ import annotations
 
@@ -26,9 +28,28 @@ def tokenizer_file(url: str, model_root: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def allowlisted_tokenizer_file(model: str) -> Path | None:
+    """kvviz's own tokenizer file for a served model name on the allowlist, else None."""
+    from kvviz.engine.models import DEFAULT_FOLDER, default_model_dir, is_complete  # torch: only here
+
+    if model != DEFAULT_FOLDER:
+        return None
+    folder = default_model_dir()
+    path = folder / "tokenizer.json"
+    return path if is_complete(folder) and path.is_file() else None
+
+
 def block_text_fn(url: str, model_root: str):
     """A function token ids -> text, or None when ids must be shown as they are."""
-    path = tokenizer_file(url, model_root)
+    return decoder(tokenizer_file(url, model_root))
+
+
+def allowlisted_text_fn(model: str):
+    """The same, for a name a file or a hosted server gave: the allowlist's tokenizer or None."""
+    return decoder(allowlisted_tokenizer_file(model))
+
+
+def decoder(path: Path | None):
     if path is None:
         return None
     try:
