@@ -28,6 +28,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from kvviz.engine import layout_probe
 from kvviz.engine import loop as engine
 from kvviz.core.config import RunConfig
 from kvviz.engine.models import LoadedModel
@@ -43,6 +44,13 @@ SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_att
              num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
              moe_intermediate_size=32, shared_expert_intermediate_size=32, rotary_dim=16,
              tie_word_embeddings=False, n_input_layers=1, n_output_layers=1)
+
+# Sizes a type needs beyond SIZES to build tiny: xLSTM's config rounds its qk width up to a
+# multiple of 64 while its layers do not (at hidden 64 its own generate fails: 'matC_old has wrong
+# shape'); MiniMax-M3's default layer types are all full, so half its layers are made sparse.
+TYPE_SIZES = {"xlstm": dict(hidden_size=128),
+              "minimax_m3_vl_text": dict(layer_types=["full_attention", "minimax_m3_sparse"] * 2,
+                                         index_head_dim=16, index_n_heads=2, index_block_size=4)}
 
 SKIP_REASONS = ("too large at defaults", "config refuses small sizes", "needs a package",
                 "the model's own generate fails at small sizes", "composite config")
@@ -65,6 +73,7 @@ def sized_config(model_type: str):
     tries = [fields]
     if isinstance(types, list) and types:
         tries = [{**fields, "layer_types": types[:4]}, fields, {**fields, "num_hidden_layers": len(types)}]
+    tries = [{**attempt, **TYPE_SIZES.get(model_type, {})} for attempt in tries]
     for i, attempt in enumerate(tries):
         try:
             return type(base)(**attempt)
@@ -95,14 +104,23 @@ def run_config() -> RunConfig:
                      chat_template=False, stop_on_eos=False)
 
 
-def hf_tokens(lm: LoadedModel, use_cache: bool = True) -> list[tuple]:
-    """`model.generate` with greedy decoding and no logits processors (no forced BOS/EOS)."""
+# Types whose own batched generate with a cache computes something else than at batch 1
+# (transformers 5.24; kvviz.engine.own_cache says why): their reference is generate one padded row
+# at a time. test_rwkv_generate_is_wrong_only_batched keeps this list honest.
+ROW_BY_ROW = {"rwkv": "its one-token step broadcasts a (batch, hidden) state against (batch, 1, hidden)"}
+
+
+def hf_tokens(lm: LoadedModel, use_cache: bool = True, rows: bool = False) -> list[tuple]:
+    """`model.generate` with greedy decoding and no logits processors (no forced BOS/EOS); with
+    `rows`, each padded row of the batch on its own."""
     batch = engine.encode_prompts(lm.tokenizer, run_config(), lm.device)
     # The model's own defaults (Bart's forced EOS, ...) would be merged into any config passed in.
     lm.model.generation_config = GenerationConfig(pad_token_id=1)
+    parts = [slice(b, b + 1) for b in range(batch.ids.shape[0])] if rows else [slice(None)]
     with torch.inference_mode():
-        out = lm.model.generate(batch.ids, attention_mask=batch.mask, do_sample=False,
-                                max_new_tokens=NEW_TOKENS, eos_token_id=None, use_cache=use_cache)
+        out = torch.cat([lm.model.generate(batch.ids[p], attention_mask=batch.mask[p], do_sample=False,
+                                           max_new_tokens=NEW_TOKENS, eos_token_id=None, use_cache=use_cache)
+                         for p in parts])
     return [tuple(col) for col in out[:, batch.prompt_len:].T.tolist()]
 
 
@@ -150,7 +168,8 @@ def outcome(model_type: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - a model class refusing its own defaults
         return {"skip": f"config refuses small sizes: {type(exc).__name__}: {str(exc)[:100]}"}
     try:
-        generated, generated_without = hf_tokens(lm), hf_tokens(lm, use_cache=False)
+        generated = hf_tokens(lm, rows=model_type in ROW_BY_ROW)
+        generated_without = hf_tokens(lm, use_cache=False)
     except Exception as exc:  # noqa: BLE001
         return {"skip": f"the model's own generate fails at small sizes: {type(exc).__name__}: {str(exc)[:100]}"}
     walked: list = []  # storage counted here, at each step
@@ -163,7 +182,7 @@ def outcome(model_type: str) -> dict:
     try:
         events = list(engine.generate(lm, run_config(), "cached", inspect=walk))
         recompute = [e.token_ids for e in engine.generate(lm, run_config(), "recompute")]
-        caveat = engine.run_meta(lm, run_config()).get("cache_caveat", "")
+        caveat = caveat_of(engine.run_meta(lm, run_config()))
         run_layout = sizes(engine.plan_run(lm, run_config()).specs)
         plan_layout, plan_note = planner_layout(lm.model.config)
     except Exception as exc:  # noqa: BLE001 - a crash is what this test exists to catch
@@ -178,10 +197,16 @@ def outcome(model_type: str) -> dict:
             "run_s": time.perf_counter() - t0}
 
 
+def caveat_of(meta) -> str:
+    """The run's cache caveat, from the trace's meta (a dict, or a record with that field)."""
+    return (meta.get("cache_caveat") if isinstance(meta, dict) else getattr(meta, "cache_caveat", None)) or ""
+
+
 def sizes(specs) -> list[tuple]:
-    """What sizes an attention layer (state layers keep the config's sizes in the planner)."""
+    """What sizes an attention layer (state layers keep the config's sizes in the planner); a
+    compressor's part as the values it keeps after 1,000 tokens."""
     return [(s.kind, s.values_per_token, s.key_values_per_token, s.index_values, s.latent_rope, s.token_cap,
-             s.fixed_tokens) for s in specs if s.kind != "state"]
+             s.fixed_tokens, s.compressor_values(1000)) for s in specs if s.kind != "state"]
 
 
 def planner_layout(config) -> tuple[list[tuple], str]:
@@ -268,6 +293,19 @@ def test_type_reconciles_or_is_labelled(model_type):
         assert not found, found
 
 
+def test_no_type_that_builds_tiny_is_left_unmodelled_or_crashes():
+    """Issue 29: every type that builds tiny is measured and sized; the only labelled runs are
+    models that keep no cache at all (their forward stores nothing: recompute only)."""
+    results = {t: outcome(t) for t in TYPES}
+    crashed = {t: r["crash"] for t, r in results.items() if "crash" in r}
+    unmodelled = {t: r["notes"] for t, r in results.items() if any("not modelled" in n for n in r.get("notes", []))}
+    labelled = {t: r["notes"] for t, r in results.items() if r.get("labelled")}
+    assert not crashed and not unmodelled, (crashed, unmodelled)
+    assert all(layout_probe.NO_CACHE in notes for notes in labelled.values()), labelled
+    assert {"xlstm", "rwkv", "deepseek_v4", "minimax_m3_vl_text"} <= {
+        t for t, r in results.items() if "skip" not in r and not problems(r) and not r["labelled"]}
+
+
 def test_most_types_are_tried_and_reconcile():
     results = {t: outcome(t) for t in TYPES}
     tried = [t for t, r in results.items() if "skip" not in r]
@@ -277,8 +315,8 @@ def test_most_types_are_tried_and_reconcile():
 
 @pytest.mark.parametrize("model_type", ["falcon", "rwkv"])
 def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, capsys):
-    """Falcon (num_kv_heads / multi_query) measured == formula; RWKV (no attention-head fields, no
-    cache argument) recorded recompute-only with the reason, never a traceback."""
+    """Falcon (num_kv_heads / multi_query) measured == formula; RWKV (no attention-head fields, its
+    state carried through `state=`) measured == formula too: five state tensors per layer."""
     from kvviz import cli
     from kvviz.core.trace import Trace
     build(sized_config(model_type)).save_pretrained(tmp_path)
@@ -289,11 +327,10 @@ def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, ca
     assert rc == 0
     events = Trace.load(out).events_of("cached")
     assert len(events) == 3
-    if model_type == "falcon":
-        assert all(e.kv_bytes == e.formula_bytes > 0 and not e.cache_note for e in events)
-    else:
-        assert all("takes no cache argument" in e.cache_note for e in events)
-        assert "recomputes every step" in capsys.readouterr().out
+    assert all(e.kv_bytes == e.formula_bytes > 0 and not e.cache_note for e in events)
+    if model_type == "rwkv":  # 4 layers × (2 × 64 fp32 shift + 3 × 64 fp32 WKV values) × 4 bytes
+        assert events[-1].kv_bytes == 4 * 5 * 64 * 4
+        assert "recomputes every step" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("model_type, words", [
@@ -307,7 +344,7 @@ def test_what_a_models_own_code_does_is_said_in_the_trace_and_on_the_page(model_
     lm = LoadedModel(build(sized_config(model_type)), tiny_tokenizer(), model_type, model_type,
                      torch.device("cpu"), torch.float32, 0.0)
     meta = engine.run_meta(lm, run_config())
-    assert words in meta["cache_caveat"]
+    assert words in caveat_of(meta)
     events = list(engine.generate(lm, run_config(), "cached"))
     assert any(words in note for note in run_notes(meta, events[-1]))
     assert words in layout_lines(Trace(meta, events))

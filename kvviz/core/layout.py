@@ -18,13 +18,18 @@ on a spec, tokens held and bytes, is the spec classes' own):
 | shared ←j | (KV sharing)                 | DummyLayer                     | 0 (reuses layer j)      |
 
 An "indexed_attention" layer (DeepSeek-V3.2's sparse attention, DynamicIndexedLayer) is a full or
-latent layer whose tokens also keep `index_head_dim` indexer-key values (`index_values`).
+latent layer whose tokens also keep `index_head_dim` indexer-key values (`index_values`); so is a
+MiniMax-M3 "minimax_m3_sparse" layer (its MiniMaxM3VLSparseCacheLayer keeps one [batch, 1, tokens,
+index_head_dim] `idx_keys` tensor beside K and V).
 
 Values are elements; multiply by the element size of the cache (the model's dtype). Some
 recurrent states are kept in float32 whatever the model dtype (`state_float32_values`: the SSM
-states of the Mamba families, Qwen3-Next's delta-rule state; measured in bf16). A layer kind
-transformers has but kvviz does not size (e.g. DeepSeek-V4's compressed attention) raises
-ValueError naming it; a state family without a size rule here gets `state_known=False`.
+states of the Mamba families, Qwen3-Next's delta-rule state; measured in bf16). DeepSeek-V4's
+compressed layers are sliding layers with a compressor (CompressedSpec: entries every
+`compress_rate` tokens, buffered tokens, overlap halves); xLSTM and RWKV, which keep their whole
+state in objects of their own, are one StateSpec per layer (_OWN_STATES). A layer kind transformers
+has but kvviz does not size raises ValueError naming it; a state family without a size rule here
+gets `state_known=False`.
 No torch import here: only transformers' config classes and its layer-type resolution, and those
 only inside the two functions that read a config, so the arithmetic on specs (the planner, views,
 captions) imports this module without loading transformers.
@@ -35,7 +40,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from kvviz.core.spec import (CHUNKED, FULL, KINDS, LATENT, SHARED, SLIDING, STATE, CacheSpec, ChunkedSpec,  # noqa: F401 - re-exported
-                              FullSpec, LatentSpec, SharedSpec, SlidingSpec, StateSpec, bytes_per_token,
+                              CompressedSpec, FullSpec, LatentSpec, SharedSpec, SlidingSpec, StateSpec, bytes_per_token,
                               formula_bytes, kinds_summary, state_bytes, unknown_states)
 from kvviz.core.errors import UserError
 
@@ -82,8 +87,8 @@ def _config_problem(exc: Exception) -> str:
 def layer_specs(config) -> tuple[CacheSpec, ...]:
     """One CacheSpec per decoder layer, from a transformers config (the text config of multimodal ones).
 
-    ValueError (naming the missing field) when the config lacks a field a size rule needs, e.g.
-    RWKV and xLSTM have no attention-head fields: then the layout is "not modelled".
+    ValueError (naming the missing field) when the config lacks a field a size rule needs: then the
+    layout is "not modelled".
     """
     try:
         return _layer_specs(config)
@@ -94,6 +99,11 @@ def layer_specs(config) -> tuple[CacheSpec, ...]:
 
 def _layer_specs(config) -> tuple[CacheSpec, ...]:
     text = config.get_text_config(decoder=True)
+    own = _OWN_STATES.get(text.model_type)
+    if own is not None:  # a recurrent model with a state object of its own, no attention layers
+        size = own(text)
+        return tuple(StateSpec(state_values=size.plain, state_float32_values=size.float32, state_family=size.family)
+                     for _ in range(text.num_hidden_layers))
     from transformers.cache_utils import get_layer_types_and_kwargs
     types, kwargs = get_layer_types_and_kwargs(text)  # what DynamicCache(config=...) builds from
     layer_configs = list(getattr(text, "per_layer_config", None) or [text] * len(types))
@@ -103,6 +113,8 @@ def _layer_specs(config) -> tuple[CacheSpec, ...]:
 
 
 def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None) -> CacheSpec:
+    if text.model_type == "deepseek_v4":
+        return _deepseek_v4_spec(layer_config, layer_type)
     if layer_type == "dummy":
         return SharedSpec(shared_with=source)
     if layer_type in ("linear_attention", "conv"):
@@ -112,7 +124,8 @@ def _spec(text, layer_config, layer_type: str, kwargs: dict, source: int | None)
                                                  if layer_type == "hybrid_sliding" else "full_attention", kwargs))
     if layer_type in ("full_attention", "sliding_attention", "chunked_attention"):
         return _attention_spec(layer_config, layer_type, kwargs)
-    if layer_type == "indexed_attention":  # DSA (DeepSeek-V3.2, GLM-5): K/V plus indexer keys
+    if layer_type in ("indexed_attention", "minimax_m3_sparse"):  # DSA (DeepSeek-V3.2, GLM-5), MiniMax-M3's
+        # sparse layers: K/V plus one indexer key of index_head_dim per token
         base, index = _attention_spec(layer_config, "full_attention", kwargs), layer_config.index_head_dim
         return replace(base, values_per_token=base.values_per_token + index, index_values=index)
     raise UserError(f"{text.model_type}: layer type {layer_type!r} is not modelled by kvviz")
@@ -130,6 +143,29 @@ def _attention_spec(c, layer_type: str, kwargs: dict) -> CacheSpec:
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
     return CacheSpec(kind, kv_heads, 2 * kv_heads * head_dim, cap)
+
+
+def _deepseek_v4_spec(c, layer_type: str) -> CacheSpec:
+    """DeepSeek-V4 (modeling_deepseek_v4.py): every layer keeps a window of one K = V head (the last
+    sliding_window − 1 tokens). A plain sliding layer is transformers' own sliding layer, which
+    stores the one tensor twice (as keys and as values: 2 × head_dim per token); a compressed
+    layer's own class keeps it once (`values` is `keys`: head_dim per token) and also runs a compressor per its `compress_rates` entry r: per closed window one entry of head_dim
+    (HCA), or of head_dim + index_head_dim (CSA: the compressor's and its indexer's); per buffered
+    token the kv and gate projections (HCA 2 × head_dim; CSA 2 × 2 × (head_dim + index_head_dim));
+    CSA also keeps its last window's first half (kv and gate: 2 × r × (head_dim + index_head_dim))."""
+    if layer_type == "sliding_attention":
+        return SlidingSpec(kv_heads=1, values_per_token=2 * c.head_dim, token_cap=c.sliding_window)
+    window = dict(kv_heads=1, values_per_token=c.head_dim, key_values_per_token=c.head_dim,
+                  token_cap=c.sliding_window)
+    rate = c.compress_rates[layer_type]
+    if layer_type == "heavily_compressed_attention":
+        return CompressedSpec(**window, compress_rate=rate, compressed_values=c.head_dim,
+                              buffer_values=2 * c.head_dim)
+    if layer_type == "compressed_sparse_attention":
+        both = c.head_dim + c.index_head_dim
+        return CompressedSpec(**window, compress_rate=rate, compressed_values=both, buffer_values=4 * both,
+                              overlap_values=2 * rate * both)
+    raise UserError(f"{c.model_type}: layer type {layer_type!r} is not modelled by kvviz")
 
 
 def _shared_sources(text, types: list[str]) -> dict[int, int]:
@@ -235,6 +271,23 @@ def _lightning_state(c) -> StateSize:
     """MiniMax's lightning attention: one head_dim × head_dim state per head."""
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     return StateSize(c.num_attention_heads * head_dim * head_dim, 0, family="linear_attention")
+
+
+def _xlstm_state(c) -> StateSize:
+    """xLSTM's mLSTM state per block (its `xLSTMCache.rnn_state`): C (heads × qk × v), n (heads × qk)
+    and m (heads), in the model's dtype; qk and v head sizes as the config rounds them."""
+    heads, qk, v = c.num_heads, c.qk_head_dim, c.v_head_dim
+    return StateSize(heads * qk * v + heads * qk + heads, 0, family="mlstm")
+
+
+def _rwkv_state(c) -> StateSize:
+    """RWKV's `state=` list, per layer: two hidden-size shift states in the model's dtype and three
+    hidden-size WKV states (numerator, denominator, max) in float32."""
+    return StateSize(2 * c.hidden_size, 3 * c.hidden_size, family="rwkv")
+
+
+# Recurrent models whose whole state is an object of their own (kvviz.engine.own_cache).
+_OWN_STATES = {"xlstm": _xlstm_state, "rwkv": _rwkv_state}
 
 
 # Measured on tiny models in fp32 and bf16 (tests/test_architectures.py): conv states follow the

@@ -23,6 +23,7 @@ build the class of the kind asked for. Pure Python: no torch, no transformers, n
 from __future__ import annotations
 
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -62,6 +63,8 @@ class CacheSpec:
         target = _CLASSES.get(kind or cls.KIND)
         if target is None:
             raise UserError(f"unknown cache kind {kind!r}: kvviz knows {', '.join(KINDS)}")
+        if issubclass(cls, target):  # a kind's refinement (CompressedSpec): keep it
+            return object.__new__(cls)
         if not issubclass(target, cls):  # replace(sliding, kind="full"): build the other class
             return target(kind, *args, **kwargs)
         return object.__new__(target)
@@ -137,9 +140,19 @@ class CacheSpec:
 
     def bytes_at(self, tokens: int, elem_bytes: float, batch: int = 1) -> int:
         """This layer's cache after `tokens` positions: tokens held × values × batch × bytes, plus
-        the state × batch once a token was seen. The live formula, per layer."""
+        the state × batch once a token was seen, plus what a compressor keeps (CompressedSpec).
+        The live formula, per layer."""
         state = self.state_bytes(elem_bytes) * batch if tokens > 0 else 0
-        return int(self.token_bytes(tokens, elem_bytes, batch) + state)
+        extra = self.compressor_values(tokens) * elem_bytes * batch
+        return int(self.token_bytes(tokens, elem_bytes, batch) + state + extra)
+
+    def compressor_values(self, tokens: int) -> int:
+        """Values per sequence a compressor keeps besides the tokens held (0: no compressor)."""
+        return 0
+
+    def on_file(self) -> CacheSpec:
+        """The spec as a trace's layer record holds it (a CompressedSpec: its window layer)."""
+        return self
 
     def max_tensor_bytes(self, max_len: int, elem_bytes: float, batch: int = 1) -> int:
         """The largest one tensor (K, V or state) of this layer gets in a run of `max_len` positions."""
@@ -197,6 +210,40 @@ class SlidingSpec(_Windowed):
 class ChunkedSpec(_Windowed):
     KIND: ClassVar[str] = CHUNKED
     CAP_WORD: ClassVar[str] = "chunk"
+
+
+@dataclass(frozen=True)
+class CompressedSpec(SlidingSpec):
+    """DeepSeek-V4's compressed attention (transformers' DeepseekV4HCACache / DeepseekV4CSACache): a
+    sliding window of K (= V, one tensor) plus a compressor that turns every `compress_rate` tokens
+    into one entry of `compressed_values`, buffering the tokens of the unfinished window
+    (`buffer_values` each: the projections and their gates) and, for the overlapping CSA windows,
+    keeping the last window's first half once one closed (`overlap_values`). All in the model's dtype.
+    After n tokens: n // rate entries, n % rate buffered tokens, the overlap once n >= rate."""
+
+    compress_rate: int = 0
+    compressed_values: int = 0
+    buffer_values: int = 0
+    overlap_values: int = 0
+
+    def _check(self) -> None:
+        super()._check()
+        if not isinstance(self.compress_rate, int) or self.compress_rate < 1:
+            raise UserError(f"a compressed layer needs a compress rate of at least 1, got {self.compress_rate}")
+
+    def compressor_values(self, tokens: int) -> int:
+        if tokens <= 0:
+            return 0
+        entries, buffered = divmod(tokens, self.compress_rate)
+        overlap = self.overlap_values if entries else 0
+        return entries * self.compressed_values + buffered * self.buffer_values + overlap
+
+    def on_file(self) -> CacheSpec:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(SlidingSpec)}
+        return SlidingSpec(**fields)
+
+    def _base_label(self, index: str) -> str:
+        return f"{super()._base_label(index)} + compressed ÷{self.compress_rate}"
 
 
 @dataclass(frozen=True)

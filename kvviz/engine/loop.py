@@ -22,6 +22,7 @@ from transformers import DynamicCache, StaticCache
 from kvviz.core import layout
 from kvviz.core import spec
 from kvviz.engine import layout_probe
+from kvviz.engine import own_cache
 from kvviz.engine import probe
 from kvviz.core import trace
 from kvviz.core.blocks import BlockPool, cdiv
@@ -83,6 +84,16 @@ def position_ids(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def run_cache(model, backend: str, max_len: int, batch: int):
+    """The model's own state object when it keeps one (xLSTM's `xLSTMCache`, RWKV's state list:
+    kvviz.engine.own_cache), built for `batch` sequences; else `make_cache`."""
+    state = own_cache.make(model, batch)
+    if state is not None and backend == "static":
+        raise UserError(f"{type(model).__name__} keeps its state in an object of its own; the static "
+                        "backend cannot replace it: choose the dynamic cache")
+    return state if state is not None else make_cache(model, backend, max_len)
+
+
 def make_cache(model, backend: str, max_len: int):
     """The cache the model's forward expects: its own class when its module ships one (MiniMax's
     `MiniMaxCache`), else a DynamicCache laid out from the config (sliding, shared, linear layers)."""
@@ -126,8 +137,8 @@ def generation_inputs(model, batch: Batch, cache, first: bool) -> dict | None:
         return None
     keep = cache is not None
     try:
-        inputs = prepare(batch.ids, next_sequence_length=None if first or not keep else 1, cache=cache,
-                         attention_mask=batch.mask, position_ids=position_ids(batch.mask),
+        inputs = prepare(batch.ids, next_sequence_length=None if first or not keep else 1,
+                         **own_cache.inputs(cache), attention_mask=batch.mask, position_ids=position_ids(batch.mask),
                          use_cache=keep, is_first_iteration=first)
     except Exception:  # noqa: BLE001 - a model's own preparation; fall back to plain inputs
         return None
@@ -142,6 +153,9 @@ def generation_inputs(model, batch: Batch, cache, first: bool) -> dict | None:
 def forward_prepared(model, batch: Batch, cache, first: bool) -> torch.Tensor:
     """A step with the inputs `model.generate` would pass (with or without a cache)."""
     inputs = generation_inputs(model, batch, cache, first)
+    if isinstance(cache, own_cache.StateList):  # RWKV: `state=` in, `out.state` kept
+        fed = slice(None) if first else slice(-1, None)
+        return own_cache.state_forward(model, inputs or {"input_ids": batch.ids[:, fed]}, cache)[:, -1, :]
     if inputs is None:
         fed = slice(None) if first or cache is None else slice(-1, None)
         return forward(model, batch.ids[:, fed], batch.mask, position_ids(batch.mask)[:, fed], cache)
@@ -315,7 +329,7 @@ def layout_meta(specs) -> dict:
     """
     heads, head_dim = spec.widest(specs)
     return {"num_layers": len(specs), "num_kv_heads": heads, "head_dim": head_dim,
-            "layers": [trace.spec_record(s) for s in specs], "layout": layout.kinds_summary(specs),
+            "layers": [trace.spec_record(s.on_file()) for s in specs], "layout": layout.kinds_summary(specs),
             "state_modelled": not layout.unknown_states(specs)}
 
 
@@ -383,7 +397,7 @@ def takes_cache(model) -> bool:
         params = pyinspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return True
-    return "cache" in params or "past_key_values" in params
+    return "cache" in params or "past_key_values" in params or own_cache.keeps_state(model)
 
 
 def probe_run(model, batch: Batch, num_layers: int) -> Callable[[], layout_probe.ProbeRun]:
@@ -395,7 +409,7 @@ def probe_run(model, batch: Batch, num_layers: int) -> Callable[[], layout_probe
     def run() -> layout_probe.ProbeRun:
         ids = probe_tokens(batch)
         probed = Batch(ids, torch.ones_like(ids), ids.shape[1])
-        cache = make_cache(model, "dynamic", layout_probe.PREFILL_TOKENS + 2)
+        cache = run_cache(model, "dynamic", layout_probe.PREFILL_TOKENS + 2, 1)
         if ids.is_meta:  # the model's plain forward: its input preparation may read values
             return meta_probe(model, ids, cache, num_layers)
         prefill(model, probed, cache)
@@ -423,7 +437,10 @@ def meta_probe(model, ids: torch.Tensor, cache, num_layers: int) -> layout_probe
     reads = []
     for fed in (ids, ids[:, :1]):
         with torch.inference_mode():
-            model(input_ids=fed, cache=cache, use_cache=True)
+            if isinstance(cache, own_cache.StateList):
+                own_cache.state_forward(model, {"input_ids": fed}, cache)
+            else:
+                model(input_ids=fed, cache=cache, use_cache=True)
         reads.append(probe.read_cache(cache, num_layers, beyond=True))
     seen = ids.shape[1]
     if any(r.tokens not in (0, n) for n, read in ((seen, reads[0]), (seen + 1, reads[1])) for r in read):
@@ -488,7 +505,7 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     plan = plan_run(lm, cfg)
     model, batch, size = lm.model, plan.batch, len(plan.batch.generated)
     keeps_cache = mode == "cached" and not plan.recompute_only
-    cache = make_cache(model, cfg.cache_backend, plan.max_len) if keeps_cache else None
+    cache = run_cache(model, cfg.cache_backend, plan.max_len, size) if keeps_cache else None
     pool = BlockPool(size * cdiv(plan.max_len, cfg.block_size), cfg.block_size)
     generator = torch.Generator().manual_seed(cfg.seed)
     eos = eos_token_ids(lm) if cfg.stop_on_eos else set()

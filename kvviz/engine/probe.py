@@ -14,8 +14,11 @@ Layer classes read (exactly these, see READABLE): DynamicLayer, DynamicSlidingWi
 DynamicIndexedLayer (DeepSeek-V3.2: its indexer keys are counted with the keys), the
 static layers, LinearAttentionLayer and the hybrid linear + attention layers, DummyLayer (a layer
 that reuses another layer's KV: it holds nothing), and MiniMax's own cache (its `linear_cache`
-beside plain dynamic layers). Any other layer class raises `UnreadableCache` naming it, and the
-engine shows the run without cache bytes rather than wrong ones.
+beside plain dynamic layers), the layer classes a model's module defines that MODEL_LAYERS names
+(MiniMax-M3's sparse layers with their indexer keys, DeepSeek-V4's compressed layers with their
+compressor's tensors), and the state objects of kvviz.engine.own_cache (xLSTM, RWKV). Any other
+layer class raises `UnreadableCache` naming it, and the engine shows the run without cache bytes
+rather than wrong ones. A layer whose `values` is its `keys` (DeepSeek-V4) counts the tensor once.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from transformers.cache_utils import (CacheLayerMixin, DummyLayer, DynamicIndexe
 
 from kvviz.core import layout
 from kvviz.core.events import LayerStat
+from kvviz.engine import own_cache
 from kvviz.core.errors import KvvizError
 
 
@@ -42,6 +46,18 @@ READABLE = (DynamicLayer, DynamicSlidingWindowLayer, DynamicIndexedLayer, Static
             LinearAttentionLayer, LinearAttentionAndFullAttentionLayer,
             LinearAttentionAndSlidingWindowAttentionLayer, LinearAttentionAndStaticFullAttentionLayer,
             LinearAttentionAndStaticSlidingWindowAttentionLayer, DummyLayer)
+
+
+# Layer classes a model's own modeling module defines (registered by their `_layer_type`), read by
+# class name: each is a plain layer of READABLE's kind plus (1) tensor attributes holding indexer
+# keys, counted with the keys as DynamicIndexedLayer's are (MiniMax-M3's sparse layers: `idx_keys`),
+# and (2) dicts of tensors a compressor keeps (DeepSeek-V4's compressed entries, buffered
+# projections and gates, overlap halves), counted as the layer's compressor bytes.
+_V4_COMPRESSOR = ("compressed_kv", "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate")
+MODEL_LAYERS = {"MiniMaxM3VLSparseCacheLayer": (DynamicLayer, ("idx_keys",), ()),
+                "MiniMaxM3VLSparseStaticCacheLayer": (StaticLayer, ("idx_keys",), ()),
+                "DeepseekV4HCACache": (DynamicSlidingWindowLayer, (), _V4_COMPRESSOR),
+                "DeepseekV4CSACache": (DynamicSlidingWindowLayer, (), _V4_COMPRESSOR)}
 
 
 class UnreadableCache(KvvizError):
@@ -60,6 +76,7 @@ class LayerBytes:
     k_heads: int = 0  # heads of the keys tensor ([batch, heads, seq, dim]), 0 if not 4-D
     index_bytes: int = 0  # of k_bytes, sparse-attention indexer keys (DeepSeek-V3.2-style layers)
     window: int | None = None  # the window a sliding / chunked layer object keeps (its own attribute)
+    compressor_bytes: int = 0  # what a compressor keeps besides K/V (DeepSeek-V4: kvviz.core.spec.CompressedSpec)
     storages: dict[int, int] = field(default_factory=dict)  # data pointer -> storage bytes
 
 
@@ -77,7 +94,7 @@ def _read_kv(layer, out: LayerBytes) -> None:
     if not getattr(layer, "is_initialized", False):
         return
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-    out.k_bytes, out.v_bytes = tensor_bytes(keys), tensor_bytes(values)
+    out.k_bytes, out.v_bytes = tensor_bytes(keys), tensor_bytes(values) if values is not keys else 0
     out.tokens = keys.shape[-2] if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else 0
     out.k_heads = keys.shape[1] if isinstance(keys, torch.Tensor) and keys.dim() == 4 else 0
     if isinstance(layer, StaticLayer):  # preallocated: filled up to the sequence length
@@ -86,10 +103,21 @@ def _read_kv(layer, out: LayerBytes) -> None:
     _pin(out.storages, values)
     out.window = getattr(layer, "sliding_window", None)
     if isinstance(layer, DynamicIndexedLayer):  # sparse-attention indexer keys count as keys
-        for t in (getattr(layer, "indexer_keys", None), getattr(layer, "indexer_position_ids", None)):
-            out.k_bytes += tensor_bytes(t)
-            out.index_bytes += tensor_bytes(t)
+        _read_index(layer, ("indexer_keys", "indexer_position_ids"), out)
+    _, index, compressor = MODEL_LAYERS.get(type(layer).__name__, (None, (), ()))
+    _read_index(layer, index, out)
+    for states in (getattr(layer, a, None) or {} for a in compressor):
+        for t in states.values():
+            out.compressor_bytes += tensor_bytes(t)
             _pin(out.storages, t)
+
+
+def _read_index(layer, attrs, out: LayerBytes) -> None:
+    """Indexer keys kept beside K and V: counted with the keys, and as index bytes."""
+    for t in (getattr(layer, a, None) for a in attrs):
+        out.k_bytes += tensor_bytes(t)
+        out.index_bytes += tensor_bytes(t)
+        _pin(out.storages, t)
 
 
 def _read_states(layer, out: LayerBytes) -> None:
@@ -98,6 +126,16 @@ def _read_states(layer, out: LayerBytes) -> None:
             out.state_bytes += tensor_bytes(t)
             out.state_float32_bytes += tensor_bytes(t) if getattr(t, "dtype", None) == torch.float32 else 0
             _pin(out.storages, t)
+
+
+def _read_tensors(tensors) -> LayerBytes:
+    """A layer of a model's own state object: every tensor is state."""
+    out = LayerBytes()
+    for t in tensors:
+        out.state_bytes += tensor_bytes(t)
+        out.state_float32_bytes += tensor_bytes(t) if getattr(t, "dtype", None) == torch.float32 else 0
+        _pin(out.storages, t)
+    return out
 
 
 def read_layer(layer) -> LayerBytes:
@@ -111,7 +149,8 @@ def read_layer(layer) -> LayerBytes:
 
 def _read_layer(layer) -> LayerBytes:
     out = LayerBytes()
-    if type(layer) not in READABLE:
+    known = MODEL_LAYERS.get(type(layer).__name__)
+    if type(layer) not in READABLE and not (known and isinstance(layer, known[0])):
         raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__}")
     if isinstance(layer, DummyLayer):
         return out
@@ -127,6 +166,9 @@ def read_cache(cache, num_layers: int, beyond: bool = False) -> list[LayerBytes]
     also every cache layer past the decoder count (a looped model's copies of its layers)."""
     if cache is None:
         raise UnreadableCache("the model returned no cache object")
+    own = own_cache.layer_states(cache, num_layers)
+    if own is not None:  # xLSTM's rnn_state, RWKV's state list: states only
+        return [_read_tensors(tensors) for tensors in own]
     layers = getattr(cache, "layers", None)
     if layers is None:
         raise UnreadableCache(f"kvviz cannot read caches of class {type(cache).__name__}")
@@ -206,7 +248,7 @@ def cache_layer_stats(read: list[LayerBytes], specs, tokens: int, batch: int, el
     for i, (r, spec) in enumerate(zip(read, specs)):
         ms = forward_ms[i] if i < len(forward_ms) else 0.0
         formula = layout.layer_formula_bytes(spec, tokens, batch, elem_bytes)
-        stats.append(LayerStat(i, r.k_bytes, r.v_bytes, r.tokens, ms, r.state_bytes,
+        stats.append(LayerStat(i, r.k_bytes, r.v_bytes, r.tokens, ms, r.state_bytes + r.compressor_bytes,
                                sum(r.storages.values()), formula))
     return tuple(stats)
 
