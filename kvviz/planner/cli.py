@@ -25,7 +25,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvviz.planner import capacity, deployment, parallel, results, serving_plan, words
+from kvviz.planner import capacity, deployment, log_compare, parallel, results, serving_plan, vllm_log, words
 from kvviz.planner import configs as plan_models
 from kvviz.core.errors import UserError
 from kvviz.core import catalog, units
@@ -90,6 +90,9 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, help="what-if: a sliding window of W tokens on every layer")
     p.add_argument("--attention", choices=capacity.ATTENTION_VARIANTS,
                    help="what-if: the same model as MHA, GQA (as configured) or MQA")
+    p.add_argument("--vllm-log", metavar="FILE",
+                   help=f"a vLLM start-up log (up to {vllm_log.MAX_LOG_CHARS:,} characters): its KV "
+                        "figures beside kvviz's for the same model and flags")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--list", action="store_true", help="list catalog models and GPU presets, then exit")
 
@@ -344,6 +347,7 @@ class CliPlan:
     deployment: results.SetupPlan
     fit_advice: str  # words.fit_advice_sentence when vLLM would refuse to start, else ""
     setup: deployment.Setup  # as asked, at the longest context (not in the JSON: its figures are)
+    log_rows: tuple[log_compare.Row, ...] = ()  # --vllm-log: vLLM's figures beside kvviz's
 
     def to_json(self) -> dict:
         """JSON-ready data, keys as `kvviz plan --json` has always given them."""
@@ -357,7 +361,8 @@ class CliPlan:
                 "gpu": asdict(self.gpu), "overhead_fraction": self.overhead_fraction,
                 "kv_budget_bytes": self.deployment.per_gpu.kv_budget_bytes,
                 "rows": [results.row_json(r) for r in self.rows],
-                "deployment": results.plan_json(self.deployment), "fit_advice": self.fit_advice}
+                "deployment": results.plan_json(self.deployment), "fit_advice": self.fit_advice,
+                **({"vllm_log": [asdict(r) for r in self.log_rows]} if self.log_rows else {})}
 
 
 def build_plan(args: argparse.Namespace) -> CliPlan:
@@ -373,12 +378,25 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
     except ValueError as err:
         raise PlanError(_one_line(err)) from None
     kv_dtype = capacity.normalize_dtype(args.kv_dtype)  # checked by plan_setup above
+    log_rows = tuple(_log_rows(args.vllm_log, model, setup)) if args.vllm_log else ()
     return CliPlan(ModelSummary.of(model, kv_dtype), model.attention_kind, kv_dtype,
                    capacity.kv_bytes_per_element(kv_dtype), capacity.kv_bytes_per_token(model, kv_dtype),
                    GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
                               gpu.get("memory_source", "given with --gpu-gb")),
                    setup.overhead_fraction, rows, deployed,
-                   deployment.fit_advice(model, setup) if deployment.refused(deployed) else "", setup)
+                   deployment.fit_advice(model, setup) if deployment.refused(deployed) else "", setup,
+                   log_rows)
+
+
+def _log_rows(path: str, model: capacity.ModelKV, setup: deployment.Setup) -> list[log_compare.Row]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(vllm_log.MAX_LOG_CHARS + 1)
+        return log_compare.compare(vllm_log.parse_log(text), model, setup, FLAGS)
+    except OSError as err:
+        raise PlanError(f"--vllm-log: cannot read {path} ({err.strerror or type(err).__name__})") from None
+    except ValueError as err:
+        raise PlanError(f"--vllm-log: {_one_line(err)}") from None
 
 
 # ---------------------------------------------------------------- text output
@@ -466,7 +484,15 @@ def format_plan(plan: CliPlan) -> str:
     """The plan as a readable header, table, vLLM's figures, what-ifs and notes."""
     what_ifs = words.what_if_sentences(plan.deployment, plan.setup.block_size)
     return "\n".join(_header_lines(plan) + [""] + _table_lines(plan) + [""] + _vllm_lines(plan)
-                     + what_ifs + _note_lines(plan))
+                     + what_ifs + _note_lines(plan) + _log_lines(plan.log_rows))
+
+
+def _log_lines(rows) -> list[str]:
+    if not rows:
+        return []
+    head = f"{'figure':<40} {'vLLM log':>20} {'kvviz':>34}  difference"
+    return ["", "vLLM's start-up log beside kvviz (kvviz's allocation planned with the log's KV memory):",
+            head] + [f"{r.figure:<40} {r.vllm:>20} {r.kvviz:>34}  {r.verdict}" for r in rows]
 
 
 def _listing() -> str:

@@ -23,7 +23,7 @@ from kvviz.app import links, ui
 from kvviz.app.ui import inert
 from kvviz.core import catalog, units
 from kvviz.core.errors import UserError
-from kvviz.planner import capacity, deployment, parallel, vllm_memory, words
+from kvviz.planner import capacity, deployment, log_compare, parallel, vllm_log, vllm_memory, words
 from kvviz.planner import charts as planner_charts
 from kvviz.planner import configs as plan_models
 from kvviz.planner import frames as planner_frames
@@ -93,6 +93,7 @@ def page() -> None:
     model_caption(model, result)
     headline(plan, result)
     vllm_section(plan, result)
+    log_section(plan)
     speed_section(plan)
     curve_section(plan)
     table_section(plan)
@@ -374,6 +375,31 @@ def vllm_section(plan, result) -> None:
             downloads("kvviz-vllm-allocation", table=vllm_table)
     for sentence in words.what_if_sentences(result, plan.setup.block_size):
         st.info(sentence)
+
+
+def log_section(plan) -> None:
+    """A pasted vLLM start-up log: its KV figures beside kvviz's for this model and these settings."""
+    with st.expander("Compare with vLLM's start-up log"):
+        text = st.text_area(f"vLLM start-up log (up to {vllm_log.MAX_LOG_CHARS:,} characters; only "
+                            "the numbers it prints are read)", "", height=140,
+                            max_chars=vllm_log.MAX_LOG_CHARS, key="plan_vllm_log",
+                            placeholder="… Available KV cache memory: 53.57 GiB\n… GPU KV cache size: "
+                                        "438,880 tokens, Maximum concurrency for 131,072 tokens per request: 3.35x")
+        if not text.strip():
+            st.caption("Paste the lines vLLM prints at start-up: kvviz reads the KV memory, the KV cache "
+                       "size in tokens, the maximum concurrency, the block size and the per-group lines.")
+            return
+        try:
+            rows = log_compare.compare(vllm_log.parse_log(text), plan.model, plan.setup)
+        except ValueError as err:  # kvviz's own sentences: numbers only, never the pasted text
+            st.error(inert(f"Cannot compare: {err}."))
+            return
+        st.dataframe(pd.DataFrame([vars(r) for r in rows]).rename(columns={
+            "figure": "figure", "vllm": "vLLM's log", "kvviz": "kvviz", "verdict": "difference"}),
+            hide_index=True, key="plan_log_table")
+        st.caption("KV memory: kvviz's budget for these settings. The other rows: kvviz planned with the "
+                   "KV memory the log printed (± its 0.01 GiB rounding), at the log's max_model_len "
+                   "and block size, so they test the block arithmetic alone.")
 
 
 def speed_section(plan) -> None:
