@@ -78,7 +78,7 @@ def live_panels() -> None:
         else:
             panels.show_status(watch)
     states, meta, notes = panels.snapshot(watches)
-    panels.show_engines(states, panels.text_fns(meta), "live")
+    panels.show_engines(states, panels.text_fns(meta), "live", meta=meta)
     panels.show_notes(notes)
     panels.download(watches)
 

@@ -74,7 +74,8 @@ echo "vllm-demo: vLLM is up; open $ENGINE_PAGE (Ctrl-C stops everything)"
 command -v xdg-open >/dev/null 2>&1 && [ -n "${DISPLAY:-}" ] && xdg-open "$ENGINE_PAGE" >/dev/null 2>&1 || true
 (
   # first, one request at a time, the requests built to show each miss reason on the page's table
-  $LOAD --url "$URL" --designed --fillers "${DEMO_FILLERS:-14}" --requests 0 --tag demo$(date +%s) || true
+  $LOAD --url "$URL" --designed --fillers "${DEMO_FILLERS:-14}" --requests 0 \
+    --tag "demo$(printf %05d $(( $(date +%s) % 100000 )))" || true  # 5 digits: the repeat ends mid-block
   for round in $(seq 0 $(( ${DEMO_ROUNDS:-3} - 1 ))); do
     $LOAD --url "$URL" --requests 24 --concurrency 4 --max-tokens 48 --first $(( round * 24 )) --gap-s 1.5 || true
     sleep 5

@@ -2,7 +2,7 @@
 lifetimes): on the captured real stream, and on small recorded streams built to test one thing
 each (grouping without session_id, interleaved requests, an eviction between a request's reuse
 and its store, partial blocks, extra keys, sessions)."""
-from kvviz.vllm import lifetimes, reasons
+from kvviz.vllm import lifetimes, reasons, would_hit
 from kvviz.vllm.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, decode_message
 from kvviz.vllm.requests import INFERRED, RequestLedger
 from vllm_payloads import frames
@@ -151,3 +151,22 @@ def test_lifetimes_and_the_capacity_sentence():
         "would have kept them.")
     assert ledger.rows()[2]["reason"] == reasons.EVICTED
     assert lifetimes.capacity_sentence(ledger_of((0.0, [stored([1], None, range(4))])).log) is None
+
+
+def test_would_hit_walks_the_cached_tree_block_by_block():
+    pool = replayed_pool()
+    size = 32
+    leaf = max(pool.leaves(), key=lambda h: len(pool.path(h)))
+    path = pool.path(leaf)
+    assert pool.blocks[path[0]].parent is None and len(path) >= 4
+    ids = [t for h in path for t in pool.blocks[h].token_ids]
+    whole = would_hit.check(pool, ids + [1, 2, 3], size)
+    assert whole.cached_blocks == len(path) and whole.cached_tokens == len(path) * size
+    assert "every whole block it can reuse is cached" in whole.sentence()
+    assert would_hit.check(pool, ids, size).cached_blocks == len(path) - 1  # the last token's block
+    edited = list(ids)
+    edited[2 * size + 5] = -1
+    stop = would_hit.check(pool, edited, size)
+    assert (stop.cached_blocks, stop.closest_common) == (2, 5)
+    assert "stops at token 64" in stop.sentence() and "differs at token 69" in stop.sentence()
+    assert would_hit.check(pool, [-1] * 100, size).sentence().endswith("no cached block continues it.")

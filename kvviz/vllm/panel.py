@@ -13,7 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.app import ui
-from kvviz.vllm import lifetimes, request_views, tokens, views
+from kvviz.vllm import lifetimes, request_views, tokens, views, would_hit
 from kvviz.vllm.recording import FORMAT, Recording, peek_format, replay_frames
 from kvviz.vllm.state import EngineState
 from kvviz.vllm.watch import EngineWatch
@@ -97,8 +97,9 @@ def text_fns(meta: dict, from_file: bool = False) -> dict:
     return out
 
 
-def show_engines(states: dict[str, EngineState], texts: dict, key: str) -> None:
-    """Every engine's panels, side by side (a row of at most MAX_SIDE_BY_SIDE)."""
+def show_engines(states: dict[str, EngineState], texts: dict, key: str, meta: dict | None = None) -> None:
+    """Every engine's panels, side by side (a row of at most MAX_SIDE_BY_SIDE); with `meta` (the
+    servers' descriptions) each also offers "Would this prompt hit now?"."""
     if not states:
         st.info("No engine has reported yet.")
         return
@@ -108,6 +109,45 @@ def show_engines(states: dict[str, EngineState], texts: dict, key: str) -> None:
         for column, (name, state) in zip(st.columns(len(row)), row):
             with column:
                 show_engine(state, texts.get(url_of(name)), f"{key}-{start}-{name}", alone=len(items) == 1)
+                if meta is not None:
+                    show_would_hit(state, served_model(meta, url_of(name)), f"{key}-{start}-{name}")
+
+
+def served_model(meta: dict, url: str) -> str:
+    servers = meta.get("servers")
+    server = servers.get(url) if isinstance(servers, dict) else None
+    return str(server.get("model", "")) if isinstance(server, dict) else ""
+
+
+def show_would_hit(state: EngineState, model: str, key: str) -> None:
+    """Paste a prompt: how many of its tokens the cache holds now, and where the match stops."""
+    with st.expander("Would this prompt hit now? (derived from events)"):
+        size = state.pool.block_size
+        if not tokens.has_chat_template(model):
+            st.caption("Needs the served model's tokenizer and chat template from kvviz's allowlist "
+                       "(the embedded default model, as `make vllm-demo` serves it); this server's "
+                       "model is not on it.")
+            return
+        if size is None:
+            st.caption("Appears with the first KV event (it tells the block size).")
+            return
+        cap = ui.policy().max_prompt_chars
+        st.caption(f"The chat request's system prompt and user message, at most {cap:,} characters "
+                   "each, tokenized with the served model's tokenizer and chat template and walked "
+                   "block by block down the cached prefix tree (tokens compared: a LoRA or cache "
+                   "salt is not seen here).")
+        left, right = st.columns(2)
+        system = left.text_area("System prompt", key=f"hit_system_{key}", height=100)
+        user = right.text_area("User message", key=f"hit_user_{key}", height=100)
+        if not user.strip():
+            return
+        if len(system) > cap or len(user) > cap:
+            st.error(f"Each box holds at most {cap:,} characters; this one has "
+                     f"{max(len(system), len(user)):,}.")
+            return
+        ids = tokens.chat_ids(model, system, user)
+        if ids is not None:
+            st.text(would_hit.check(state.pool, ids, size).sentence())
 
 
 def url_of(engine_key: str) -> str:
@@ -172,7 +212,7 @@ def show_lifetimes(state: EngineState) -> None:
     st.caption(("Derived from the events' batch times: " + sentence) if sentence else
                "No block has been evicted yet: lifetimes and idle times appear with the first eviction.")
     frames = request_views.lifetime_frames(state)
-    columns = st.columns(len(frames))
+    columns = [*st.columns(2), *st.columns(2)]
     for column, (name, title) in zip(columns, request_views.LIFETIME_CHARTS.items()):
         df = frames[name].dropna()
         with column:
@@ -243,7 +283,7 @@ def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
     if upto_s is not None:
         states = dict(replay_frames(recording, [upto_s]))[upto_s]
         with slot.container():
-            show_engines(states, texts, "replay")
+            show_engines(states, texts, "replay", meta=recording.meta)
         show_notes([n for n in recording.notes if n.t_s <= upto_s])
         return
     step_s = max(1.0, recording.duration_s / MAX_PLAY_FRAMES)

@@ -36,7 +36,7 @@ def reasons_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 def reasons_chart(df: pd.DataFrame) -> alt.Chart:
     return alt.Chart(df).mark_bar(color="#4C78A8").encode(
-        x=alt.X("requests:Q", title="requests (derived from events)"),
+        x=alt.X("requests:Q", title="requests (derived)"),
         y=alt.Y("reason:N", sort=list(CODES), title="why the rest missed"),
         tooltip=["reason:N", "requests:Q"])
 

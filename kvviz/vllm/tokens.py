@@ -8,6 +8,7 @@ model, which `make vllm-demo` serves). Anything else shows the token ids as they
 """
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -57,3 +58,36 @@ def decoder(path: Path | None):
     except Exception:  # noqa: BLE001 - a tokenizer file kvviz cannot read: show ids instead
         return None
     return lambda ids: tok.decode(list(ids), skip_special_tokens=False)
+
+
+def chat_template(folder: Path) -> str | None:
+    """The chat template shipped in a model folder (chat_template.jinja, else tokenizer_config.json)."""
+    path = folder / "chat_template.jinja"
+    if path.is_file():
+        return path.read_text()
+    try:
+        template = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return template if isinstance(template, str) else None
+
+
+def has_chat_template(model: str) -> bool:
+    path = allowlisted_tokenizer_file(model)
+    return path is not None and chat_template(path.parent) is not None
+
+
+def chat_ids(model: str, system: str, user: str) -> list[int] | None:
+    """The token ids vLLM's chat endpoint would compute for [system, user] with the generation
+    prompt, for an allowlisted served model (its template rendered in Jinja's sandbox, its
+    tokenizer without extra special tokens, as vLLM does for chat); None for any other model."""
+    path = allowlisted_tokenizer_file(model)
+    template = chat_template(path.parent) if path is not None else None
+    if template is None:
+        return None
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    text = ImmutableSandboxedEnvironment().from_string(template).render(
+        messages=messages, add_generation_prompt=True)
+    return _tokenizer(str(path)).encode(text, add_special_tokens=False).ids
