@@ -63,10 +63,11 @@ def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
 def long_run(positions: int, layers: int):
     """Synthetic meta and events of a run with `positions` cached over `layers` full layers."""
     from kvviz.core.events import LayerStat, StepEvent
+    from kvviz.core.meta import LayerRecord, RunMeta
 
     prompt = positions // 2
-    meta = {"num_layers": layers, "windows": [None] * layers, "prompt_tokens": prompt,
-            "max_len": positions + 1, "batch": 1, "prompt_pieces": [[f" p{i}" for i in range(prompt)]]}
+    meta = RunMeta(num_layers=layers, layers=[LayerRecord("full")] * layers, prompt_tokens=prompt,
+                   max_len=positions + 1, batch=1, prompt_pieces=[[f" p{i}" for i in range(prompt)]])
     events = [StepEvent(mode="cached",
                         phase="decode",
                         step=s,
@@ -91,7 +92,7 @@ def map_redraw(s: Settings, positions: int = 1024, layers: int = 30) -> tuple[Re
     from kvviz.live import cache_map_charts as cc
 
     meta, events = long_run(positions, layers)
-    kinds, spec = cache_map.layer_kinds(meta), None
+    kinds, spec = meta.specs, None
 
     def refed() -> float:
         start = time.perf_counter()
@@ -100,12 +101,12 @@ def map_redraw(s: Settings, positions: int = 1024, layers: int = 30) -> tuple[Re
 
     def fresh() -> float:
         start = time.perf_counter()
-        chart = cc.cache_map_chart(cache_map.map_frame(meta, events), kinds, meta["max_len"], meta["prompt_tokens"])
+        chart = cc.cache_map_chart(cache_map.map_frame(meta, events), kinds, meta.max_len, meta.prompt_tokens)
         charts.to_spec(chart)
         return (time.perf_counter() - start) * 1e3
 
-    spec = charts.to_spec(cc.cache_map_chart(cache_map.map_frame(meta, []), kinds, meta["max_len"],
-                                             meta["prompt_tokens"]))
+    spec = charts.to_spec(cc.cache_map_chart(cache_map.map_frame(meta, []), kinds, meta.max_len,
+                                             meta.prompt_tokens))
     samples = interleaved({"refed": refed, "fresh": fresh}, 5 * s.reps)
     m = medians(samples)
     row = Result(f"Cache map redraw at {positions:,} positions × {layers} layers: re-fed / fresh spec",

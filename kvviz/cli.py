@@ -112,10 +112,10 @@ def run_record(args) -> int:
 def layout_lines(trace) -> str:
     """The cache layout, the attention used, and why any bytes could not be measured."""
     meta = trace.meta
-    lines = [f"cache layout: {meta.get('layout', '?')}; attention: {meta.get('attn_implementation', '?')}"
-             + (f" ({meta['attn_fallback']})" if meta.get("attn_fallback") else "")]
+    lines = [f"cache layout: {meta.layout or '?'}; attention: {meta.attn_implementation or '?'}"
+             + (f" ({meta.attn_fallback})" if meta.attn_fallback else "")]
     notes = dict.fromkeys([*(e.cache_note for e in trace.events if e.cache_note),
-                           *([f"this model: {meta['cache_caveat']}"] if meta.get("cache_caveat") else [])])
+                           *([f"this model: {meta.cache_caveat}"] if meta.cache_caveat else [])])
     return "\n".join(lines + [f"note: {n}" for n in notes])
 
 

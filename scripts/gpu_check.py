@@ -56,22 +56,17 @@ def check_trace(trace: Trace, tag: str, expect_parity: bool) -> None:
         print(f"INFO  {tag}: greedy cached vs recompute: {detail} (half precision may flip near-ties)")
 
 
-def reservation_bytes(meta: dict) -> int:
-    """What a StaticCache must hold, from the config alone: batch × max_len × bytes per token."""
-    return meta["batch"] * meta["max_len"] * meta["bytes_per_token"]
-
-
-def static_reservation_problems(meta: dict, kv_bytes: list[int], allocated_delta_bytes: int | None,
+def static_reservation_problems(meta, kv_bytes: list[int], allocated_delta_bytes: int | None,
                                 slack_bytes: int = 2**20) -> list[str]:
     """Why the static cache's measured bytes are not the full reservation (empty when they are).
 
-    Three independent sources must agree: the config (`reservation_bytes`), the cache tensors
+    Three independent sources must agree: the config (`RunMeta.reserved_bytes`), the cache tensors
     after every step (`kv_bytes`, numel × element size) and, on CUDA, how much the allocator
     grew when the cache was created and filled by the prefill (the tensors plus at most
     `slack_bytes` of small buffers). A cache that grew per token, or a probe that counted
     tokens instead of slots, fails.
     """
-    want, problems = reservation_bytes(meta), []
+    want, problems = meta.reserved_bytes, []
     wrong = [b for b in kv_bytes if b != want]
     if not kv_bytes or wrong:
         problems.append(f"cache tensors hold {wrong[:3] or 'nothing'} B, not the {want:,} B reserved")
@@ -100,7 +95,7 @@ def check_static_reservation(lm, cfg: RunConfig, tag: str) -> None:
     kv_bytes = [e.kv_bytes for e in engine.generate(lm, cfg)]
     problems = static_reservation_problems(meta, kv_bytes, allocator_delta_bytes(lm, cfg))
     check(f"{tag}: static cache holds the whole reservation", not problems,
-          "; ".join(problems) or f"{reservation_bytes(meta):,} B")
+          "; ".join(problems) or f"{meta.reserved_bytes:,} B")
 
 
 def check_sweep(lm) -> None:

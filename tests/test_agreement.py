@@ -11,6 +11,7 @@ model and every tiny architecture of tests/test_architectures.py, from the one c
 import pytest
 
 from catalog_cases import first_of_each_type
+from kvviz.core.meta import RunMeta, as_dict, spec_record
 from kvviz.planner import capacity
 from kvviz.planner import configs as plan_models
 from kvviz.core import layout
@@ -74,7 +75,7 @@ def tiny_specs(name):
     return capacity.ModelKV(name, specs, 1), specs
 
 
-def run_meta(specs, elem_bytes: int, max_len: int) -> dict:
+def saved_meta(specs, elem_bytes: int, max_len: int) -> RunMeta:
     """The meta the engine writes for these specs, saved and loaded as a trace file."""
     meta = {**engine.layout_meta(specs), "elem_bytes": elem_bytes, "batch": BATCH, "max_len": max_len,
             "prompt_tokens": 1, "bytes_per_token": int(layout.bytes_per_token(specs, elem_bytes))}
@@ -105,8 +106,8 @@ def measured_event(specs, tokens: int, elem_bytes: int) -> StepEvent:
 
 
 def check_every_path(model, specs, elem_bytes: int, dtype: str, tokens: int) -> None:
-    meta = run_meta(specs, elem_bytes, max_len=tokens)
-    read = tr.layer_specs(meta)
+    meta = saved_meta(specs, elem_bytes, max_len=tokens)
+    read = meta.specs
     assert read == tuple(specs)  # the trace carries the very specs
     event = measured_event(read, tokens, elem_bytes)
     # bytes at n tokens: live formula (whole model, per layer), planner, the event's per-layer sum
@@ -116,7 +117,7 @@ def check_every_path(model, specs, elem_bytes: int, dtype: str, tokens: int) -> 
     assert formula == capacity.kv_bytes_for_context(model, tokens, dtype, BATCH)
     assert event.kv_bytes == formula  # K + V + state of every layer: what the probe measures is the formula
     # bytes per token: planner, the meta the charts and captions read, the specs
-    assert capacity.kv_bytes_per_token(model, dtype) == meta["bytes_per_token"] == sp.bytes_per_token(specs, elem_bytes)
+    assert capacity.kv_bytes_per_token(model, dtype) == meta.bytes_per_token == sp.bytes_per_token(specs, elem_bytes)
     # tokens held: the planner's tokens, the cache map's held cells
     assert capacity.cached_layer_tokens(model, tokens) == sum(s.values_per_token * s.tokens_held(tokens) for s in specs)
     held, dropped, state = {}, {}, {}  # per layer, from the map's first tensor row
@@ -135,8 +136,8 @@ def check_every_path(model, specs, elem_bytes: int, dtype: str, tokens: int) -> 
     groups = sp.layer_groups(read)
     assert [g.split(" · ", 1)[1] for g in live_charts.layer_groups(meta)] == list(groups)
     assert [len(v) for v in live_charts.layer_groups(meta).values()] == [len(v) for v in groups.values()]
-    assert [k.label() for k in cache_map.layer_kinds(meta)] == [s.label() for s in specs]
-    assert meta["layout"] == model.kinds == sp.kinds_summary(specs)
+    assert [k.label() for k in meta.specs] == [s.label() for s in specs]
+    assert meta.layout == model.kinds == sp.kinds_summary(specs)
     # caps: the chart's window mark is what the group's layers hold once full; the y top holds every bar
     frame = live_charts.layer_groups_frame(meta, event)
     assert frame.group_bytes.sum() == sum(s.k_bytes + s.v_bytes + s.state_bytes for s in event.layers)
@@ -203,4 +204,5 @@ def _row(prompt: int, specs, new_tokens: int):
 
 def test_meta_round_trip_is_json():
     _, specs = catalog_specs(CATALOG[0])
-    assert json.loads(json.dumps(run_meta(specs, 2, 10)["layers"])) == [tr.spec_record(s) for s in specs]
+    layers = as_dict(saved_meta(specs, 2, 10))["layers"]
+    assert json.loads(json.dumps(layers)) == [as_dict(spec_record(s)) for s in specs]

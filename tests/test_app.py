@@ -242,11 +242,12 @@ def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_d
 def test_run_notes_say_what_the_figures_lack():
     from types import SimpleNamespace
 
+    from kvviz.core.meta import RunMeta
     from kvviz.live.panel import run_notes
-    meta = {"attn_fallback": "sdpa → eager: refused", "attn_implementation": "eager", "state_modelled": False}
+    meta = RunMeta(attn_fallback="sdpa → eager: refused", attn_implementation="eager", state_modelled=False)
     notes = run_notes(meta, SimpleNamespace(cache_note="kvviz cannot read cache layers of class X"))
     assert notes[0].startswith("kvviz cannot read") and "eager" in notes[1] and "formula leaves" in notes[2]
-    assert run_notes({"state_modelled": True}, SimpleNamespace(cache_note="")) == []
+    assert run_notes(RunMeta(state_modelled=True), SimpleNamespace(cache_note="")) == []
 
 
 def test_settings_changed_after_a_run_mark_the_result_outdated(at):

@@ -123,17 +123,17 @@ def test_layout_bytes_per_token_equals_live_growth(name):
     first, second = recorded(name).events_of("cached")[:2]
     assert first.seq_len - 1 < WINDOW - 1  # no cap reached yet: every attention layer grows
     growth = (second.kv_bytes - first.kv_bytes) / 2  # per sequence of the batch
-    assert growth == layout.bytes_per_token(specs, 4) == recorded(name).meta["bytes_per_token"]
+    assert growth == layout.bytes_per_token(specs, 4) == recorded(name).meta.bytes_per_token
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_trace_meta_names_each_layer_kind(name):
     meta, specs = recorded(name).meta, specs_of(name)
-    read = trace_module.layer_specs(meta)  # the trace's typed layer records, read back as specs
+    read = meta.specs  # the trace's typed layer records, read back as specs
     assert [s.kind for s in read] == [s.kind for s in specs]
     assert [s.label() for s in read] == [s.label() for s in specs]
-    assert meta["layout"] == layout.kinds_summary(specs)
-    assert meta["attn_implementation"] in ("sdpa", "eager")
+    assert meta.layout == layout.kinds_summary(specs)
+    assert meta.attn_implementation in ("sdpa", "eager")
 
 
 def test_caps_are_crossed_and_state_layers_stay_flat():
@@ -155,18 +155,18 @@ def test_sliding_views_pin_more_than_they_hold():
 
 
 def test_gpt_oss_runs_with_eager_and_the_trace_says_so():
-    assert recorded("gpt_oss").meta["attn_implementation"] == "eager"
+    assert recorded("gpt_oss").meta.attn_implementation == "eager"
 
 
 @pytest.mark.parametrize("name", ["gemma3_text", "qwen3_next", "deepseek_v3"])
 def test_meta_per_layer_bytes_rebuild_the_formula(name):
     """A reader of the trace alone (charts, replay) gets each layer's bytes from meta's specs."""
     meta = trace_module.Trace.from_json(recorded(name).to_json()).meta  # through the file format
-    specs = trace_module.layer_specs(meta)
+    specs = meta.specs
     for e in recorded(name).events_of("cached"):
         tokens = e.seq_len - 1
         for stat, spec in zip(e.layers, specs, strict=True):
-            assert stat.formula_bytes == spec.bytes_at(tokens, meta["elem_bytes"], meta["batch"])
+            assert stat.formula_bytes == spec.bytes_at(tokens, meta.elem_bytes, meta.batch)
             assert stat.tokens == spec.tokens_held(tokens)
 
 

@@ -32,13 +32,14 @@ import sys, time
 from pathlib import Path
 from kvviz.core import files
 from kvviz.core.trace import Trace
+import msgspec
 from kvviz.vllm.recording import NoteRecord, Recording
 
 folder, example, pad = Path(sys.argv[1]), Trace.load(sys.argv[2]), int(sys.argv[3])
 gen = 0
 while True:
     gen += 1
-    trace = Trace({**example.meta, "gen": gen, "pad": "x" * pad})
+    trace = Trace(msgspec.structs.replace(example.meta, config={"gen": gen}, prompt_pieces=[["x" * pad]]))
     trace.events.extend(example.events)
     trace.save(folder / "run.json")
     Recording({"urls": ["http://127.0.0.1:8000"], "gen": gen},
@@ -88,8 +89,8 @@ def check_left_files(folder: Path, last_done: int) -> tuple[int, list[str]]:
     """Every data file loads cleanly and is one whole generation (the last one completed or the
     one being written); returns that generation and the temp files left."""
     trace = Trace.load(folder / "run.json")
-    assert len(trace.events) == NUM_EVENTS and len(trace.meta["pad"]) == PAD
-    gen = trace.meta["gen"]
+    assert len(trace.events) == NUM_EVENTS and len(trace.meta.prompt_pieces[0][0]) == PAD
+    gen = trace.meta.setting("gen")
     assert last_done <= gen <= last_done + 1, (gen, last_done)
     watch = Recording.load(folder / "vllm-watch.json")
     assert len(watch.notes) == 20000 and watch.meta["gen"] in (gen - 1, gen)

@@ -10,6 +10,7 @@ from kvviz.live import cache_map as cm
 from kvviz.live import cache_map_charts as cc
 from kvviz.viz import charts
 from kvviz.core.events import LayerStat, StepEvent
+from metas import meta_of
 
 
 def event(step: int, seq_len: int, tokens: list[int], text: str = "x", attention=None) -> StepEvent:
@@ -30,15 +31,16 @@ def event(step: int, seq_len: int, tokens: list[int], text: str = "x", attention
                      attention=attention)
 
 
-def run(meta: dict, steps: int, cap: list[int | None]) -> list[StepEvent]:
+def run(meta, steps: int, cap: list[int | None]) -> list[StepEvent]:
     """A run of `steps` events over layers capped at `cap` (None: full)."""
-    prompt = meta["prompt_tokens"]
+    prompt = meta.prompt_tokens
     return [event(s, prompt + s + 1, [prompt + s if c is None else min(prompt + s, c) for c in cap],
                   text=f"<g{s}>") for s in range(steps)]
 
 
-META = {"num_layers": 2, "prompt_tokens": 4, "max_len": 12, "windows": [None, 3],
+META_FIELDS = {"num_layers": 2, "prompt_tokens": 4, "max_len": 12, "windows": [None, 3],
         "prompt_pieces": [[None, "a", "b\n", "c"]]}
+META = meta_of(META_FIELDS)
 
 
 def spans(df, layer: int, row: int = 0) -> list[tuple]:
@@ -66,26 +68,26 @@ def test_sliding_layer_drops_its_oldest_positions_as_the_run_grows():
 
 
 def test_k_and_v_are_separate_rows_and_latent_state_shared_have_their_own_shades():
-    meta = {**META, "num_layers": 4, "windows": [None] * 4,
-            "layer_kinds": ["full", "latent", "state", "shared"],
-            "layer_labels": ["full", "latent 512+64", "state", "shared ← 0"]}
+    meta = meta_of({**META_FIELDS, "num_layers": 4, "windows": [None] * 4,
+                    "layer_kinds": ["full", "latent", "state", "shared"],
+                    "layer_labels": ["full", "latent 512+64", "state", "shared ← 0"]})
     cells = cm.cells_frame(meta, event(2, 7, [6, 6, 0, 0]))
     shade = lambda layer, row: set(cells[(cells.layer == layer) & (cells.tensor_row == row)].shade)  # noqa: E731
     assert shade(0, 0) >= {"K"} and shade(0, 1) >= {"V"}
     assert shade(1, 0) >= {"latent (MLA)"} and shade(1, 1) >= {"rope key (MLA)"}
     assert spans(cells, 2) == [("state", 0, 6)]  # one band over everything written, whatever tokens says
     assert shade(3, 0) - {"padding"} == {"shared"}
-    assert [k.label() for k in cm.layer_kinds(meta)] == ["full", "latent 512+64", "state", "shared ← 0"]
-    v3 = {**META, "num_layers": 4, "layers": [{"kind": "full"}, {"kind": "latent", "values_per_token": 576,
-                                                                  "latent_rope": 64}, {"kind": "state"},
-                                              {"kind": "shared", "shared_with": 0}]}
+    assert [k.label() for k in meta.specs] == ["full", "latent 512+64", "state", "shared ← 0"]
+    v3 = meta_of(META, num_layers=4, layers=[{"kind": "full"}, {"kind": "latent", "values_per_token": 576,
+                                                                "latent_rope": 64}, {"kind": "state"},
+                                             {"kind": "shared", "shared_with": 0}])
     assert cm.cells_frame(v3, event(2, 7, [6, 6, 0, 0])).equals(cells)  # format 3 draws the same
 
 
 def test_kinds_fall_back_to_windows_and_uniform_models_say_so():
-    assert [k.label() for k in cm.layer_kinds(META)] == ["full", "sliding 3"]
-    assert cm.uniform_label(cm.layer_kinds(META)) is None
-    assert cm.uniform_label(cm.layer_kinds({"num_layers": 30, "windows": [None] * 30})) == "full"
+    assert [k.label() for k in META.specs] == ["full", "sliding 3"]
+    assert cm.uniform_label(META.specs) is None
+    assert cm.uniform_label(meta_of({"num_layers": 30, "windows": [None] * 30}).specs) == "full"
 
 
 def test_columns_carry_token_text_and_tell_prompt_from_generated():
@@ -93,12 +95,12 @@ def test_columns_carry_token_text_and_tell_prompt_from_generated():
     cols = cm.columns_frame(META, events, width=1)
     assert list(cols.text) == ["", "a", "b⏎", "c", "<g0>", "<g1>"]  # untrusted text kept verbatim
     assert list(cols.part) == ["padding", "prompt", "prompt", "prompt", "generated", "generated"]
-    meta = {**META, "prompt_pieces": [[None, "\x1c", "\ud800", "\t"]]}
+    meta = meta_of(META, prompt_pieces=[[None, "\x1c", "\ud800", "\t"]])
     assert list(cm.columns_frame(meta, events[:1], width=1).text) == ["", "\ufffd", "?", "\ufffd"]
 
 
 def test_wide_runs_are_binned_to_at_most_max_columns():
-    meta = {"num_layers": 30, "prompt_tokens": 500, "max_len": 1024, "windows": [None] * 30}
+    meta = meta_of({"num_layers": 30, "prompt_tokens": 500, "max_len": 1024, "windows": [None] * 30})
     events = run(meta, 40, [None] * 30)
     cols = cm.columns_frame(meta, events)
     width = cm.bin_width(1024)
@@ -132,7 +134,7 @@ def test_attention_frame_maps_rows_onto_the_newest_positions_and_sums_per_column
 @pytest.mark.slow
 def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
     events = run(META, 3, [None, 3])
-    kinds = cm.layer_kinds(META)
+    kinds = META.specs
     spec = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
     assert "<g" not in json.dumps(spec)  # token text travels only as data
     fed = charts.spec_with_data(spec, cm.map_frame(META, events))
@@ -151,7 +153,7 @@ def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
 def test_a_click_or_tap_on_a_column_writes_its_token_from_the_data():
     """Touch screens have no hover: a point selection on click picks a column, shades it, and text
     marks filtered by it write "position N: <token>" computed from the row, never from the spec."""
-    kinds = cm.layer_kinds(META)
+    kinds = META.specs
     spec = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
     layers = spec["layer"]
     columns = next(layer for layer in layers if "tooltip" in layer.get("encoding", {}))
@@ -168,17 +170,17 @@ def test_a_click_or_tap_on_a_column_writes_its_token_from_the_data():
 
 
 def test_uniform_models_get_plain_layer_numbers_and_unsafe_labels_are_cleaned():
-    uniform = cm.layer_kinds({"num_layers": 3, "windows": [None] * 3})
+    uniform = meta_of({"num_layers": 3, "windows": [None] * 3}).specs
     assert "labelExpr" not in cc.layer_axis(uniform).to_dict()
     # labels are the specs' own words from validated numbers; an older file's label text is never drawn
-    odd = cm.layer_kinds({"num_layers": 2, "layer_kinds": ["shared", "full"],
-                          "layer_labels": ["shared ← 8'];alert(1);//", "full"]})
+    odd = meta_of({"num_layers": 2, "layer_kinds": ["shared", "full"],
+                   "layer_labels": ["shared ← 8'];alert(1);//", "full"]}).specs
     assert "'" not in cc.layer_axis(odd).to_dict()["labelExpr"].replace("' · '", "")
     assert [k.label() for k in odd] == ["shared ← 8", "full"]
 
 
 def test_attention_spec_renders_share_on_a_fixed_scale():
-    spec = charts.to_spec(cc.attention_chart(cm.attention_frame(META, []), cm.layer_kinds(META), 12, 4))
+    spec = charts.to_spec(cc.attention_chart(cm.attention_frame(META, []), META.specs, 12, 4))
     color = spec["layer"][0]["encoding"]["color"]
     assert color["field"] == "share" and color["scale"]["domain"] == [0, 1]
 
@@ -214,7 +216,7 @@ def test_attention_rows_sum_to_one_per_layer_and_end_at_the_newest_position(kind
                 sliding = kind == "sliding" and ev.phase == "decode"
                 assert len(row) == (min(cm.written(ev), held + 1) if sliding else cm.written(ev))
     padded = events[0].attention[0][0]  # sequence 0 is the shorter prompt: left padding
-    pieces = engine.run_meta(lm, cfg)["prompt_pieces"]
+    pieces = engine.run_meta(lm, cfg).prompt_pieces
     assert pieces[0][0] is None and pieces[1][0] is not None
     assert padded[0] == 0.0  # padding is never attended to
     assert list(events) and list(engine.generate(lm, RunConfig(max_new_tokens=2)))[-1].attention is None
@@ -353,7 +355,7 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
     events = list(engine.generate(lm, cfg))
     cells = cm.cells_frame(meta, events[-1])
     assert expect <= set(cells.shade), set(cells.shade)
-    kinds = cm.layer_kinds(meta)
+    kinds = meta.specs
     for layer, kind in enumerate(kinds):
         mine = cells[cells.layer == layer]
         covered = mine[mine.tensor_row == 0].positions.sum()
@@ -378,7 +380,7 @@ def test_an_unreadable_cache_draws_no_cells_and_says_so():
 
     ev = replace(run(META, 2, [None, 3])[-1], cache_note="kvviz cannot read cache layers of class X")
     assert cm.cells_frame(META, ev).empty
-    assert "could not read this cache" in cache_map_panel.caption({**META, "batch": 1}, ev, 0, True)
+    assert "could not read this cache" in cache_map_panel.caption(meta_of(META, batch=1), ev, 0, True)
 
 
 @pytest.mark.parametrize("name", ["live.cache_map", "live.cache_map_charts", "live.cache_map_panel"])

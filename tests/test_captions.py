@@ -4,9 +4,10 @@ from dataclasses import replace
 from kvviz.live import captions
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from kvviz.core.units import fmt_ms
+from metas import meta_of
 
-META = {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 2, "bytes_per_token": 23_040,
-        "weight_bytes": 269_030_016, "prompt_tokens": 31, "batch": 1, "max_len": 95}
+META = meta_of({"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 2, "bytes_per_token": 23_040,
+        "weight_bytes": 269_030_016, "prompt_tokens": 31, "batch": 1, "max_len": 95})
 
 
 def event(step, seq_len, ms, mode="cached", kv=None, blocks=True):

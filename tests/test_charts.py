@@ -9,6 +9,7 @@ import pytest
 from kvviz.viz import charts
 from kvviz.live import charts as live_charts
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
+from metas import meta_of
 from kvviz.live.frames import (
     block_grid_frame, layer_times_frame, reservation_frame, steps_frame,
 )
@@ -85,11 +86,11 @@ def builders():
     }
 
 
-UNIFORM = {"num_layers": 2, "windows": [None, None]}
+UNIFORM = meta_of({"num_layers": 2, "windows": [None, None]})
 # 16 K and 16 V values per token in bf16, batch 2: 64 B a token per tensor, as the events below measure
-MIXED = {"num_layers": 3, "elem_bytes": 2, "batch": 2,
-         "layers": [{"kind": "full", "kv_heads": 2, "values_per_token": 32}]
-         + [{"kind": "sliding", "kv_heads": 2, "values_per_token": 32, "token_cap": 4}] * 2}
+MIXED = meta_of({"num_layers": 3, "elem_bytes": 2, "batch": 2,
+                 "layers": [{"kind": "full", "kv_heads": 2, "values_per_token": 32}]
+                 + [{"kind": "sliding", "kv_heads": 2, "values_per_token": 32, "token_cap": 4}] * 2})
 
 
 def test_a_uniform_model_is_one_group_not_a_bar_per_layer():
@@ -175,7 +176,7 @@ def test_blocks_caption_and_chart_say_the_same_unused_share():
     half to even ("12%") where the chart's Vega format rounds half up ("13%"): both now take the
     label from captions.unused_label, and the chart draws that column."""
     from kvviz.live import captions
-    meta = {"bytes_per_token": 100, "batch": 2, "max_len": 40}
+    meta = meta_of({"bytes_per_token": 100, "batch": 2, "max_len": 40})
     for tokens in (14, 16, 17, 30):
         used = -(-tokens // 16) * 2
         blocks = BlockStat(16, 6, used, 6 - used, tokens - 16 * (used // 2 - 1), used * 16 * 100, 2 * 40 * 100, False)
@@ -285,11 +286,10 @@ def test_charts_are_altair_objects():
 
 def test_the_per_layer_axis_fits_the_largest_tensor_of_any_kind():
     base = {"num_layers": 3, "batch": 2, "max_len": 100, "num_kv_heads": 2, "head_dim": 8, "elem_bytes": 2}
-    assert live_charts.largest_tensor_bytes(base) == 2 * 8 * 100 * 2 * 2  # older traces
-    meta = {**base, "windows": [None, 10, None], "layer_kinds": ["sliding", "sliding", "state"],
+    assert live_charts.largest_tensor_bytes(meta_of(base)) == 2 * 8 * 100 * 2 * 2  # older traces
+    meta = {**base, "windows": [10, 10, None], "layer_kinds": ["sliding", "sliding", "state"],
             "layer_labels": ["sliding 10"] * 2 + ["state"], "layer_bytes_per_token": [64, 64, 0],
             "layer_state_bytes": [0, 0, 0]}
-    meta["windows"][0] = 10
-    assert live_charts.largest_tensor_bytes(meta) == 32 * 9 * 2  # capped at the window − 1 tokens held
+    assert live_charts.largest_tensor_bytes(meta_of(meta)) == 32 * 9 * 2  # capped at the window − 1 tokens held
     meta["layer_state_bytes"] = [0, 0, 5000]
-    assert live_charts.largest_tensor_bytes(meta) == 10_000  # a state larger than any K or V
+    assert live_charts.largest_tensor_bytes(meta_of(meta)) == 10_000  # a state larger than any K or V

@@ -19,7 +19,7 @@ def test_record_writes_a_trace_and_prints_a_summary(tiny_dir, tmp_path, capsys):
     text = capsys.readouterr().out
     assert rc == 0 and "time to first token" in text and "slower than cached" in text
     trace = Trace.load(out)
-    assert trace.meta["batch"] == 2 and trace.meta["model"] == str(tiny_dir)
+    assert trace.meta.batch == 2 and trace.meta.model == str(tiny_dir)
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
     assert len(cached) == len(recompute) == 6
     assert [e.token_ids for e in cached] == [e.token_ids for e in recompute]

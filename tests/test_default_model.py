@@ -38,8 +38,8 @@ def test_greedy_matches_generate_and_recompute(default_lm):
 def test_bytes_equal_formula_46080_per_token(default_lm):
     events = list(engine.generate(default_lm, RunConfig(max_new_tokens=8, batch=2)))
     meta = engine.run_meta(default_lm, RunConfig(max_new_tokens=8, batch=2))
-    assert meta["bytes_per_token"] == 2 * 30 * 3 * 64 * 4 == 46_080
-    assert "cache_caveat" not in meta  # a plain cache: the probe finds nothing to warn about (issue 18)
+    assert meta.bytes_per_token == 2 * 30 * 3 * 64 * 4 == 46_080
+    assert meta.cache_caveat is None  # a plain cache: the probe finds nothing to warn about (issue 18)
     for e in events:
         assert e.kv_bytes == e.formula_bytes == 46_080 * 2 * (e.seq_len - 1)
     assert "".join(events[i].texts[0] for i in range(8)).strip()  # real words came out

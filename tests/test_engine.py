@@ -219,7 +219,7 @@ def test_a_layout_kvviz_cannot_model_is_named_and_the_run_goes_on(monkeypatch):
     monkeypatch.setattr(layout, "layer_specs", unknown)
     lm = tiny_lm()
     meta = engine.run_meta(lm, RunConfig(max_new_tokens=4, chat_template=False))
-    assert meta["num_layers"] == 2 and meta["layout"].startswith("not modelled: llama: layer type")
+    assert meta.num_layers == 2 and meta.layout.startswith("not modelled: llama: layer type")
     events = run(lm, max_new_tokens=4)
     assert len(events) == 4 and all(e.step_ms > 0 and e.kv_bytes == e.formula_bytes == 0 for e in events)
     assert events[0].cache_note == ("llama: layer type 'compressed_sparse_attention' is not modelled by kvviz: "

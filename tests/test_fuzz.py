@@ -12,8 +12,8 @@ from kvviz.planner import frames as planner_frames
 from kvviz.core import safe_input
 from kvviz.core.errors import UserError
 from kvviz.shrink import record as shrink_record
-from kvviz.live import cache_map
-from kvviz.core.trace import LayerRecord, Trace, TraceError, check_run_meta
+from kvviz.core.meta import LayerRecord
+from kvviz.core.trace import Trace, TraceError, check_run_meta
 
 EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json")
                           if not shrink_record.is_record(p.read_bytes())).read_text())  # a run trace
@@ -33,7 +33,7 @@ def read_trace(data: bytes) -> None:
     trace = Trace.from_json(data)
     check_run_meta(trace)
     ui.trace_origin(trace)
-    cache_map.layer_kinds(trace.meta)
+    trace.meta.specs  # noqa: B018 - read as the views read it
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import torch
 from kvviz.engine import loop as engine
 from kvviz.engine import hooks
 from kvviz.core.config import RunConfig
+from kvviz.core.meta import RunMeta
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
 
@@ -23,11 +24,11 @@ def gpu_check():
     return module
 
 
-META = {"batch": 2, "max_len": 100, "bytes_per_token": 1000}
+META = RunMeta(batch=2, max_len=100, bytes_per_token=1000)
 
 
-def test_reservation_is_batch_times_max_len_times_bytes_per_token(gpu_check):
-    assert gpu_check.reservation_bytes(META) == 200_000
+def test_reservation_is_batch_times_max_len_times_bytes_per_token():
+    assert META.reserved_bytes == 200_000
 
 
 def test_static_reservation_check_can_fail(gpu_check):

@@ -83,7 +83,7 @@ def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
     assert lm.model.config._attn_implementation == "eager"
     assert lm.attn_fallback.startswith("sdpa → eager: ") and "scaled_dot_product_attention" in lm.attn_fallback
     meta = engine.run_meta(lm, RunConfig(max_new_tokens=2, chat_template=False))
-    assert meta["attn_implementation"] == "eager" and meta["attn_fallback"] == lm.attn_fallback
+    assert meta.attn_implementation == "eager" and meta.attn_fallback == lm.attn_fallback
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ def test_example_trace_draws_every_panel(page):
     assert not at.exception and not at.error
     metrics = {m.label: m.value for m in at.metric}
     trace = Trace.load(EXAMPLE)
-    assert metrics["Tokens"] == f"{len(trace.events_of('cached'))} × {trace.meta['batch']}"
+    assert metrics["Tokens"] == f"{len(trace.events_of('cached'))} × {trace.meta.batch}"
     assert metrics["KV cache (measured)"] == metrics["Formula (computed)"]
     assert metrics["Tokens/s (wall clock)"] == "–"  # a replay's pace is not the run's
     assert len(at.get("vega_lite_chart")) >= 6
@@ -141,7 +141,8 @@ def test_hosted_uploads_have_a_smaller_limit(monkeypatch):
 
 
 def test_trace_origin_line_escapes_the_model_label():
+    import msgspec
     from kvviz.app import ui
     trace = Trace.load(EXAMPLE)
-    trace.meta["model_label"] = "[phish](https://example.invalid)"
+    trace.meta = msgspec.structs.replace(trace.meta, model_label="[phish](https://example.invalid)")
     assert "\\[phish\\]\\(https\\://example\\.invalid\\)" in ui.trace_origin(trace)

@@ -15,7 +15,7 @@ from kvviz.live import report
 from kvviz.shrink import record
 from kvviz.viz import export
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
-from kvviz.core.trace import Trace, summary
+from kvviz.core.trace import Trace, TraceError, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [p for p in sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))
@@ -73,7 +73,7 @@ def hand_trace():
         "config": {"prompts": [f"Hi {SCRIPT}", MARKDOWN], "system": BREAKOUT, "batch": BATCH,
                    "max_new_tokens": 4, "temperature": 0.0, "cache_backend": ATTRIBUTE},
         "versions": {"torch": "2.13.0+cpu", "transformers": "5.24.0"},
-        f"note {SCRIPT}": {"nested": [MARKDOWN]},
+        "cache_caveat": f"note {SCRIPT} {MARKDOWN}",
     }
     t = Trace(meta)
     for step, (ms, texts) in enumerate(zip([40.0, 10.0, 12.0, 11.0], STEP_TEXTS)):
@@ -158,7 +158,7 @@ def test_shipped_replay_example_answers_its_question_right():
     Rayleigh scattering of the shorter (blue) wavelengths — right — in both runs (greedy, fp32).
     The example it replaced said a KV cache was a "KVM (Kernel-Vacuum Memory) cache"."""
     t = Trace.load(ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json")
-    assert t.meta["config"]["prompts"] == ["Why is the sky blue?"] and t.meta["dtype"] == "float32"
+    assert t.meta.setting("prompts") == ["Why is the sky blue?"] and t.meta.dtype == "float32"
     answers = {mode: "".join(e.texts[0] for e in t.events_of(mode)) for mode in ("cached", "recompute")}
     assert answers["cached"] == answers["recompute"]
     assert "Rayleigh scattering" in answers["cached"] and "shorter wavelengths" in answers["cached"]
@@ -171,13 +171,13 @@ def test_example_report_has_figures_texts_and_settings(example):
     cached, recompute = t.events_of("cached"), t.events_of("recompute")
     for label, value, _ in captions.headline(t.meta, summary(t), cached[-1], None, cached, recompute):
         assert escape(label) in doc and escape(value) in doc, (label, value)
-    assert escape(t.meta["model_label"]) in doc
+    assert escape(t.meta.model_label) in doc
     for mode in t.modes:
         text = "".join(e.texts[0] for e in t.events_of(mode))
         assert escape(text) in doc
-    for prompt in t.meta["config"]["prompts"]:
+    for prompt in t.meta.setting("prompts"):
         assert escape(prompt) in doc
-    assert f"<th>max_new_tokens</th><td>{t.meta['config']['max_new_tokens']}</td>" in doc
+    assert f"<th>max_new_tokens</th><td>{t.meta.setting('max_new_tokens')}</td>" in doc
     assert "Same tokens" in doc  # the recompute run matched
 
 
@@ -224,11 +224,10 @@ def test_hostile_text_is_escaped_everywhere(hand):
         for mode in t.modes:
             generated = "".join(e.texts[i] for e in t.events_of(mode))
             assert escape(generated) in doc
-    for text in (*t.meta["config"]["prompts"], t.meta["config"]["system"],
-                 t.meta["model_label"], ATTRIBUTE):
+    for text in (*t.meta.setting("prompts"), t.meta.setting("system"), t.meta.model_label, ATTRIBUTE):
         assert escape(text) in doc
     assert "<title>kvviz report: Tiny &lt;script&gt;" in doc
-    assert escape(f"note {SCRIPT}") in doc  # an unknown meta key, and its value
+    assert escape(f"note {SCRIPT}") in doc  # a meta string the facts table quotes
     # the markdown stays literal text: no <strong>, <em>, <a> or <img> appear
     assert "**bold** _it_ [click](https://evil.example/x)" in doc
 
@@ -302,13 +301,17 @@ def test_a_chart_that_fails_costs_only_itself():
     assert 'id="c0-a"' in doc and 'url(#c0-a)' in doc and 'id="c1-a"' in doc
 
 
+def test_junk_meta_is_refused_with_the_field_named():
+    with pytest.raises(TraceError, match=r"meta.batch: expected int \| null, got str"):
+        Trace({"batch": "two", "max_len": -1, "config": "nope"})
+
+
 @pytest.mark.parametrize("t", [
     Trace(),
     Trace({"model": "x"}, []),
     Trace({}, [event("cached", 0, 5.0, ("a", "b"))]),  # no run meta: data-driven axes
-    Trace({"batch": "two", "max_len": -1, "config": "nope"}, [event("recompute", 0, 5.0, ("a", "b"),
-                                                                    cached=False)]),
-], ids=["empty", "no-events", "no-meta", "junk-meta"])
+    Trace({"batch": 2, "config": {}}, [event("recompute", 0, 5.0, ("a", "b"), cached=False)]),
+], ids=["empty", "no-events", "no-meta", "recompute-only"])
 def test_sparse_traces_still_report(t):
     doc = report.html_report(t, svg=lambda spec: "<svg></svg>")
     assert doc.startswith("<!DOCTYPE html>") and doc.rstrip().endswith("</html>")

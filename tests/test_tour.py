@@ -12,12 +12,13 @@ from kvviz.core import catalog
 from kvviz.core.events import LayerStat, StepEvent
 from kvviz.core.units import fmt_bytes, fmt_ms
 from kvviz.live import tour
+from metas import meta_of
 
 PAGES = Path(__file__).resolve().parent.parent / "app_pages"
 PER_TOKEN = 46_080  # the default model in fp32: 2 × 30 layers × 3 KV heads × 64 × 4 bytes
-META = {"model": "default", "num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 4,
+META = meta_of({"model": "default", "num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes": 4,
         "bytes_per_token": PER_TOKEN, "weight_bytes": 538_060_032, "prompt_tokens": 31, "batch": 1,
-        "max_len": 95}
+        "max_len": 95})
 
 
 def event(step: int, ms: float, mode: str = "cached", per_token: int = PER_TOKEN, batch: int = 1) -> StepEvent:
@@ -76,7 +77,7 @@ def test_bytes_per_token_is_the_measured_growth_not_the_layout():
 
 def test_bytes_per_token_counts_one_sequence_of_a_batch():
     cached = [event(i, 40.0, batch=4) for i in range(3)]
-    assert tour.bytes_per_token({**META, "batch": 4}, cached) == (PER_TOKEN, True)
+    assert tour.bytes_per_token(meta_of(META, batch=4), cached) == (PER_TOKEN, True)
 
 
 def test_the_race_step_compares_the_latest_recomputed_step_with_the_cached_one():
@@ -99,7 +100,7 @@ def test_the_long_context_step_scales_the_measured_bytes_per_token():
     text = steps[3].text
     assert "131,072 tokens" in text and fmt_bytes(PER_TOKEN * 131_072) in text
     assert fmt_bytes(PER_TOKEN * 131_072 / 2) in text  # fp32 run: the bf16 figure beside it
-    bf16 = tour.long_context_step({**META, "elem_bytes": 2}, [event(i, 40.0, per_token=23_040) for i in range(3)],
+    bf16 = tour.long_context_step(meta_of(META, elem_bytes=2), [event(i, 40.0, per_token=23_040) for i in range(3)],
                                   True).text
     assert fmt_bytes(23_040 * 131_072) in bf16 and "in bf16" not in bf16
 
@@ -131,7 +132,7 @@ def test_the_planner_link_names_settings_the_planner_binds():
 
 
 def test_a_model_outside_the_catalog_links_the_planner_without_a_model():
-    label, url = tour.planner_link({**META, "model": "/tmp/my-tiny-model"})
+    label, url = tour.planner_link(meta_of(META, model="/tmp/my-tiny-model"))
     params = parse_qs(urlsplit(url).query)
     assert "plan_model" not in params and params["plan_context"] == ["131072"]
 
@@ -207,7 +208,7 @@ def test_the_live_page_draws_the_tour_and_next_walks_it(tiny_dir, monkeypatch):
         title = next(i for i, v in enumerate(texts) if re.match(r"\*\*\d · ", v))
         return re.sub(r"\\(.)", r"\1", " | ".join([where, texts[title], texts[title + 1]]))
 
-    assert "step 1 of 5" in shown() and f"{trace.meta['prompt_tokens']:,} tokens" in shown()
+    assert "step 1 of 5" in shown() and f"{trace.meta.prompt_tokens:,} tokens" in shown()
     at.button(key="tour-next").click().run()
     assert "step 2 of 5" in shown() and "2 · One new column" in shown()
     at.button(key="tour-back").click().run()

@@ -8,6 +8,7 @@ import pytest
 
 from kvviz.core import trace as tr
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
+from kvviz.core.meta import LEGACY_KEYS, as_dict, legacy_specs, spec_record
 from kvviz.core.trace import Trace, TraceError, format_summary, replay, summary
 
 
@@ -89,10 +90,11 @@ def test_int_accepted_where_float_expected():
     assert t.events[0].step_ms == 7.0 and isinstance(t.events[0].step_ms, float)
 
 
-def test_unknown_meta_keys_are_fine_and_empty_trace_loads():
+def test_unknown_meta_keys_are_left_out_and_empty_trace_loads():
     d = doc()
     d["meta"]["something_new"] = {"nested": [1, 2.5, None, True]}
-    assert load_doc(d).meta["something_new"]["nested"][1] == 2.5
+    meta = load_doc(d).meta
+    assert meta.model == d["meta"]["model"] and "something_new" not in as_dict(meta)
     assert Trace.from_json(Trace().to_json()) == Trace()
 
 
@@ -114,8 +116,10 @@ def test_save_replaces_atomically_and_cleans_up_on_failure(tmp_path, monkeypatch
 def test_save_refuses_what_load_would_refuse(tmp_path):
     with pytest.raises(TraceError, match=r"event 0: field 'step_ms' must be a finite"):
         Trace({}, [event(step_ms=math.nan)]).save(tmp_path / "x.json")
-    with pytest.raises(TraceError, match=r"meta.dtype must be a JSON value"):
+    with pytest.raises(TraceError, match=r"meta.dtype: expected str \| null, got object"):
         Trace({"dtype": object()}).to_json()
+    with pytest.raises(TraceError, match=r"meta.config.temperature must be a finite number, got nan"):
+        Trace({"config": {"temperature": math.nan}}).to_json()
     assert not list(tmp_path.iterdir())
 
 
@@ -417,10 +421,10 @@ V3_SPECS = (sp.FullSpec(kv_heads=2, values_per_token=64), sp.SlidingSpec(kv_head
 
 
 def test_layers_round_trip_as_specs():
-    t = Trace({"num_layers": len(V3_SPECS), "layers": [tr.spec_record(s) for s in V3_SPECS]}, [event()])
+    t = Trace({"num_layers": len(V3_SPECS), "layers": [spec_record(s) for s in V3_SPECS]}, [event()])
     back = Trace.from_json(t.to_json())
-    assert back == t and tr.layer_specs(back.meta) == V3_SPECS
-    assert back.meta["layers"][0] == {"kind": "full", "kv_heads": 2, "values_per_token": 64}  # defaults left out
+    assert back == t and back.meta.specs == V3_SPECS
+    assert as_dict(back.meta)["layers"][0] == {"kind": "full", "kv_heads": 2, "values_per_token": 64}  # defaults left out
 
 
 def test_version_2_meta_loads_as_specs():
@@ -431,12 +435,12 @@ def test_version_2_meta_loads_as_specs():
                      layer_labels=["full", "sliding 4", "state"], layer_bytes_per_token=[128, 128, 0],
                      layer_state_bytes=[0, 0, 500])
     meta = load_doc(d).meta
-    assert not set(tr.LEGACY_KEYS) & set(meta) and meta["state_modelled"] is False
-    assert tr.layer_specs(meta) == (sp.FullSpec(kv_heads=2, values_per_token=64),
+    assert not set(LEGACY_KEYS) & set(as_dict(meta)) and meta.state_modelled is False
+    assert meta.specs == (sp.FullSpec(kv_heads=2, values_per_token=64),
                                     sp.SlidingSpec(kv_heads=2, values_per_token=64, token_cap=4),
                                     sp.StateSpec(state_values=250, state_known=False))
     junk = dict(d["meta"], layer_kinds=["moe", "sliding", 7], windows=[None, "x", None])
-    assert [s.kind for s in tr.legacy_specs(junk)] == ["full", "full", "full"]  # as the older views drew it
+    assert [s.kind for s in legacy_specs(junk)] == ["full", "full", "full"]  # as the older views drew it
 
 
 def test_version_1_trace_loads_as_specs():
@@ -446,9 +450,8 @@ def test_version_1_trace_loads_as_specs():
     path = Path(__file__).parent / "data" / "trace-v1-smollm2-135m.json"
     assert "layers" not in json.loads(path.read_text())["meta"]
     meta = Trace.load(path).meta
-    specs = tr.layer_specs(meta)
-    assert specs == (sp.FullSpec(kv_heads=3, values_per_token=2 * 3 * 64),) * 30
-    assert sp.bytes_per_token(specs, meta["elem_bytes"]) == meta["bytes_per_token"]
+    assert meta.specs == (sp.FullSpec(kv_heads=3, values_per_token=2 * 3 * 64),) * 30
+    assert sp.bytes_per_token(meta.specs, meta.elem_bytes) == meta.bytes_per_token
 
 
 @pytest.mark.parametrize("layer, fragment", [
@@ -472,7 +475,7 @@ def test_unmodelled_layouts_carry_no_layers_and_layer_counts_must_match():
     d["version"] = 2
     d["meta"].update(num_layers=2, layout="not modelled: x: layer type 'moe' is not modelled by kvviz", windows=[])
     meta = load_doc(d).meta
-    assert "layers" not in meta and "windows" not in meta
+    assert meta.layers is None and meta.specs == () and "windows" not in as_dict(meta)
     run = {"num_layers": 3, "num_kv_heads": 1, "head_dim": 4, "elem_bytes": 2, "bytes_per_token": 16,
            "weight_bytes": 1, "prompt_tokens": 4, "batch": 2, "max_len": 9, "layers": [{"kind": "full"}] * 2}
     with pytest.raises(TraceError, match="describes 2 layers in 'layers' but says num_layers = 3"):

@@ -367,9 +367,9 @@ def cached_example(path: str) -> Trace:
 
 def trace_origin(trace: Trace) -> str:
     m = trace.meta
-    return (f"Recorded with {inert(m.get('model_label', m.get('model', '?')))} on "
-            f"{inert(m.get('device', '?'))} in {inert(m.get('dtype', '?'))}; "
-            f"prompt {m['prompt_tokens']} tokens × batch {m['batch']}; "
+    return (f"Recorded with {inert(m.model_label or m.model or '?')} on "
+            f"{inert(m.device or '?')} in {inert(m.dtype or '?')}; "
+            f"prompt {m.prompt_tokens} tokens × batch {m.batch}; "
             f"{len(trace.events_of('cached'))} steps"
             f"{', with a no-cache run' if 'recompute' in trace.modes else ''}.")
 

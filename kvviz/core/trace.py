@@ -5,9 +5,9 @@ file becomes one `TraceError` whose message says what and where, fit to show a u
 Events are validated by msgspec against Structs made from the fields and type hints of
 `kvviz.core.events`'s dataclasses, so a field added there is checked here without editing this
 module (bump VERSION when the format changes); msgspec's messages are worded as kvviz's own.
-The meta's cache layout (format 3: `layers`, one record per decoder layer) is typed data: a msgspec
-Struct with constraints (`LayerRecord`) read into `kvviz.core.spec` classes; a version 1 or 2 file's
-parallel lists (`windows`, `layer_kinds`, ...) are read into the same specs when it loads.
+The meta is typed data: `kvviz.core.meta.RunMeta`, a msgspec Struct with constraints, whose
+layers (format 3) are read into `kvviz.core.spec` classes; a version 1 or 2 file's parallel lists
+(`windows`, `layer_kinds`, ...) are read into the same records when it loads.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
-from kvviz.core.spec import KINDS, CacheSpec
+from kvviz.core.meta import MetaError, RunMeta, as_dict, read_meta, upgraded_meta
 from kvviz.core.files import write_atomic  # also the vLLM watch's writer (kvviz.vllm reads only this module)
 from kvviz.core.events import StepEvent
 from kvviz.core.errors import UserError
@@ -49,8 +49,15 @@ class TraceError(UserError):
 class Trace:
     """A run's metadata (model, config facts, device, dtype, versions) and its events, in order."""
 
-    meta: dict = field(default_factory=dict)
+    meta: RunMeta = field(default_factory=RunMeta)
     events: list[StepEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.meta, dict):  # plain data, e.g. a file's meta object: checked as it is read
+            try:
+                self.meta = read_meta(self.meta)
+            except MetaError as exc:
+                raise TraceError(str(exc)) from None
 
     def append(self, event: StepEvent) -> None:
         if not isinstance(event, StepEvent):
@@ -67,11 +74,10 @@ class Trace:
 
     def to_json(self) -> str:
         """One JSON document, one event per line (compact, yet greppable and diffable)."""
-        _check_json(self.meta, "meta")
-        if "layers" in self.meta:
-            layer_records(self.meta["layers"])
+        meta = as_dict(self.meta)
+        _check_json(meta, "meta")
         head = (f'{{"format": {json.dumps(FORMAT)}, "version": {VERSION},\n'
-                f' "meta": {json.dumps(self.meta, allow_nan=False)},\n "events": [')
+                f' "meta": {json.dumps(meta, allow_nan=False)},\n "events": [')
         lines = [_event_line(e, i) for i, e in enumerate(self.events)]
         return head + ("\n  " + ",\n  ".join(lines) + "\n" if lines else "") + " ]}\n"
 
@@ -102,8 +108,6 @@ class Trace:
         if not isinstance(doc["events"], list):
             raise TraceError(f"'events' must be a list, got {_kind(doc['events'])}")
         meta = doc["meta"] if doc["version"] >= 3 else upgraded_meta(doc["meta"])
-        if "layers" in meta:
-            layer_records(meta["layers"])
         return cls(meta, [_event_from_dict(e, i) for i, e in enumerate(doc["events"])])
 
     @classmethod
@@ -309,130 +313,6 @@ def _names(names: Iterable[str]) -> str:
     return ", ".join(repr(n) for n in names)
 
 
-# --- the cache layout in the meta (format 3) -----------------------------------------------------
-
-_Count = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
-_Layer = Annotated[int, msgspec.Meta(ge=0, le=4095)]
-_Cap = Annotated[int, msgspec.Meta(ge=1, le=2**40)]
-
-
-class LayerRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """One decoder layer's cache on file: `kvviz.core.spec.CacheSpec`'s fields, defaults left out."""
-
-    kind: Literal[KINDS]  # type: ignore[valid-type] - "full", "sliding", "chunked", "latent", "state", "shared"
-    kv_heads: Annotated[int, msgspec.Meta(ge=0, le=65_536)] = 0
-    values_per_token: _Count = 0
-    token_cap: _Cap | None = None
-    state_values: _Count = 0
-    shared_with: _Layer | None = None
-    state_float32_values: _Count = 0
-    state_known: bool = True
-    latent_rope: _Count = 0
-    index_values: _Count = 0
-    conv_values: _Count = 0
-    conv_kernel: _Count = 0
-    state_family: Annotated[str, msgspec.Meta(max_length=40, pattern="^[a-z0-9_]*$")] = ""
-    state_pinned: bool = False
-    key_values_per_token: _Count | None = None
-    fixed_tokens: _Count = 0
-
-
-def layer_records(value, where: str = "meta.layers") -> tuple[CacheSpec, ...]:
-    """The specs a meta's `layers` list describes; TraceError naming the layer and field if invalid."""
-    try:
-        records = msgspec.convert(value, list[LayerRecord], strict=True)
-    except msgspec.ValidationError as exc:
-        raise TraceError(_validation_problem(exc, where)) from None
-    specs = []
-    for i, record in enumerate(records):
-        try:
-            specs.append(CacheSpec(**msgspec.to_builtins(record)))  # the fields not at their default
-        except ValueError as exc:
-            raise TraceError(f"{where}[{i}]: {exc}") from None
-    return tuple(specs)
-
-
-def _validation_problem(exc: msgspec.ValidationError, where: str) -> str:
-    """msgspec's "Expected `int` >= 0 - at `$[3].kv_heads`" as "meta.layers[3].kv_heads: expected int >= 0"."""
-    text, _, at = str(exc).partition(" - at `$")
-    text = text.replace("`", "")
-    return f"{where}{at.rstrip('`')}: {text[:1].lower()}{text[1:]}"
-
-
-def spec_record(spec: CacheSpec) -> dict:
-    """One spec as the trace writes it (what `layer_records` reads back)."""
-    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    return msgspec.to_builtins(LayerRecord(**fields))
-
-
-def layer_specs(meta: dict) -> tuple[CacheSpec, ...]:
-    """A run's cache specs from its meta: `layers` (format 3), else the older parallel lists; () when
-    the layout was not modelled. Every view reads the layout through this one function."""
-    layers = meta.get("layers")
-    if isinstance(layers, list):
-        return layer_records(layers)
-    return legacy_specs(meta)
-
-
-LEGACY_KEYS = ("windows", "layer_kinds", "layer_labels", "layer_bytes_per_token", "layer_state_bytes")
-
-
-def upgraded_meta(meta: dict) -> dict:
-    """A version 1 or 2 meta with its parallel lists read into `layers` (format 3)."""
-    if "layers" in meta or not _is_int(meta.get("num_layers")) or not 0 < meta["num_layers"] <= 4096:
-        return meta
-    if str(meta.get("layout", "")).startswith("not modelled"):  # as format 3 writes it: no layers
-        return {k: v for k, v in meta.items() if k not in LEGACY_KEYS}
-    specs = legacy_specs(meta)
-    upgraded = {k: v for k, v in meta.items() if k not in LEGACY_KEYS}
-    return {**upgraded, "layers": [spec_record(s) for s in specs]} if specs else upgraded
-
-
-def legacy_specs(meta: dict) -> tuple[CacheSpec, ...]:
-    """Specs from a format 1 / 2 meta: `windows` (format 1: a window per sliding layer, else null),
-    `layer_kinds` / `layer_labels` and per-layer bytes (format 2). Never raises: a value it cannot
-    read makes that layer full attention, as the older views drew it."""
-    n = meta.get("num_layers")
-    if not _is_int(n) or not 0 < n <= 4096:
-        return ()
-    return tuple(_legacy_spec(meta, i) for i in range(n))
-
-
-def _legacy_list(meta: dict, key: str, n: int) -> list:
-    value = meta.get(key)
-    return value if isinstance(value, list) and len(value) >= n else [None] * n
-
-
-def _legacy_spec(meta: dict, i: int) -> CacheSpec:
-    n, elem = meta["num_layers"], meta.get("elem_bytes")
-    elem = elem if _is_int(elem) and elem > 0 else 1
-    window = _legacy_list(meta, "windows", n)[i]
-    window = window if _is_int(window) and window >= 1 else None
-    kind = _legacy_list(meta, "layer_kinds", n)[i] if isinstance(meta.get("layer_kinds"), list) else None
-    kind = kind if kind in KINDS else ("sliding" if window else "full")
-    label = _legacy_list(meta, "layer_labels", n)[i]
-    per_token, state = (_legacy_list(meta, k, n)[i] for k in ("layer_bytes_per_token", "layer_state_bytes"))
-    heads, head_dim = (meta.get(k) if _is_int(meta.get(k)) else 0 for k in ("num_kv_heads", "head_dim"))
-    values = per_token // elem if _is_int(per_token) and per_token >= 0 else 2 * heads * head_dim
-    fields = dict(kv_heads=heads, values_per_token=values, token_cap=window,
-                  state_values=state // elem if _is_int(state) and state >= 0 else 0)
-    numbers = [int(x) for x in re.findall(r"\d+", label)] if isinstance(label, str) else []
-    if kind in ("state", "shared"):
-        fields.update(kv_heads=0, values_per_token=0, token_cap=None,
-                      shared_with=numbers[0] if kind == "shared" and numbers else None,
-                      state_known=kind != "state" or meta.get("state_modelled") is not False)
-    elif kind == "latent":  # "latent 512+64 + index 128": rank, rope key, indexer keys
-        parts = (numbers + [0, 0, 0])[:3]
-        fields.update(kv_heads=1, token_cap=None, latent_rope=parts[1], index_values=parts[2],
-                      values_per_token=fields["values_per_token"] if _is_int(per_token) else sum(parts))
-    elif kind == "full":
-        fields.update(token_cap=None)
-    try:
-        return CacheSpec(kind, **fields)
-    except ValueError:  # a sliding / chunked layer without a usable window, a latent layer's odd label
-        return CacheSpec("full", **{**fields, "token_cap": None, "latent_rope": 0, "index_values": 0})
-
-
 # --- writing -------------------------------------------------------------------------------------
 
 def _event_line(event: StepEvent, index: int) -> str:
@@ -582,34 +462,22 @@ def format_summary(summary: RunSummary) -> str:
     return "\n".join(lines)
 
 
-RUN_META_INTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
-                 "weight_bytes", "prompt_tokens", "batch", "max_len")
-
-
-# The range each meta number must fall in before a chart divides by it, sizes an axis or a grid
-# by it, or a replay sleeps for it: generous for any real model, run and machine, and refusing the
-# zeros, the 10⁹-layer models and the hour-long steps a hand-edited or hostile file can carry.
-RUN_META_BOUNDS = {"num_layers": (1, 4096), "num_kv_heads": (0, 4096), "head_dim": (0, 65_536),
-                   "elem_bytes": (1, 8), "bytes_per_token": (0, 2**40), "weight_bytes": (0, 2**50),
-                   "prompt_tokens": (1, 10_000_000), "batch": (1, 4096), "max_len": (1, 10_000_000)}
 MAX_STEP_MS = 600_000.0  # a replay sleeps each step's time: no step over 10 minutes
 MAX_REPLAY_STEPS = 100_000  # events per mode the replay panels draw
 
 
 def check_run_meta(trace: Trace) -> None:
-    """The facts the dashboard needs to draw a trace; TraceError naming what is missing."""
-    missing = [k for k in RUN_META_INTS if not _is_int(trace.meta.get(k)) or trace.meta[k] < 0]
+    """The facts the dashboard needs to draw a trace; TraceError naming what is missing.
+
+    The range of each number is checked when the meta is read (`kvviz.core.meta.RunMeta`)."""
+    missing = trace.meta.missing_run_facts()
     if missing:
         raise TraceError(f"this trace's meta lacks whole numbers for {', '.join(missing)}; "
                          "record it with `kvviz record` or the Live page")
-    for key, (low, high) in RUN_META_BOUNDS.items():
-        if not low <= trace.meta[key] <= high:
-            raise TraceError(f"this trace's meta says {key} = {trace.meta[key]:,}; kvviz draws "
-                             f"traces with {key} from {low:,} to {high:,}")
-    layers = trace.meta.get("layers")
-    if layers is not None and len(layers) != trace.meta["num_layers"]:
+    layers, num_layers = trace.meta.layers, trace.meta.num_layers
+    if layers is not None and len(layers) != num_layers:
         raise TraceError(f"this trace's meta describes {len(layers):,} layers in 'layers' but says "
-                         f"num_layers = {trace.meta['num_layers']:,}")
+                         f"num_layers = {num_layers:,}")
     if not trace.events_of("cached"):
         raise TraceError("this trace has no cached-mode events to show")
     _check_replayable_events(trace)

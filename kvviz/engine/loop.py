@@ -24,7 +24,7 @@ from kvviz.core import spec
 from kvviz.engine import layout_probe
 from kvviz.engine import own_cache
 from kvviz.engine import probe
-from kvviz.core import trace
+from kvviz.core.meta import RunMeta, as_dict, read_meta, spec_record
 from kvviz.core.blocks import BlockPool, cdiv
 from kvviz.core.config import RunConfig
 from kvviz.core.events import BlockStat, StepEvent
@@ -304,8 +304,8 @@ class RunPlan:
         """Cache growth per token per sequence, all layers, caps ignored."""
         return int(layout.bytes_per_token(self.specs, self.elem_bytes))
 
-    def meta(self, lm: LoadedModel, cfg: RunConfig) -> dict:
-        return {"model": lm.name, "model_label": lm.label, "device": str(lm.device),
+    def meta(self, lm: LoadedModel, cfg: RunConfig) -> RunMeta:
+        return read_meta({"model": lm.name, "model_label": lm.label, "device": str(lm.device),
                 "dtype": str(lm.dtype).removeprefix("torch."),
                 **(layout_meta(self.specs) if self.specs else unknown_layout_meta(self)),
                 "elem_bytes": self.elem_bytes, "bytes_per_token": self.bytes_per_token,
@@ -317,19 +317,19 @@ class RunPlan:
                 "batch": len(self.batch.generated), "max_len": self.max_len,
                 "prompt_pieces": prompt_pieces(lm.tokenizer, self.batch),
                 "config": {k: v for k, v in asdict(cfg).items() if k != "extra"},
-                "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+                "versions": {"torch": str(torch.__version__), "transformers": transformers.__version__}})
 
 
 def layout_meta(specs) -> dict:
     """The trace's description of the cache layout (format 3): `layers`, each layer's spec as a
-    typed record (kvviz.core.trace.spec_record), which every view reads back as spec objects.
+    typed record (kvviz.core.meta.spec_record), which every view reads back as spec objects.
 
     num_kv_heads / head_dim describe the widest attention layer (a latent layer: 1 head of
     rank + rope values: kvviz.core.spec.widest); layout counts the kinds for captions.
     """
     heads, head_dim = spec.widest(specs)
     return {"num_layers": len(specs), "num_kv_heads": heads, "head_dim": head_dim,
-            "layers": [trace.spec_record(s.on_file()) for s in specs], "layout": layout.kinds_summary(specs),
+            "layers": [as_dict(spec_record(s.on_file())) for s in specs], "layout": layout.kinds_summary(specs),
             "state_modelled": not layout.unknown_states(specs)}
 
 
@@ -562,6 +562,6 @@ def free_device_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def run_meta(lm: LoadedModel, cfg: RunConfig) -> dict:
+def run_meta(lm: LoadedModel, cfg: RunConfig) -> RunMeta:
     """The facts a trace records about a run, computed without running it."""
     return plan_run(lm, cfg).meta(lm, cfg)

@@ -5,7 +5,7 @@ them). Positions run along x, layers along y. After a step the cache holds posit
 0 .. seq_len - 2 (the token just sampled is fed, and cached, by the next step); a layer that holds
 `tokens` of them holds the newest ones, so a sliding or chunked layer's older positions are
 "dropped". Each layer is drawn from its cache spec (kvviz.core.spec), read from the trace meta by
-`kvviz.core.trace.layer_specs` (format 3's `layers`, or an older file's lists).
+`RunMeta.specs` (format 3's `layers`, or an older file's lists).
 
 Two frames keep the chart cheap at any width:
 - `cells_frame`: one row per run of equal positions in one layer and tensor (run-length encoded:
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from kvviz.core.spec import CacheSpec, FullSpec, SharedSpec, StateSpec
-from kvviz.core import trace
 from kvviz.core.events import StepEvent
+from kvviz.core.meta import RunMeta
 
 MAX_COLUMNS = 160  # hover / attention columns at most; wider runs are binned
 MAX_TEXT_CHARS = 80  # a binned column's text is cut here, with an ellipsis
@@ -38,9 +38,9 @@ MAP_COLUMNS = CELL_COLUMNS + [c for c in COLUMN_COLUMNS if c not in CELL_COLUMNS
 ATTENTION_COLUMNS = ["layer", "pos_start", "pos_end", "share", "part", "text"]
 
 
-def layer_kinds(meta: dict) -> tuple[CacheSpec, ...]:
+def layer_kinds(meta: RunMeta) -> tuple[CacheSpec, ...]:
     """Each layer's cache spec, from the trace meta (`kvviz.core.trace.layer_specs`)."""
-    return trace.layer_specs(meta)
+    return meta.specs
 
 
 def uniform_label(kinds: Sequence[CacheSpec]) -> str | None:
@@ -54,8 +54,8 @@ def bin_width(max_len: int, max_columns: int = MAX_COLUMNS) -> int:
     return max(1, math.ceil(max_len / max_columns))
 
 
-def prompt_len(meta: dict) -> int:
-    return int(meta.get("prompt_tokens", 0))
+def prompt_len(meta: RunMeta) -> int:
+    return meta.prompt_tokens or 0
 
 
 def written(event: StepEvent) -> int:
@@ -63,14 +63,14 @@ def written(event: StepEvent) -> int:
     return max(event.seq_len - 1, 0)
 
 
-def padding(meta: dict, seq: int) -> int:
+def padding(meta: RunMeta, seq: int) -> int:
     """Left-padding positions of sequence `seq` (its prompt pieces are null there)."""
     pieces = _prompt_pieces(meta, seq)
     return sum(p is None for p in pieces) if pieces else 0
 
 
-def _prompt_pieces(meta: dict, seq: int) -> list | None:
-    rows = meta.get("prompt_pieces")
+def _prompt_pieces(meta: RunMeta, seq: int) -> list | None:
+    rows = meta.prompt_pieces
     if isinstance(rows, list) and 0 <= seq < len(rows) and isinstance(rows[seq], list):
         return rows[seq]
     return None
@@ -98,12 +98,12 @@ def layer_cells(kind: CacheSpec, tokens: int, end: int, pad: int, prompt: int) -
     return rows
 
 
-def cell_rows(meta: dict, event: StepEvent, seq: int = 0) -> list[tuple]:
+def cell_rows(meta: RunMeta, event: StepEvent, seq: int = 0) -> list[tuple]:
     """cells_frame's rows, as tuples in CELL_COLUMNS order (none when the cache could not be read)."""
     if event.cache_note:
         return []
     end, pad, prompt = written(event), padding(meta, seq), prompt_len(meta)
-    kinds = layer_kinds(meta)
+    kinds = meta.specs
     rows = []
     for stat in event.layers:
         kind = kinds[stat.layer] if stat.layer < len(kinds) else FullSpec()
@@ -111,7 +111,7 @@ def cell_rows(meta: dict, event: StepEvent, seq: int = 0) -> list[tuple]:
     return rows
 
 
-def cells_frame(meta: dict, event: StepEvent, seq: int = 0) -> pd.DataFrame:
+def cells_frame(meta: RunMeta, event: StepEvent, seq: int = 0) -> pd.DataFrame:
     """Runs of positions per layer and tensor row after `event`, for sequence `seq`.
 
     Columns: layer, tensor_row (0: K / latent, 1: V / rope key), shade (what the cell is drawn
@@ -122,7 +122,7 @@ def cells_frame(meta: dict, event: StepEvent, seq: int = 0) -> pd.DataFrame:
     return pd.DataFrame(cell_rows(meta, event, seq), columns=CELL_COLUMNS)
 
 
-def position_texts(meta: dict, events: Sequence[StepEvent], seq: int = 0) -> list[str | None]:
+def position_texts(meta: RunMeta, events: Sequence[StepEvent], seq: int = 0) -> list[str | None]:
     """The text of every written position of sequence `seq`: prompt pieces, then generated tokens.
 
     A padding position is None; a prompt position of a trace recorded without pieces is "".
@@ -151,10 +151,10 @@ def _part(start: int, end: int, prompt: int, pad: int) -> str:
     return "generated" if start >= prompt else "prompt + generated"
 
 
-def column_rows(meta: dict, events: Sequence[StepEvent], seq: int = 0,
+def column_rows(meta: RunMeta, events: Sequence[StepEvent], seq: int = 0,
                 width: int | None = None) -> list[tuple]:
     """columns_frame's rows, as tuples in COLUMN_COLUMNS order."""
-    width = width or bin_width(int(meta.get("max_len", 1)))
+    width = width or bin_width(meta.max_len or 1)
     texts = position_texts(meta, events, seq)
     prompt, pad = prompt_len(meta), padding(meta, seq)
     rows = []
@@ -164,7 +164,7 @@ def column_rows(meta: dict, events: Sequence[StepEvent], seq: int = 0,
     return rows
 
 
-def columns_frame(meta: dict, events: Sequence[StepEvent], seq: int = 0,
+def columns_frame(meta: RunMeta, events: Sequence[StepEvent], seq: int = 0,
                   width: int | None = None) -> pd.DataFrame:
     """One row per column of `width` positions written so far (default: bin_width of max_len).
 
@@ -174,7 +174,7 @@ def columns_frame(meta: dict, events: Sequence[StepEvent], seq: int = 0,
     return pd.DataFrame(column_rows(meta, events, seq, width), columns=COLUMN_COLUMNS)
 
 
-def map_frame(meta: dict, events: Sequence[StepEvent], seq: int = 0) -> pd.DataFrame:
+def map_frame(meta: RunMeta, events: Sequence[StepEvent], seq: int = 0) -> pd.DataFrame:
     """The map's one dataset: cells_frame's rows (row "cell") then columns_frame's (row "column").
 
     Columns: row, then CELL_COLUMNS and COLUMN_COLUMNS (null where a row kind lacks them). Built
@@ -192,7 +192,7 @@ def attention_positions(row: Sequence[float], newest: int) -> range:
     return range(newest - len(row) + 1, newest + 1)
 
 
-def attention_frame(meta: dict, events: Sequence[StepEvent], seq: int = 0,
+def attention_frame(meta: RunMeta, events: Sequence[StepEvent], seq: int = 0,
                     width: int | None = None) -> pd.DataFrame:
     """The newest token's attention over the cached positions, per layer, summed per column.
 
@@ -203,7 +203,7 @@ def attention_frame(meta: dict, events: Sequence[StepEvent], seq: int = 0,
     last = events[-1] if events else None
     if last is None or not last.attention or seq >= len(last.attention):
         return pd.DataFrame(columns=ATTENTION_COLUMNS)
-    width = width or bin_width(int(meta.get("max_len", 1)))
+    width = width or bin_width(meta.max_len or 1)
     columns = list(zip(*column_rows(meta, events, seq, width))) or [()] * len(COLUMN_COLUMNS)
     starts, ends, _, parts, texts = (np.asarray(c, dtype=object if i > 2 else np.int64) for i, c in enumerate(columns))
     newest, layers, picks, shares = written(last) - 1, [], [], []

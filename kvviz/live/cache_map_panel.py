@@ -10,6 +10,7 @@ from kvviz.live import cache_map as cm
 from kvviz.live import cache_map_charts as cc
 from kvviz.viz import charts
 from kvviz.core.events import StepEvent
+from kvviz.core.meta import RunMeta
 from kvviz.app.slots import Slot
 
 TITLE = "The cache, position by position"
@@ -17,11 +18,11 @@ SPECS: dict[tuple, dict] = {}  # process-wide: (kinds, max_len, prompt_len) -> s
 ROW_KEY = "cache_map_row"  # session-state key of the batch-row picker
 
 
-def map_specs(meta: dict) -> dict[str, dict]:
+def map_specs(meta: RunMeta) -> dict[str, dict]:
     """The map's and the attention map's specs for this run shape, built once per process."""
-    kinds = cm.layer_kinds(meta)
-    padded = int(meta.get("batch", 1)) > 1
-    key = (tuple(kinds), int(meta["max_len"]), cm.prompt_len(meta), padded)
+    kinds = meta.specs
+    padded = (meta.batch or 1) > 1
+    key = (tuple(kinds), int(meta.max_len), cm.prompt_len(meta), padded)
     if key not in SPECS:
         if len(SPECS) > 32:
             SPECS.clear()
@@ -31,16 +32,15 @@ def map_specs(meta: dict) -> dict[str, dict]:
     return SPECS[key]
 
 
-def attention_recorded(meta: dict) -> bool:
-    config = meta.get("config")
-    return isinstance(config, dict) and config.get("attention") is True
+def attention_recorded(meta: RunMeta) -> bool:
+    return meta.setting("attention") is True
 
 
 class CacheMapPanel:
     """One run's cache map. Build it before the first event; call `draw` with the cached events."""
 
-    def __init__(self, container, meta: dict, font_scale: float = 1.0):
-        self.meta, self.batch = meta, int(meta.get("batch", 1))
+    def __init__(self, container, meta: RunMeta, font_scale: float = 1.0):
+        self.meta, self.batch = meta, (meta.batch or 1)
         self.font_scale = font_scale  # chart text size (presenter mode: charts.with_font_scale)
         self.attention = attention_recorded(meta)
         container.markdown(f"**{TITLE}**")  # a constant title, never user text
@@ -76,9 +76,9 @@ class CacheMapPanel:
         self.seq = min(int(self.seq), self.batch - 1)
 
 
-def caption(meta: dict, last: StepEvent, seq: int, final: bool, hover: bool = True) -> str:
+def caption(meta: RunMeta, last: StepEvent, seq: int, final: bool, hover: bool = True) -> str:
     """What the map shows, in words: kinds, dropped positions, binning, batch row, attention cost."""
-    kinds = cm.layer_kinds(meta)
+    kinds = meta.specs
     held = cm.written(last)
     parts = [f"{held:,} positions cached after step {last.step}; each layer is two thin rows, "
              "K above V (paler: the prompt)."]
@@ -86,14 +86,14 @@ def caption(meta: dict, last: StepEvent, seq: int, final: bool, hover: bool = Tr
         parts = [f"{held:,} positions written after step {last.step}, but kvviz could not read this "
                  "cache, so the map shows no cells (the run's note says why)."]
     parts.append(kinds_sentence(kinds))
-    width = cm.bin_width(int(meta["max_len"]))
+    width = cm.bin_width(int(meta.max_len))
     if width > 1:
         parts.append(f"Columns of {width} positions (more than {cm.MAX_COLUMNS} would not stay smooth)"
                      + ("; tap or hover one for its text." if hover else "."))
     elif hover:
         parts.append("Tap or hover a column for its token.")
-    if int(meta.get("batch", 1)) > 1:
-        parts.append(f"Showing sequence {seq + 1} of {meta['batch']}"
+    if (meta.batch or 1) > 1:
+        parts.append(f"Showing sequence {seq + 1} of {meta.batch}"
                      + ("." if final else "; pick another when the run ends."))
     if attention_recorded(meta):
         parts.append(ATTENTION_NOTE)
@@ -108,7 +108,7 @@ ATTENTION_NOTE = ("Below: the newest token's attention over the cached positions
 
 
 def kinds_sentence(kinds) -> str:
-    """The layers' kinds in words (`kinds`: the run's cache specs, cache_map.layer_kinds)."""
+    """The layers' kinds in words (`kinds`: the run's cache specs, RunMeta.specs)."""
     uniform = cm.uniform_label(kinds)
     if uniform == "full":
         return f"All {len(kinds)} layers are full attention: every layer keeps every position."

@@ -8,12 +8,13 @@ from kvviz.core import spec
 from kvviz.engine import race
 from kvviz.core import trace
 from kvviz.core.events import StepEvent
+from kvviz.core.meta import RunMeta
 from kvviz.core.trace import percentile
 from kvviz.core.trace import achieved_bandwidth_bytes_per_s
 from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
 
 
-def headline(meta: dict, sums: trace.RunSummary, last: StepEvent,
+def headline(meta: RunMeta, sums: trace.RunSummary, last: StepEvent,
              wall_tokens_per_s: float | None = None, cached: list[StepEvent] | None = None,
              recompute: list[StepEvent] | None = None) -> list[tuple[str, str, str]]:
     """(label, value, help) for the row of headline figures.
@@ -24,7 +25,7 @@ def headline(meta: dict, sums: trace.RunSummary, last: StepEvent,
     """
     c = sums.mode("cached")
     return [
-        ("Tokens", f"{c.new_tokens} × {meta['batch']}", "generated per sequence × batch"),
+        ("Tokens", f"{c.new_tokens} × {meta.batch}", "generated per sequence × batch"),
         cache_figure(last),
         ("Formula (computed)", fmt_bytes(last.formula_bytes),
          "computed from the model's config, not measured: per layer (kvviz.core.layout): tokens held × K+V values per token × batch × bytes per element, "
@@ -156,52 +157,53 @@ def cache_figure(last: StepEvent) -> tuple[str, str, str]:
             "numel × element size of every layer's K, V and state tensors")
 
 
-def is_uniform(meta: dict) -> bool:
+def is_uniform(meta: RunMeta) -> bool:
     """Every layer a plain full-attention layer, without a state (`kvviz.core.spec.is_uniform_full`
     on the run's specs; traces from before the layout model count as such)."""
-    return spec.is_uniform_full(trace.layer_specs(meta))
+    return spec.is_uniform_full(meta.specs)
 
 
-def layout_clause(meta: dict) -> str:
+def layout_clause(meta: RunMeta) -> str:
     """"layers: 52 × sliding 1024, 10 × full; ..." for captions of mixed layouts, else ""."""
     if is_uniform(meta):
         return ""
-    state = meta.get("state_bytes") or 0
-    fixed = f"; state layers keep {fmt_bytes(state * meta['batch'])} whatever the length" if state else ""
-    return (f" Layers: {meta.get('layout', '')}; a sliding or chunked layer stops growing at its "
+    state = meta.state_bytes or 0
+    fixed = f"; state layers keep {fmt_bytes(state * meta.batch)} whatever the length" if state else ""
+    kinds = spec.kinds_summary(meta.specs) or "not modelled"  # from the checked specs, never a file's words
+    return (f" Layers: {kinds}; a sliding or chunked layer stops growing at its "
             f"window − 1 tokens, a shared layer reuses another's cache{fixed}.")
 
 
-def layers_caption(meta: dict) -> str:
-    per_token = meta["bytes_per_token"] * meta["batch"]
+def layers_caption(meta: RunMeta) -> str:
+    per_token = meta.bytes_per_token * meta.batch
     if not is_uniform(meta):
-        return (f"Each new token adds up to {fmt_bytes(per_token)} across {meta['num_layers']} layers"
-                f"{' (batch ' + str(meta['batch']) + ')' if meta['batch'] > 1 else ''}." + layout_clause(meta))
-    return (f"Each new token adds {fmt_bytes(per_token)} across {meta['num_layers']} layers "
-            f"({fmt_bytes(per_token / meta['num_layers'])} per layer: K and V, each "
-            f"{meta['num_kv_heads']} KV heads × {meta['head_dim']} numbers of {meta['elem_bytes']} bytes"
-            f"{' × batch ' + str(meta['batch']) if meta['batch'] > 1 else ''}).")
+        return (f"Each new token adds up to {fmt_bytes(per_token)} across {meta.num_layers} layers"
+                f"{' (batch ' + str(meta.batch) + ')' if meta.batch > 1 else ''}." + layout_clause(meta))
+    return (f"Each new token adds {fmt_bytes(per_token)} across {meta.num_layers} layers "
+            f"({fmt_bytes(per_token / meta.num_layers)} per layer: K and V, each "
+            f"{meta.num_kv_heads} KV heads × {meta.head_dim} numbers of {meta.elem_bytes} bytes"
+            f"{' × batch ' + str(meta.batch) if meta.batch > 1 else ''}).")
 
 
-def total_caption(meta: dict, last: StepEvent) -> str:
+def total_caption(meta: RunMeta, last: StepEvent) -> str:
     tokens = last.seq_len - 1
-    formula = (f"the formula 2 × {meta['num_layers']} × {meta['num_kv_heads']} × {meta['head_dim']} × "
-               f"{tokens} tokens × {meta['batch']} × {meta['elem_bytes']} B" if is_uniform(meta) else
-               f"the per-layer formula at {tokens} tokens × {meta['batch']} × {meta['elem_bytes']} B")
+    formula = (f"the formula 2 × {meta.num_layers} × {meta.num_kv_heads} × {meta.head_dim} × "
+               f"{tokens} tokens × {meta.batch} × {meta.elem_bytes} B" if is_uniform(meta) else
+               f"the per-layer formula at {tokens} tokens × {meta.batch} × {meta.elem_bytes} B")
     return (f"Measured {fmt_bytes(last.kv_bytes)}; {formula} gives {fmt_bytes(last.formula_bytes)}."
             f"{layout_clause(meta)} A contiguous reservation "
-            f"for {meta['max_len']} tokens (computed) holds {fmt_bytes(meta['bytes_per_token'] * meta['max_len'] * meta['batch'])}; "
-            f"the weights take {fmt_bytes(meta['weight_bytes'])}, so the cache is "
-            f"{last.kv_bytes / max(meta['weight_bytes'], 1):.1%} of them.")
+            f"for {meta.max_len} tokens (computed) holds {fmt_bytes(meta.reserved_bytes)}; "
+            f"the weights take {fmt_bytes(meta.weight_bytes)}, so the cache is "
+            f"{last.kv_bytes / max(meta.weight_bytes, 1):.1%} of them.")
 
 
-def held_bytes(meta: dict, last: StepEvent) -> int:
+def held_bytes(meta: RunMeta, last: StepEvent) -> int:
     """Bytes the tokens held after `last` take (tokens × bytes per token × batch): the used part
     of the blocks chart's bars."""
-    return (last.seq_len - 1) * meta["bytes_per_token"] * meta["batch"]
+    return (last.seq_len - 1) * meta.bytes_per_token * meta.batch
 
 
-def wasted_fractions(meta: dict, last: StepEvent) -> tuple[float, float]:
+def wasted_fractions(meta: RunMeta, last: StepEvent) -> tuple[float, float]:
     """(paged, contiguous): the share of each layout's reserved bytes that holds no token — the
     blocks chart's bars (kvviz.live.frames.reservation_frame: unused / reserved, 0 when nothing is
     reserved) and the blocks caption both read it, through `unused_label`."""
@@ -220,7 +222,7 @@ def unused_label(fraction: float) -> str:
     return f"{fmt_share(fraction)} unused"
 
 
-def blocks_caption(meta: dict, last: StepEvent) -> str:
+def blocks_caption(meta: RunMeta, last: StepEvent) -> str:
     b = last.blocks
     if b is None:
         return ""
@@ -228,18 +230,18 @@ def blocks_caption(meta: dict, last: StepEvent) -> str:
     kind = "real: StaticCache allocated it" if b.contiguous_is_real else "computed, not allocated"
     return (f"{b.num_used_blocks} of {b.num_blocks} blocks of {b.block_size} slots in use; each "
             f"sequence's last block holds {b.num_slots_in_last_block}/{b.block_size}. Paged (modelled) "
-            f"leaves {fmt_share(paged)} unused, only inside last blocks; the contiguous {meta['max_len']}-token "
+            f"leaves {fmt_share(paged)} unused, only inside last blocks; the contiguous {meta.max_len}-token "
             f"reservation ({kind}) leaves {fmt_share(contiguous)} unused so far.")
 
 
-def timings_caption(meta: dict, cached: list[StepEvent]) -> str:
+def timings_caption(meta: RunMeta, cached: list[StepEvent]) -> str:
     prefill = cached[0]
     decode = [e.step_ms for e in cached[1:]]
-    text = f"The prefill read {meta['prompt_tokens']} prompt tokens in {fmt_ms(prefill.step_ms)}"
+    text = f"The prefill read {meta.prompt_tokens} prompt tokens in {fmt_ms(prefill.step_ms)}"
     if not decode:  # the same sentences, figures to come: the caption keeps its lines as they arrive
         return (text + "; each decode step feeds one new token and reads the cache: median and slowest "
                 "from the first decode step on. Reading the weights "
-                f"({fmt_bytes(meta['weight_bytes'])}) and the cache once per step at that pace gives "
+                f"({fmt_bytes(meta.weight_bytes)}) and the cache once per step at that pace gives "
                 "the GB/s achieved; " + SMALL_MODEL_NOTE + HEATMAP_NOTE)
     median = median_decode_ms(cached)
     return (text + f"; each decode step feeds one new token and reads the cache: median "
@@ -256,14 +258,14 @@ def median_decode_ms(events: list[StepEvent]) -> float | None:
     return percentile([e.step_ms for e in events if e.phase == "decode"], 50)
 
 
-def bandwidth_sentence(meta: dict, cache_bytes: int, step_ms: float) -> str:
-    rate = achieved_bandwidth_bytes_per_s(meta["weight_bytes"], cache_bytes, step_ms) or 0.0
-    return (f"Reading the weights ({fmt_bytes(meta['weight_bytes'])}) and the cache "
+def bandwidth_sentence(meta: RunMeta, cache_bytes: int, step_ms: float) -> str:
+    rate = achieved_bandwidth_bytes_per_s(meta.weight_bytes, cache_bytes, step_ms) or 0.0
+    return (f"Reading the weights ({fmt_bytes(meta.weight_bytes)}) and the cache "
             f"({fmt_bytes(cache_bytes)}) once per step at that pace is ≈ {rate / 1e9:.1f} GB/s achieved; "
             + SMALL_MODEL_NOTE)
 
 
-def chart_captions(meta: dict, cached: list[StepEvent]) -> dict[str, str]:
+def chart_captions(meta: RunMeta, cached: list[StepEvent]) -> dict[str, str]:
     last = cached[-1]
     return {"layers": layers_caption(meta), "total": total_caption(meta, last),
             "blocks": blocks_caption(meta, last), "timings": timings_caption(meta, cached)}

@@ -11,14 +11,15 @@ import altair as alt
 import pandas as pd
 
 from kvviz.core import spec
-from kvviz.live import cache_map, captions, frames
+from kvviz.live import captions, frames
 from kvviz.viz import charts
 from kvviz.core.events import StepEvent
+from kvviz.core.meta import RunMeta
 
 WEIGHTS_RULE_MAX = 4  # the weights' rule is left out beyond this x the reservation (caption says it)
 
 
-def chart_data(meta: dict, cached: list[StepEvent], recompute: list[StepEvent]) -> dict:
+def chart_data(meta: RunMeta, cached: list[StepEvent], recompute: list[StepEvent]) -> dict:
     """Each chart's DataFrame, from the events so far (at least one cached event); the block
     charts only when the run holds blocks (a cache)."""
     steps = frames.steps_frame(cached + recompute)
@@ -26,7 +27,7 @@ def chart_data(meta: dict, cached: list[StepEvent], recompute: list[StepEvent]) 
     return {c.name: c.data(meta, cached, steps) for c in CHARTS if paged or not c.paged}
 
 
-def reservation_data(meta: dict, last: StepEvent) -> pd.DataFrame:
+def reservation_data(meta: RunMeta, last: StepEvent) -> pd.DataFrame:
     """The blocks chart's frame (frames.reservation_frame) with each bar's "NN% unused" label made
     here, by captions.unused_label from captions.wasted_fractions: the caption says the same."""
     df = frames.reservation_frame(last.blocks, captions.held_bytes(meta, last))
@@ -39,13 +40,13 @@ def reservation_data(meta: dict, last: StepEvent) -> pd.DataFrame:
 GROUP_COLUMNS = ["group", "kind", "kv_bytes", "tokens", "layers", "group_bytes", "cap_bytes", "cap_label"]
 
 
-def layer_groups(meta: dict) -> dict[str, list[int]]:
+def layer_groups(meta: RunMeta) -> dict[str, list[int]]:
     """Layers grouped by their spec's label, in order of first appearance: {"10 layers · full": [0, 3, ...]}.
 
     One group for a uniform model ("all 30 layers · full"), so that it reads as one fact, not
     thirty identical bars.
     """
-    by_label = spec.layer_groups(cache_map.layer_kinds(meta))
+    by_label = spec.layer_groups(meta.specs)
     if len(by_label) == 1:
         (label, layers), = by_label.items()
         return {f"all {len(layers)} layers · {label}": layers}
@@ -53,21 +54,21 @@ def layer_groups(meta: dict) -> dict[str, list[int]]:
             for label, layers in by_label.items()}
 
 
-def _cap(layer: spec.CacheSpec, row: int, meta: dict) -> tuple[float | None, str | None]:
+def _cap(layer: spec.CacheSpec, row: int, meta: RunMeta) -> tuple[float | None, str | None]:
     """Bytes tensor row `row` (0: K, 1: V) of a sliding or chunked layer holds once full (its
     window − 1 tokens, `CacheSpec.tensor_bytes`), and the cap's words; (None, None) for other layers."""
     if not layer.cap_label:
         return None, None
-    return layer.tensor_bytes(layer.max_tokens_held, meta["elem_bytes"], meta["batch"])[row], layer.cap_label
+    return layer.tensor_bytes(layer.max_tokens_held, meta.elem_bytes, meta.batch)[row], layer.cap_label
 
 
-def layer_groups_frame(meta: dict, event: StepEvent) -> pd.DataFrame:
+def layer_groups_frame(meta: RunMeta, event: StepEvent) -> pd.DataFrame:
     """Bytes one layer of each group holds after `event`, per tensor (K, V, and state if any).
 
     Columns: GROUP_COLUMNS. kv_bytes / tokens: the group's largest layer; group_bytes: the sum
     over the group's layers; cap_bytes / cap_label: where a sliding or chunked layer stops growing.
     """
-    specs, stats = cache_map.layer_kinds(meta), {s.layer: s for s in event.layers}
+    specs, stats = meta.specs, {s.layer: s for s in event.layers}
     with_state = any(s.state_bytes for s in event.layers)
     rows = []
     for group, layers in layer_groups(meta).items():
@@ -81,11 +82,11 @@ def layer_groups_frame(meta: dict, event: StepEvent) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
-def largest_tensor_bytes(meta: dict) -> int:
+def largest_tensor_bytes(meta: RunMeta) -> int:
     """The per-layer chart's y top: the largest one tensor (K, V or state) any layer can get in
     this run (`kvviz.core.spec.largest_tensor_bytes`: every layer's K, V and state at max_len
     positions, a sliding or chunked layer at its window − 1)."""
-    top = spec.largest_tensor_bytes(cache_map.layer_kinds(meta), meta["max_len"], meta["elem_bytes"], meta["batch"])
+    top = spec.largest_tensor_bytes(meta.specs, meta.max_len, meta.elem_bytes, meta.batch)
     return max(top, 1)
 
 
@@ -94,25 +95,25 @@ def weights_on_scale(weight_bytes: int, contiguous_bytes: int) -> int:
     return weight_bytes if weight_bytes <= WEIGHTS_RULE_MAX * contiguous_bytes else 0
 
 
-def build_charts(meta: dict, max_new_tokens: int, data: dict) -> dict[str, alt.TopLevelMixin]:
+def build_charts(meta: RunMeta, max_new_tokens: int, data: dict) -> dict[str, alt.TopLevelMixin]:
     """Every chart of `data`, with axes fixed to the run's maxima so marks grow in a still frame."""
     return {c.name: c.build(meta, max_new_tokens, data[c.name]) for c in CHARTS if c.name in data}
 
 
-def contiguous_bytes(meta: dict) -> int:
+def contiguous_bytes(meta: RunMeta) -> int:
     """What a contiguous max-length reservation holds for the whole batch."""
-    return meta["bytes_per_token"] * meta["max_len"] * meta["batch"]
+    return meta.reserved_bytes
 
 
-def _layers_chart(meta: dict, max_new_tokens: int, df: pd.DataFrame) -> alt.TopLevelMixin:
+def _layers_chart(meta: RunMeta, max_new_tokens: int, df: pd.DataFrame) -> alt.TopLevelMixin:
     return charts.layer_groups_chart(df, largest_tensor_bytes(meta), list(layer_groups(meta)),
                                      tensors=tuple(dict.fromkeys(df["kind"])))
 
 
-def _total_chart(meta: dict, max_new_tokens: int, df: pd.DataFrame) -> alt.TopLevelMixin:
+def _total_chart(meta: RunMeta, max_new_tokens: int, df: pd.DataFrame) -> alt.TopLevelMixin:
     contiguous = contiguous_bytes(meta)
-    return charts.total_cache_chart(df, weights_on_scale(meta["weight_bytes"], contiguous), contiguous,
-                                    max_seq_len=meta["max_len"])
+    return charts.total_cache_chart(df, weights_on_scale(meta.weight_bytes, contiguous), contiguous,
+                                    max_seq_len=meta.max_len)
 
 
 # --- the registry: one entry per chart --------------------------------------------------------------
@@ -153,7 +154,7 @@ CHARTS = (
               data=lambda meta, cached, steps: steps[steps["mode"] == "cached"], build=_total_chart,
               report_title="Whole cache vs the formula"),
     LiveChart(name="grid", panel="blocks", paged=True,
-              data=lambda meta, cached, steps: frames.block_grid_frame(cached[-1].blocks, meta["batch"]),
+              data=lambda meta, cached, steps: frames.block_grid_frame(cached[-1].blocks, meta.batch),
               build=lambda meta, n, df: charts.block_grid_chart(df),
               report_title="Blocks: the paged pool (modelled), at the last step"),
     LiveChart(name="reservation", panel="blocks", paged=True, height=130, presenter_height=190,

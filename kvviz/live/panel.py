@@ -24,6 +24,7 @@ from kvviz.live import report
 from kvviz.engine import cost
 from kvviz.engine.pump import Pump, Running
 from kvviz.app.slots import Slot
+from kvviz.core.meta import RunMeta
 from kvviz.core.trace import RunSummary, Trace, summary
 from kvviz.core.units import fmt_bytes
 
@@ -49,7 +50,7 @@ def text_of(events, show_tokens: bool) -> str:
 class LiveView:
     """All panels of one run. Build it before the first event; call `update` after each."""
 
-    def __init__(self, meta: dict, max_new_tokens: int, race_on: bool, show_tokens: bool):
+    def __init__(self, meta: RunMeta, max_new_tokens: int, race_on: bool, show_tokens: bool):
         self.meta, self.race_on, self.show_tokens = meta, race_on, show_tokens
         self.last_chart_t = 0.0
         self.chart_gap_s = CHART_INTERVAL_S  # grows when redraws are slow (REDRAW_SHARE)
@@ -66,7 +67,7 @@ class LiveView:
         self.metric_slots = metric_cards() if presenting else []
         self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
         left, right, map_area = text_areas(race_on, presenting)
-        which = f" · sequence 1 of {meta['batch']}" if meta["batch"] > 1 else ""
+        which = f" · sequence 1 of {meta.batch}" if meta.batch > 1 else ""
         self.text_slot, cached_ghost = titled_box(left, f"With the KV cache{which}", "cached-panel")
         self.ghosts = {"cached": cached_ghost}  # screen mode: the previous run's text, hidden (KEEP_HEIGHT_CSS)
         self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
@@ -141,10 +142,10 @@ class LiveView:
                     slot.empty()
                 continue
             self.waiting[mode] = True
-            positions = self.meta["prompt_tokens"] + (running.step if mode == "recompute" else 0)
-            total_s = (seconds_per_flop * self.work.prefill_flops(positions, self.meta["batch"])
+            positions = self.meta.prompt_tokens + (running.step if mode == "recompute" else 0)
+            total_s = (seconds_per_flop * self.work.prefill_flops(positions, self.meta.batch)
                        if seconds_per_flop and self.work is not None else None)
-            line = wait_line(mode, running, positions, self.meta["batch"], total_s)
+            line = wait_line(mode, running, positions, self.meta.batch, total_s)
             fraction = min(running.elapsed_s() / total_s, 0.99) if total_s else None
             if fraction is None:
                 slot.caption(line)
@@ -191,7 +192,7 @@ class LiveView:
         """Tokens × batch per wall-clock second from the first cached token to the latest."""
         if len(self.arrivals) < 2 or self.arrivals[-1] <= self.arrivals[0]:
             return self.wall_rate
-        return (len(self.arrivals) - 1) * self.meta["batch"] / (self.arrivals[-1] - self.arrivals[0])
+        return (len(self.arrivals) - 1) * self.meta.batch / (self.arrivals[-1] - self.arrivals[0])
 
     def draw_notes(self, last) -> None:
         notes = run_notes(self.meta, last)
@@ -262,9 +263,10 @@ def figure_line(figures) -> str:
     return " · ".join(f"{ui.inert(label)} **{ui.inert(value)}**" for label, value, _ in figures)
 
 
-def same_stage(old: dict, new: dict) -> bool:
+def same_stage(old: RunMeta, new: RunMeta) -> bool:
     """Two runs' panels have the same places and sizes (the previous one can stand in)."""
-    return all(old.get(k) == new.get(k) for k in (*SPEC_FACTS, "layers", "attention"))
+    return (all(getattr(old, k) == getattr(new, k) for k in (*SPEC_FACTS, "layers"))
+            and old.setting("attention") == new.setting("attention"))
 
 
 PREVIOUS_LABEL = ('content: "previous run"; position: absolute; top: 0.35rem; right: 0.75rem; z-index: 1; '
@@ -292,16 +294,16 @@ DIM_CSS = {  # while a panel still shows the previous run
 DIM_HOLDER_CSS = "<style>.st-key-dim-styles, div:has(> .st-key-dim-styles) { display: none; }</style>"
 
 
-def run_notes(meta: dict, last) -> list[str]:
+def run_notes(meta: RunMeta, last) -> list[str]:
     """What a reader must know to trust the figures: bytes kvviz could not measure, an attention
     implementation other than the one asked for, a state whose size the formula leaves out."""
     notes = [last.cache_note] if getattr(last, "cache_note", "") else []
-    if meta.get("attn_fallback"):
-        notes.append(f"Attention ran as {meta.get('attn_implementation', '?')}: {meta['attn_fallback']}.")
-    if meta.get("state_modelled") is False:
+    if meta.attn_fallback:
+        notes.append(f"Attention ran as {meta.attn_implementation or '?'}: {meta.attn_fallback}.")
+    if meta.state_modelled is False:
         notes.append("Some state layers have a size kvviz does not model: the formula leaves them out.")
-    if meta.get("cache_caveat"):
-        notes.append(f"This model: {meta['cache_caveat']}.")
+    if meta.cache_caveat:
+        notes.append(f"This model: {meta.cache_caveat}.")
     return notes
 
 
@@ -392,13 +394,13 @@ SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per
 SPECS: dict[tuple, dict] = {}  # process-wide: a spec holds no run's data once re-fed
 
 
-def build_specs(meta: dict, max_new_tokens: int, data: dict) -> dict:
+def build_specs(meta: RunMeta, max_new_tokens: int, data: dict) -> dict:
     """Every chart's Vega-Lite spec (see kvviz.live.charts); reused by later runs of the same shape.
 
     Building them costs ~150 ms, too much to pay inside every run's first token.
     """
     scale = ui.chart_font_scale()
-    key = (*(meta[k] for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(live_charts.layer_groups(meta)), scale)
+    key = (*(getattr(meta, k) for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(live_charts.layer_groups(meta)), scale)
     if key not in SPECS:
         if len(SPECS) > 64:
             SPECS.clear()
@@ -450,7 +452,7 @@ def run_live(lm, cfg, opts, status, tour=None) -> None:
     with ui.device_turn(status):  # the layout probe runs forwards on the shared model too
         try:
             meta = engine.run_meta(lm, cfg)
-            rules.check_prompt_tokens(meta["prompt_tokens"])
+            rules.check_prompt_tokens(meta.prompt_tokens)
         except ValueError as exc:
             status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
             return
@@ -563,9 +565,9 @@ SETTING_NAMES = {"prompts": "prompt", "batch": "batch", "max_new_tokens": "new t
                  "cache_backend": "cache", "attention": "attention"}
 
 
-def changed_settings(meta: dict, cfg, ran_race: bool, race_on: bool) -> list[str]:
+def changed_settings(meta: RunMeta, cfg, ran_race: bool, race_on: bool) -> list[str]:
     """The settings that differ between the run shown (its trace's meta) and the sidebar now."""
-    ran = meta.get("config") or {}
+    ran = meta.config or {}
     now = {k: v for k, v in asdict(cfg).items() if k != "extra"}
     changed = [SETTING_NAMES.get(k, k) for k, v in now.items()
                if k in ran and (list(v) if isinstance(v, tuple) else v) != (
@@ -588,8 +590,7 @@ def failure_message(exc: Exception, hide_details: bool) -> str:
 
 def show_result(trace: Trace, show_tokens: bool, tour=None) -> None:
     """The panels of a finished (or stopped) run, from its trace."""
-    cfg = trace.meta.get("config", {})
-    view = prompt_and_view(None, trace.meta, cfg.get("max_new_tokens", len(trace.events_of("cached"))),
+    view = prompt_and_view(None, trace.meta, trace.meta.setting("max_new_tokens", len(trace.events_of("cached"))),
                            "recompute" in trace.modes, show_tokens)
     view.arrivals = st.session_state.get("run_arrivals", [])  # this page's run, a stopped one too
     view.wall_rate = view.wall_tokens_per_s()
@@ -599,7 +600,7 @@ def show_result(trace: Trace, show_tokens: bool, tour=None) -> None:
         downloads(trace, view.wall_rate)
 
 
-def prompt_and_view(rendered: str | None, meta: dict, max_new_tokens: int, race_on: bool,
+def prompt_and_view(rendered: str | None, meta: RunMeta, max_new_tokens: int, race_on: bool,
                     show_tokens: bool) -> LiveView:
     """The run's panels, then its prompt as the model read it (folded): the texts and the map
     come first (the Live page shows the prompt's first words beside Generate)."""
@@ -608,11 +609,10 @@ def prompt_and_view(rendered: str | None, meta: dict, max_new_tokens: int, race_
     return view
 
 
-def show_prompt(rendered: str | None, meta: dict) -> None:
-    cfg = meta.get("config", {})
+def show_prompt(rendered: str | None, meta: RunMeta) -> None:
     text = rendered if rendered is not None else "\n\n".join(
-        p for p in (cfg.get("system", ""), *cfg.get("prompts", [])) if p)
-    with st.expander(f"Prompt: {meta['prompt_tokens']} tokens × batch {meta['batch']}"):
+        p for p in (meta.setting("system", ""), *meta.setting("prompts", [])) if p)
+    with st.expander(f"Prompt: {meta.prompt_tokens} tokens × batch {meta.batch}"):
         st.text(text)  # untrusted: shown as plain text
 
 

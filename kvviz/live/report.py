@@ -27,6 +27,7 @@ from kvviz.live import cache_map, cache_map_charts, captions, frames
 from kvviz.live import charts as live_charts
 from kvviz.live import cache_map_panel
 from kvviz.core.events import StepEvent
+from kvviz.core.meta import RunMeta, as_dict
 from kvviz.core.trace import VERSION, RunSummary, Trace, TraceError, check_run_meta, summary
 from kvviz.viz import export
 from kvviz.viz.report_page import CHART_WIDTH, CSP, CSS, inline_svg, template, utf8_safe
@@ -79,13 +80,20 @@ def csv_tables(trace: Trace) -> dict[str, str]:
             "layers": layers_frame(trace.events).to_csv(index=False)}
 
 
+def drawable(trace: Trace) -> bool:
+    """Whether the trace holds the facts the live page's charts and captions quote."""
+    try:
+        check_run_meta(trace)
+    except TraceError:
+        return False
+    return True
+
+
 # --- charts --------------------------------------------------------------------------------------
 
 def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
     """The live page's charts over the whole run (kvviz.live.charts); none without run meta."""
-    try:
-        check_run_meta(trace)
-    except TraceError:
+    if not drawable(trace):
         return {}
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
     data = live_charts.chart_data(trace.meta, cached, recompute)
@@ -99,14 +107,14 @@ def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
     return {**cache_map_charts_of(trace.meta, cached), **out}
 
 
-def cache_map_charts_of(meta: dict, cached: list[StepEvent]) -> dict[str, alt.TopLevelMixin]:
+def cache_map_charts_of(meta: RunMeta, cached: list[StepEvent]) -> dict[str, alt.TopLevelMixin]:
     """The cache map at the last step (cells only: a file has no hover), and the attention map
     when the run recorded it. Token text never reaches these charts."""
-    kinds = cache_map.layer_kinds(meta)
-    args = (kinds, int(meta["max_len"]), cache_map.prompt_len(meta))
+    kinds = meta.specs
+    args = (kinds, int(meta.max_len), cache_map.prompt_len(meta))
     cells = cache_map.map_frame(meta, cached)
     out = {"cache_map": cache_map_charts.cache_map_chart(cells[cells["row"] == "cell"], *args,
-                                                          padded=meta["batch"] > 1, hover=False)}
+                                                          padded=meta.batch > 1, hover=False)}
     attention = cache_map.attention_frame(meta, cached).drop(columns=["text"])
     if not attention.empty:
         out["attention"] = cache_map_charts.attention_chart(attention, *args)
@@ -127,14 +135,11 @@ def _chart_captions(trace: Trace) -> dict[str, str]:
     """Each chart's plain-language caption, when the meta holds the facts they quote."""
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
     out = {}
-    try:
-        check_run_meta(trace)
+    if drawable(trace):
         by_panel = captions.chart_captions(trace.meta, cached)
         out = {"cache_map": cache_map_panel.caption(trace.meta, cached[-1], 0, True, hover=False),
                **{chart: by_panel[panel] for panel, chart in live_charts.panel_caption_charts().items()
                   if panel in by_panel}}
-    except (TraceError, ArithmeticError, KeyError, TypeError):
-        pass
     if cached and recompute:
         out |= captions.race_captions(cached, recompute, final=True)
     return out
@@ -174,40 +179,30 @@ def _value(value) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 1] + "…"
 
 
-def _facts(meta: dict) -> list[tuple[str, str]]:
-    rows = []
-    for key, label, fmt in FACTS:
-        if key not in meta:
-            continue
-        value = meta[key]
-        try:
-            rows.append((label, fmt(value) if isinstance(value, int) else _value(value)))
-        except (TypeError, ValueError):
-            rows.append((label, _value(value)))
-    windows = [s.token_cap for s in cache_map.layer_kinds(meta)]
+def _facts(meta: RunMeta) -> list[tuple[str, str]]:
+    said = as_dict(meta)  # what the file says, no more
+    rows = [(label, fmt(said[key]) if isinstance(said[key], int) else _value(said[key]))
+            for key, label, fmt in FACTS if key in said]
+    windows = [s.token_cap for s in meta.specs]
     if windows:
         sliding = sorted({w for w in windows if w})
         rows.append(("attention window", "full attention in every layer" if not sliding else
                      f"sliding window of {', '.join(map(str, sliding))} tokens in "
                      f"{sum(bool(w) for w in windows)} of {len(windows)} layers"))
-    versions = meta.get("versions")
-    if isinstance(versions, dict):
-        rows.append(("software", ", ".join(f"{k} {_value(v)}" for k, v in versions.items())))
-    known = {k for k, _, _ in FACTS} | {"windows", "layers", "versions", "config"}
-    rows += [(k, _value(v)) for k, v in meta.items() if k not in known]
+    if meta.versions:
+        rows.append(("software", ", ".join(f"{k} {_value(v)}" for k, v in meta.versions.items())))
+    known = {k for k, _, _ in FACTS} | {"layers", "versions", "config"}
+    rows += [(k, _value(v)) for k, v in said.items() if k not in known]
     return rows
 
 
-def _settings(meta: dict) -> list[tuple[str, str]]:
-    config = meta.get("config")
-    if not isinstance(config, dict):
-        return []
-    return [(k, _value(v)) for k, v in config.items() if k not in _NOT_SETTINGS]
+def _settings(meta: RunMeta) -> list[tuple[str, str]]:
+    return [(k, _value(v)) for k, v in (meta.config or {}).items() if k not in _NOT_SETTINGS]
 
 
-def _prompt(meta: dict) -> dict:
+def _prompt(meta: RunMeta) -> dict:
     """The system prompt and each (title or "", text) prompt; prompts are never cut."""
-    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    config = meta.config or {}
     system = config["system"] if isinstance(config.get("system"), str) else ""
     prompts = config.get("prompts") if isinstance(config.get("prompts"), list) else []
     titled = len(prompts) > 1 or bool(system)  # else the section's h2 says it
@@ -244,7 +239,7 @@ def _headline(trace: Trace, sums: dict, wall_tokens_per_s: float | None = None) 
     cached = trace.events_of("cached")
     if not cached:
         return []
-    meta = {**trace.meta, "batch": len(cached[-1].token_ids)}  # the events say it; meta may not
+    meta = trace.meta.with_batch(len(cached[-1].token_ids))  # the events say it; meta may not
     return list(captions.headline(meta, sums, cached[-1], wall_tokens_per_s, cached, trace.events_of("recompute")))
 
 
@@ -284,17 +279,14 @@ def _steps_table(trace: Trace) -> Markup | None:
 
 # --- the document --------------------------------------------------------------------------------
 
-def _model_name(meta: dict) -> str:
-    for key in ("model_label", "model"):
-        if isinstance(meta.get(key), str) and meta[key]:
-            return meta[key]
-    return "a recorded run"
+def _model_name(meta: RunMeta) -> str:
+    return meta.model_label or meta.model or "a recorded run"
 
 
 def _subtitle(trace: Trace) -> str:
     meta = trace.meta
-    bits = [f"on {_value(meta['device'])}" if "device" in meta else "",
-            f"in {_value(meta['dtype'])}" if "dtype" in meta else ""]
+    bits = [f"on {_value(meta.device)}" if meta.device is not None else "",
+            f"in {_value(meta.dtype)}" if meta.dtype is not None else ""]
     cached = trace.events_of("cached")
     if cached:
         bits.append(f"· {len(cached)} new tokens × batch {len(cached[-1].token_ids)}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from kvviz.app import links
 from kvviz.core import catalog
 from kvviz.core.events import StepEvent
+from kvviz.core.meta import RunMeta
 from kvviz.core.units import fmt_bytes, fmt_ms
 
 LONG_CONTEXT = 131_072  # "128k tokens": a long document or a long chat
@@ -36,7 +37,7 @@ class TourStep:
     ready: bool = False  # the run has reached this step (its numbers are there)
 
 
-def steps(meta: dict, cached: list[StepEvent], recompute: list[StepEvent] | None,
+def steps(meta: RunMeta, cached: list[StepEvent], recompute: list[StepEvent] | None,
           ended: bool = False) -> list[TourStep]:
     """The tour's steps for the run so far. `recompute` None: the no-cache race is off.
     `ended`: the run is over (finished or stopped); the last two steps wait for it."""
@@ -44,32 +45,32 @@ def steps(meta: dict, cached: list[StepEvent], recompute: list[StepEvent] | None
             long_context_step(meta, cached, ended), shrink_step(cached, ended)]
 
 
-def prefill_step(meta: dict, cached: list[StepEvent]) -> TourStep:
+def prefill_step(meta: RunMeta, cached: list[StepEvent]) -> TourStep:
     title = "1 · The prompt is read all at once"
     prefill = next((e for e in cached if e.phase == "prefill"), None)
     if prefill is None:
-        return TourStep(title, f"The model is reading the prompt: {meta['prompt_tokens']:,} tokens "
+        return TourStep(title, f"The model is reading the prompt: {meta.prompt_tokens:,} tokens "
                                "(pieces of words), all in one pass.")
-    copies = f", for each of the {meta['batch']} copies" if meta["batch"] > 1 else ""
+    copies = f", for each of the {meta.batch} copies" if meta.batch > 1 else ""
     return TourStep(title, (
-        f"The model read the whole prompt, {meta['prompt_tokens']:,} tokens (pieces of words), in one "
+        f"The model read the whole prompt, {meta.prompt_tokens:,} tokens (pieces of words), in one "
         f"pass: {fmt_ms(prefill.step_ms)}, measured{copies}. This first pass is called the prefill. "
         "While reading, every layer kept two small vectors per token, a key and a value, so that it "
         f"never has to read those tokens again: that store is the KV cache, {fmt_bytes(prefill.kv_bytes)} "
         "right after the prefill."), ready=True)
 
 
-def bytes_per_token(meta: dict, cached: list[StepEvent]) -> tuple[float, bool]:
+def bytes_per_token(meta: RunMeta, cached: list[StepEvent]) -> tuple[float, bool]:
     """(bytes one new token adds per sequence, measured?): the newest growth between two cached
     steps; without a measured growth, the model's layout (meta) says it."""
     for before, after in zip(reversed(cached[:-1]), reversed(cached[1:])):
         grown = after.kv_bytes - before.kv_bytes
         if grown > 0 and after.seq_len > before.seq_len:
             return grown / len(after.token_ids) / (after.seq_len - before.seq_len), True
-    return float(meta.get("bytes_per_token") or 0), False
+    return float(meta.bytes_per_token or 0), False
 
 
-def columns_step(meta: dict, cached: list[StepEvent]) -> TourStep:
+def columns_step(meta: RunMeta, cached: list[StepEvent]) -> TourStep:
     title = "2 · One new column per token, in every layer"
     decode = [e for e in cached if e.phase == "decode"]
     if not decode:
@@ -79,7 +80,7 @@ def columns_step(meta: dict, cached: list[StepEvent]) -> TourStep:
     how = "measured over the last step" if measured else "from the model's layout"
     return TourStep(title, (
         f"Now the model writes one token at a time. Each new token adds one column to every one of "
-        f"the {meta['num_layers']} layers in the cache map: {fmt_bytes(per_token)} per token "
+        f"the {meta.num_layers} layers in the cache map: {fmt_bytes(per_token)} per token "
         f"({how}). Nothing stored is computed again: each step reads the cache and adds to it, "
         f"{fmt_ms(last.step_ms)} for the last one. The cache now holds {fmt_bytes(last.kv_bytes)} "
         f"for {last.seq_len:,} tokens{' per sequence' if len(last.token_ids) > 1 else ''}."),
@@ -109,13 +110,13 @@ def race_step(cached: list[StepEvent], recompute: list[StepEvent] | None) -> Tou
         f"wrote {len(cached):,}."), ready=True)
 
 
-def long_context_step(meta: dict, cached: list[StepEvent], ended: bool) -> TourStep:
+def long_context_step(meta: RunMeta, cached: list[StepEvent], ended: bool) -> TourStep:
     title = "4 · What this costs at 128k tokens on a real GPU"
     per_token, _ = bytes_per_token(meta, cached)
     if not cached or not per_token:
         return TourStep(title, "How much memory would a long conversation take? The numbers come "
                                "once the run is over.", *planner_link(meta))
-    elem = meta.get("elem_bytes") or BF16_BYTES
+    elem = meta.elem_bytes or BF16_BYTES
     in_bf16 = ("" if elem == BF16_BYTES else
                f" ({fmt_bytes(per_token * LONG_CONTEXT * BF16_BYTES / elem)} in bf16, as a GPU "
                "usually keeps it)")
@@ -127,13 +128,13 @@ def long_context_step(meta: dict, cached: list[StepEvent], ended: bool) -> TourS
         *planner_link(meta), ready=ended)
 
 
-def planner_model(meta: dict) -> str | None:
+def planner_model(meta: RunMeta) -> str | None:
     """The planner's catalog name for the running model (None: not in its catalog)."""
-    entry = catalog.find_catalog_entry(str(meta.get("model", "")))
+    entry = catalog.find_catalog_entry(meta.model or "")
     return entry["name"] if entry else None
 
 
-def planner_link(meta: dict) -> tuple[str, str]:
+def planner_link(meta: RunMeta) -> tuple[str, str]:
     """(label, relative URL) of the Capacity planner at 128k tokens on PLAN_GPU, with the running
     model where the planner's catalog has it (else the planner's own default model)."""
     name = planner_model(meta)
