@@ -14,7 +14,7 @@ from kvviz.core import layout
 from kvviz.engine import loop as engine
 from kvviz.engine import probe
 from kvviz.engine.models import LoadedModel
-from test_model_types import build, hf_tokens, run_config, sized_config
+from test_model_types import build, caveat_of, hf_tokens, run_config, sized_config
 from tiny import tiny_tokenizer
 
 
@@ -46,6 +46,7 @@ def test_rwkv_own_batched_step_is_wrong_and_kvviz_decodes_row_by_row():
     rows, batched = hf_tokens(lm, rows=True), hf_tokens(lm)
     assert batched != rows
     assert [e.token_ids for e in engine.generate(lm, run_config(), "cached")] == rows == hf_tokens(lm, use_cache=False)
+    assert "kvviz decodes a batch sequence by sequence" in caveat_of(engine.run_meta(lm, run_config()))
 
 
 def test_xlstm_and_rwkv_refuse_the_static_backend_in_words():
@@ -92,6 +93,11 @@ def test_deepseek_v4_compressor_sized_from_its_code_at_every_length(dtype):
     assert read[1].v_bytes == 0 and read[1].compressor_bytes > 0
 
 
+def test_deepseek_v4_runs_say_what_is_sized_from_its_code():
+    caveat = caveat_of(engine.run_meta(tiny("deepseek_v4"), run_config()))
+    assert "4 of its layers compress their past (÷4, ÷128)" in caveat and "sized from its code" in caveat
+
+
 def test_a_pasted_config_of_each_plans_its_layers():
     """The planner reads the same layout: RWKV and xLSTM as fixed states of the run's size,
     DeepSeek-V4's compressed layers and MiniMax-M3's indexer keys as the run measures them."""
@@ -106,3 +112,19 @@ def test_a_pasted_config_of_each_plans_its_layers():
         assert [s.index_values for s in model.specs] == [s.index_values for s in run], model_type
     assert states["rwkv"] == 4 * 5 * 64 * 4 and states["xlstm"] == 4 * 8 * (8 * 16 + 8 + 1) * 4
     assert states["deepseek_v4"] == states["minimax_m3_vl_text"] == 0
+
+
+def test_a_compressed_layer_holds_its_window_and_its_entries_at_long_context():
+    """At 131,072 tokens a CSA layer (rate 4, head_dim 512, index_head_dim 128, window 128) holds
+    127 window tokens of 512 + 32,768 entries of 640 + its overlap halves (2 × 4 × 640); an HCA
+    layer (rate 128) 127 × 512 + 1,024 entries of 512 (no tokens buffered at a multiple of 128)."""
+    from kvviz.core.spec import CompressedSpec
+    csa = CompressedSpec(kv_heads=1, values_per_token=512, key_values_per_token=512, token_cap=128, compress_rate=4,
+                         compressed_values=640, buffer_values=2560, overlap_values=5120)
+    hca = CompressedSpec(kv_heads=1, values_per_token=512, key_values_per_token=512, token_cap=128,
+                         compress_rate=128, compressed_values=512, buffer_values=1024)
+    assert csa.values_held(131_072) == 127 * 512 + 32_768 * 640 + 5120
+    assert hca.values_held(131_072) == 127 * 512 + 1_024 * 512
+    assert hca.values_held(131_073) == hca.values_held(131_072) + 1024  # one token buffered
+    assert csa.bytes_at(131_072, 2, 3) == csa.values_held(131_072) * 2 * 3
+    assert csa.on_file().label() == "sliding 128" and csa.label() == "sliding 128 + compressed ÷4"

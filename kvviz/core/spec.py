@@ -150,6 +150,11 @@ class CacheSpec:
         """Values per sequence a compressor keeps besides the tokens held (0: no compressor)."""
         return 0
 
+    def values_held(self, tokens: int) -> int:
+        """Values one sequence holds in this layer after `tokens` positions, its fixed state aside:
+        the tokens held × values per token, plus a compressor's (the planner's per-layer count)."""
+        return self.values_per_token * self.tokens_held(tokens) + self.compressor_values(tokens)
+
     def on_file(self) -> CacheSpec:
         """The spec as a trace's layer record holds it (a CompressedSpec: its window layer)."""
         return self

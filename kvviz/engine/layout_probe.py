@@ -121,6 +121,17 @@ def _caveat(specs, probed: ProbeRun, elem_bytes: int) -> str:
         names = ", ".join(sorted({s.attr for s in probed.module_states}))
         words.append(f"it keeps state on its own modules ({names}), outside the cache object: "
                      "counted as its layers' state")
+    compressed = [s for s in specs if isinstance(s, layout.CompressedSpec)]
+    if compressed:
+        rates = ", ".join(f"÷{r}" for r in sorted({s.compress_rate for s in compressed}))
+        words.append(f"{len(compressed)} of its layers compress their past ({rates}): beside the window each "
+                     "keeps one entry per that many tokens, the tokens of the unfinished one and their gates, "
+                     "sized from its code and counted in the bytes shown (the trace's layer records hold "
+                     "their windows)")
+    if any(s.state_family == "rwkv" for s in specs):
+        words.append("its own one-token step with a state is only right one sequence at a time (transformers "
+                     "5.24 broadcasts a batch's state across the batch): kvviz decodes a batch sequence by "
+                     "sequence, so its tokens are the model's at batch 1, not its own batched generate's")
     fixed = max((s.fixed_tokens for s in specs), default=0)
     if fixed:
         words.append(f"its own code adds {fixed} positions to every sequence's cache")
