@@ -25,7 +25,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvviz.planner import capacity, deployment, log_compare, parallel, results, serving_plan, vllm_log, words
+from kvviz.planner import (capacity, deployment, log_compare, parallel, results, serving_plan, vllm_log,
+                           will_start, words)
 from kvviz.planner import configs as plan_models
 from kvviz.core.errors import UserError
 from kvviz.core import catalog, units
@@ -348,6 +349,8 @@ class CliPlan:
     fit_advice: str  # words.fit_advice_sentence when vLLM would refuse to start, else ""
     setup: deployment.Setup  # as asked, at the longest context (not in the JSON: its figures are)
     log_rows: tuple[log_compare.Row, ...] = ()  # --vllm-log: vLLM's figures beside kvviz's
+    refusals: tuple[will_start.Refusal, ...] = ()  # start-up refusals vLLM would make
+    serve_command: str = ""  # the `vllm serve` line of the plan
 
     def to_json(self) -> dict:
         """JSON-ready data, keys as `kvviz plan --json` has always given them."""
@@ -362,6 +365,7 @@ class CliPlan:
                 "kv_budget_bytes": self.deployment.per_gpu.kv_budget_bytes,
                 "rows": [results.row_json(r) for r in self.rows],
                 "deployment": results.plan_json(self.deployment), "fit_advice": self.fit_advice,
+                "refusals": [asdict(r) for r in self.refusals], "serve_command": self.serve_command,
                 **({"vllm_log": [asdict(r) for r in self.log_rows]} if self.log_rows else {})}
 
 
@@ -379,13 +383,22 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
         raise PlanError(_one_line(err)) from None
     kv_dtype = capacity.normalize_dtype(args.kv_dtype)  # checked by plan_setup above
     log_rows = tuple(_log_rows(args.vllm_log, model, setup)) if args.vllm_log else ()
+    advice = deployment.fit_advice(model, setup) if deployment.refused(deployed) else ""
     return CliPlan(ModelSummary.of(model, kv_dtype), model.attention_kind, kv_dtype,
                    capacity.kv_bytes_per_element(kv_dtype), capacity.kv_bytes_per_token(model, kv_dtype),
                    GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
                               gpu.get("memory_source", "given with --gpu-gb")),
                    setup.overhead_fraction, rows, deployed,
-                   deployment.fit_advice(model, setup) if deployment.refused(deployed) else "", setup,
-                   log_rows)
+                   advice, setup, log_rows, tuple(will_start.refusals(deployed, setup, advice)),
+                   will_start.serve_command(model_id(args, model), setup, deployed))
+
+
+def model_id(args: argparse.Namespace, model: capacity.ModelKV) -> str:
+    """What `vllm serve` would be given: the catalog's Hub id, the path or id typed, else a placeholder."""
+    if args.model:
+        entry = capacity.find_catalog_entry(args.model)
+        return entry.get("hf_id") or args.model if entry else args.model
+    return "<your model>"
 
 
 def _log_rows(path: str, model: capacity.ModelKV, setup: deployment.Setup) -> list[log_compare.Row]:
@@ -466,7 +479,17 @@ def _vllm_lines(plan: CliPlan) -> list[str]:
         f"group(s) of {v.group_size} layers) → KV cache size {v.num_tokens:,} tokens; "
         f"maximum concurrency for {v.max_model_len:,} tokens per request: "
         f"{v.max_concurrency:.3f}×",
-    ] + ([] if v.starts else ["  " + words.refusal_sentence(v, plan.fit_advice)])
+    ] + ([] if v.starts else ["  " + words.refusal_sentence(v, plan.fit_advice)]) + _start_lines(plan)
+
+
+def _start_lines(plan: CliPlan) -> list[str]:
+    if plan.refusals:
+        lines = ["will it start: no, vLLM would refuse:"]
+        for r in plan.refusals:
+            lines += [f"  vLLM: {r.message}", f"  smallest change: {r.fix}"]
+    else:
+        lines = [f"will it start: no refusal kvviz foresees (not foreseen: {will_start.NOT_FORESEEN})"]
+    return lines + [f"command: {plan.serve_command}"]
 
 
 def _note_lines(plan: CliPlan) -> list[str]:

@@ -23,7 +23,8 @@ from kvviz.app import links, ui
 from kvviz.app.ui import inert
 from kvviz.core import catalog, units
 from kvviz.core.errors import UserError
-from kvviz.planner import capacity, deployment, log_compare, parallel, vllm_log, vllm_memory, words
+from kvviz.planner import (capacity, deployment, log_compare, parallel, vllm_log, vllm_memory, will_start,
+                           words)
 from kvviz.planner import charts as planner_charts
 from kvviz.planner import configs as plan_models
 from kvviz.planner import frames as planner_frames
@@ -93,6 +94,7 @@ def page() -> None:
     model_caption(model, result)
     headline(plan, result)
     vllm_section(plan, result)
+    start_section(plan, result, CATALOG[choice.name]["hf_id"] if choice.name else "<your model>")
     log_section(plan)
     speed_section(plan)
     curve_section(plan)
@@ -375,6 +377,21 @@ def vllm_section(plan, result) -> None:
             downloads("kvviz-vllm-allocation", table=vllm_table)
     for sentence in words.what_if_sentences(result, plan.setup.block_size):
         st.info(sentence)
+
+
+def start_section(plan, result, model_id: str) -> None:
+    """Will it start? vLLM's own refusals foreseen, the smallest change, and the command line."""
+    st.subheader("Will it start?")
+    advice = deployment.fit_advice(plan.model, plan.setup) if deployment.refused(result) else ""
+    found = will_start.refusals(result, plan.setup, advice)
+    for refusal in found:
+        st.error("vLLM would refuse to start. In its words:")
+        st.code(refusal.message, language=None, wrap_lines=True)
+        st.caption(inert(f"Smallest change that starts it: {refusal.fix}"))
+    if not found:
+        st.success("No start-up refusal kvviz foresees for these settings.")
+    st.caption(inert(f"Not foreseen: {will_start.NOT_FORESEEN}."))
+    st.code(will_start.serve_command(model_id, plan.setup, result), language="bash", wrap_lines=True)
 
 
 def log_section(plan) -> None:

@@ -1,0 +1,121 @@
+"""Will it start? kvviz's foreseen start-up refusals in vLLM 0.32's own words, checked against
+vLLM's own functions (one subprocess of .venv-vllm per session, bounded), and the command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz.planner import cli as plan_cli
+from kvviz.planner import configs, deployment, will_start
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+PAGE = str(ROOT / "app_pages" / "planner.py")
+TIMEOUT_S = 240
+BLOCKS = (16, 32, 48, 64, 128)
+MEMORY_CASE = (3 * 2**30, 2**30, 131_072, 43_690)  # needed, available, max_model_len, estimate
+VLLM_SIDE = f"""
+import json
+from vllm.v1.worker.utils import select_common_block_size
+from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+from vllm.v1.core.kv_cache_utils import _check_enough_kv_cache_memory
+out = {{}}
+for bs in {BLOCKS!r}:
+    try:
+        out[str(bs)] = select_common_block_size(bs, [CPUAttentionBackend])
+    except ValueError as err:
+        out[str(bs)] = str(err)
+needed, available, length, estimate = {MEMORY_CASE!r}
+try:
+    _check_enough_kv_cache_memory(available, lambda: needed, length, lambda m: estimate)
+except ValueError as err:
+    out["memory"] = str(err)
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="session")
+def vllm_says() -> dict:
+    """vLLM's own answers, from its own functions in .venv-vllm (a missing vLLM fails, never skips)."""
+    assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: make vllm-install"
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([str(VLLM_PYTHON), "-c", VLLM_SIDE], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
+    assert line, err[-2000:]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def cpu_plan(block: int):
+    model = configs.catalog_model("Llama-3.1-8B")
+    setup = deployment.Setup(gpu_bytes=81_090 * 2**20, platform="cpu", block_size=block)
+    return deployment.plan_setup(model, setup), setup
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_block_size_refusal_is_vllms(vllm_says, block):
+    plan, setup = cpu_plan(block)
+    refusal = will_start.block_size_refusal(plan.vllm, setup)
+    if isinstance(vllm_says[str(block)], int):
+        assert refusal is None and vllm_says[str(block)] == block
+    else:
+        assert refusal is not None and refusal.message == vllm_says[str(block)]
+        assert refusal.fix.startswith(f"--block-size {32 * -(-block // 32)}")
+
+
+def test_memory_refusal_is_vllms_sentence(vllm_says):
+    ours = will_start.memory_message(*MEMORY_CASE)
+    assert vllm_says["memory"].startswith(ours) and "43690" in ours
+
+
+def test_cli_says_whether_it_starts_and_prints_the_command(capsys):
+    parser = argparse.ArgumentParser(prog="kvviz")
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    assert plan_cli.run(parser.parse_args(["plan", "Llama-3.1-8B", "--platform", "cpu", "--json"])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["message"] for r in out["refusals"]] == [
+        "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."]
+    assert plan_cli.run(parser.parse_args(["plan", "Llama-3.1-8B", "--platform", "cpu", "--block-size", "128",
+                                           "--max-model-len", "8192", "--json"])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["refusals"] == []
+    assert out["serve_command"] == ("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 "
+                                    "--block-size 128 --max-num-batched-tokens 8192 --gpu-memory-utilization 0.9")
+
+
+def test_too_little_memory_is_refused_with_the_longest_that_fits():
+    model = configs.catalog_model("Llama-3.1-8B")
+    setup = deployment.Setup(gpu_bytes=24 * 10**9, gpu_name="L4", max_model_len=131_072)
+    plan = deployment.plan_setup(model, setup)
+    refusal = will_start.memory_refusal(plan, "")
+    v = plan.vllm
+    assert refusal.message.startswith("To serve at least one request with the model's max seq len (131072), (16.0 GiB")
+    assert f"estimated maximum model length is {v.longest_max_model_len}" in refusal.message
+    assert refusal.fix == f"--max-model-len {v.longest_max_model_len}"
+
+
+@pytest.mark.slow
+def test_page_will_it_start_on_cpu():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update(plan_context="2000")
+    at.run()
+    at.radio(key="plan_platform").set_value("cpu")
+    at.run()
+    assert not at.exception
+    assert any(h.value == "Will it start?" for h in at.subheader)
+    codes = [c.value for c in at.code]
+    assert "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])." in codes
+    assert any(c.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct") for c in codes)
