@@ -147,10 +147,12 @@ def test_a_watch_file_never_names_a_file_kvviz_opens(tmp_path, monkeypatch):
     (tmp_path / "x").mkdir()  # so that x/.. resolves
     Tokenizer(models.WordLevel({f"w{i}": i for i in range(50_000)}, unk_token="w0")).save(
         str(target / "tokenizer.json"))
-    url = "http://127.0.0.1:8000"
+    url = "http://127.0.0.1:8000/[x](evil.example)**bold**$x$<b>"  # loopback, full of Markdown
     pages = []
     for root in (tmp_path / "x" / ".." / "target", tmp_path / "x" / ".." / "missing"):
         rec = recording_of_capture()
+        for record in rec.batches + rec.scrapes:
+            record.url = url
         rec.meta["servers"] = {url: {"model": "not-allowlisted", "model_root": str(root), "version": "0.32.0"}}
         path = tmp_path / f"{root.name}.json"
         rec.save(path)
@@ -159,13 +161,4 @@ def test_a_watch_file_never_names_a_file_kvviz_opens(tmp_path, monkeypatch):
         pages.append(page_text(at))
     assert pages[0] == pages[1]
     assert any("Token ids shown" in c for c in pages[0])
-
-    rec = recording_of_capture()
-    hostile = "http://[x](https://evil.example)**bold**$x$"
-    for record in rec.batches + rec.scrapes:
-        record.url = hostile
-    rec.save(tmp_path / "hostile.json")
-    at = replay_of(tmp_path / "hostile.json", monkeypatch)
-    assert not at.exception
-    (heading,) = [h.value for h in at.subheader]
-    assert heading == ui.inert("[x](https://evil.example)**bold**$x$ · rank 0")
+    assert pages[0][0] == ui.inert("127.0.0.1:8000/[x](evil.example)**bold**$x$<b> · rank 0")
