@@ -5,11 +5,9 @@ spec is built once per run and only its data is swapped (kvviz.viz.charts.spec_w
 """
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import asdict, replace
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app import ui
@@ -19,16 +17,14 @@ from kvviz.engine import loop as engine
 from kvviz.live import charts as live_charts
 from kvviz.engine import race
 from kvviz.viz import charts
-from kvviz.core import errors
 from kvviz.live import report
 from kvviz.engine import cost
 from kvviz.engine.pump import Pump, Running
+from kvviz.app.failures import failure_message
 from kvviz.app.slots import Slot
 from kvviz.core.meta import RunMeta
 from kvviz.core.trace import RunSummary, Trace, summary
-from kvviz.core.units import fmt_bytes
 
-LOG = logging.getLogger("kvviz")
 CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
 TICK_S = 0.25  # the page redraws at least this often during a run (a long step's progress)
 FRAME_S = 0.1  # and at most ten times a second: tokens arriving faster are drawn together
@@ -411,19 +407,6 @@ def build_specs(meta: RunMeta, max_new_tokens: int, data: dict) -> dict:
     return SPECS[key]
 
 
-def draw_altair(slot, chart, key: str | None = None) -> None:
-    """An Altair chart into `slot` (st or a placeholder), its text scaled in presenter mode."""
-    scale = ui.chart_font_scale()
-    if scale == 1:
-        slot.altair_chart(chart, key=key)
-        return
-    spec = chart.to_dict()
-    view = spec.get("config", {}).get("view", {})
-    for size in ("continuousWidth", "continuousHeight"):  # as st.altair_chart: the page sizes it
-        view.pop(size, None)
-    slot.vega_lite_chart(charts.with_font_scale(spec, scale), key=key)
-
-
 def sized(spec: dict, height: int | None) -> dict:
     return {**spec, "height": height} if height else spec
 
@@ -577,17 +560,6 @@ def changed_settings(meta: RunMeta, cfg, ran_race: bool, race_on: bool) -> list[
     return changed
 
 
-def failure_message(exc: Exception, hide_details: bool) -> str:
-    """What the user reads when a run fails midway; hosted visitors get no internals."""
-    if errors.out_of_memory(exc):
-        return ("The device ran out of memory during this run; what was produced is kept and the "
-                "memory was released. Try fewer tokens, a smaller batch, or a smaller model.")
-    if hide_details:
-        LOG.exception("generation failed")
-        return "Generation stopped because of an internal error. What was produced is kept."
-    return f"Generation stopped: {type(exc).__name__}: {ui.inert(str(exc).splitlines()[0][:300])}"
-
-
 def show_result(trace: Trace, show_tokens: bool, tour=None) -> None:
     """The panels of a finished (or stopped) run, from its trace."""
     view = prompt_and_view(None, trace.meta, trace.meta.setting("max_new_tokens", len(trace.events_of("cached"))),
@@ -654,28 +626,3 @@ def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None 
             time.sleep(event.step_ms / 1000 / speed)
     view.update(shown, final=True)
     downloads(trace)
-
-
-NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "s": "%,.1f s", "number": "%,.1f",
-                  "gbs": "%,.2f GB/s"}  # column kind -> how st.dataframe shows it
-
-
-def people_table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], key: str | None = None) -> None:
-    """`df`'s `columns` as a table for people: column -> (label, kind), kind one of
-    NUMBER_FORMATS, "bytes" (B / KiB / MiB / GiB text), "gbs_from_bytes" (bytes/s shown in GB/s),
-    "text" or "flag". Missing values read "–"."""
-    shown, config = df[list(columns)].copy(), {}
-    for col, (label, kind) in columns.items():
-        if kind == "bytes":
-            shown[col] = [fmt_bytes(v) if pd.notna(v) else "–" for v in shown[col]]
-            config[col] = st.column_config.TextColumn(label)
-        elif kind == "gbs_from_bytes":
-            shown[col] = pd.to_numeric(shown[col], errors="coerce") / 1e9
-            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS["gbs"])
-        elif kind in NUMBER_FORMATS:
-            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
-        elif kind == "flag":
-            config[col] = st.column_config.CheckboxColumn(label)
-        else:
-            config[col] = st.column_config.TextColumn(label)
-    st.dataframe(shown, hide_index=True, column_config=config, key=key)
