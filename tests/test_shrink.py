@@ -213,3 +213,20 @@ def test_a_stop_ends_both_sides_after_the_same_step():
         return len(asked) >= 3
     result = shrink.compare(lm, prompt(), NEW_TOKENS, shrink.ShrinkMode(press="Knorm"), stop_after_three)
     assert len(result.full.steps) == len(result.shrunk.steps) == 3
+
+
+def test_first_difference_marked_and_timing_spread():
+    """⟦ ⟧ around the first differing token in both texts; the step-time ratio is the median of the
+    paired decode steps with its middle half, "within noise" when that holds 1."""
+    def run(pieces, times):
+        steps = [shrink.StepRecord(i, hash(p) % 1000, 100, ms) for i, (p, ms) in enumerate(zip(pieces, times))]
+        return shrink.ShrinkRun("x", steps, {}, "".join(pieces), pieces)
+    full = run(["The", " year", " 1952", "."], [500, 100, 100, 100])
+    shrunk = run(["The", " year", " 1950", "."], [900, 90, 120, 105])
+    cmp = shrink.Comparison(full, shrunk, 2)
+    assert cmp.first_difference_marked() == ("The year⟦ 1952⟧.", "The year⟦ 1950⟧.")
+    assert cmp.step_time_spread() == pytest.approx((1.05, 0.975, 1.125))  # 0.9, 1.05, 1.2: prefill not paired
+    assert cmp.timing_words() == "1.05 (middle half 0.98–1.12 over 3 decode steps): within noise"
+    slow = shrink.Comparison(full, run(full.pieces, [500, 200, 210, 190]), None)
+    assert slow.first_difference_marked() == (full.text, full.text) and "noise" not in slow.timing_words()
+    assert shrink.Comparison(run(["a"], [5]), run(["a"], [6]), None).timing_words() == ""

@@ -133,14 +133,14 @@ def test_replay_page_plays_a_shrink_file(result, tmp_path, monkeypatch):
     at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
     assert not at.exception and not at.error, (at.exception, at.error)
     assert at.subheader[0].value == ui.inert(result.caption())
-    assert [c.value for c in at.main.code] == [result.full.text, result.shrunk.text]
+    assert [c.value for c in at.main.code] == list(result.first_difference_marked())  # ⟦the first difference⟧
     assert any(f"bytes {result.bytes_ratio():.2f}" in c.value for c in at.caption)
     at.slider(key="replay_shrink_step").set_value(2).run()
-    assert [c.value for c in at.main.code] == ["".join(result.full.pieces[:2]), "".join(result.shrunk.pieces[:2])]
+    assert [c.value for c in at.main.code] == list(result.upto(2).first_difference_marked())
     at.select_slider(key="replay_shrink_speed").set_value("instant").run()
     at.button(key="replay_shrink_play").click().run()
     assert not at.exception
-    assert [c.value for c in at.main.code] == [result.full.text, result.shrunk.text]
+    assert [c.value for c in at.main.code] == list(result.first_difference_marked())
 
 
 @pytest.mark.slow

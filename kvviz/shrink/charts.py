@@ -53,10 +53,80 @@ def steps_frame(runs: dict[str, Sequence]) -> pd.DataFrame:
                         columns=["run", "step", "kv_bytes", "step_ms"])
 
 
+def time_cap(df: pd.DataFrame) -> float:
+    """The step-time axis's top: 3 × the median decode step, or just above the faster of the two
+    prompts (step 0) when that is higher, so one slow step (a first run's warm-up, a backend's
+    first call) does not flatten the others; inf without decode steps (nothing clipped)."""
+    if not len(df):
+        return float("inf")
+    decode, prompt = df.loc[df["step"] > 0, "step_ms"], df.loc[df["step"] == 0, "step_ms"]
+    if not len(decode):
+        return float("inf")
+    return float(max(3 * decode.median(), 1.1 * prompt.min() if len(prompt) else 0.0))
+
+
 def steps_chart(df: pd.DataFrame, field: str, title: str) -> alt.Chart:
-    """`field` (kv_bytes or step_ms) per step, one line per run."""
+    """`field` (kv_bytes or step_ms) per step, one line per run. Step times over `time_cap` are
+    drawn at the top edge (clamped), their real times in the tooltip."""
+    y = alt.Y(f"{field}:Q", title=title)
+    if field == "step_ms" and len(df):
+        cap = time_cap(df)
+        if df["step_ms"].max() > cap:
+            y = alt.Y(f"{field}:Q", title=f"{title}, clipped at {cap:,.0f}", scale=alt.Scale(domain=[0, cap], clamp=True))
     return alt.Chart(df).mark_line(point=True).encode(
         x=alt.X("step:Q", title="step (0 = prompt)", axis=alt.Axis(format="d")),
-        y=alt.Y(f"{field}:Q", title=title), color=alt.Color("run:N", legend=alt.Legend(orient="top")),
+        y=y, color=alt.Color("run:N", legend=alt.Legend(orient="top")),
         tooltip=["run:N", "step:Q", alt.Tooltip(f"{field}:Q", format=",.1f")],
     ).properties(height=220, width="container")
+
+
+def sweep_frame(rows) -> pd.DataFrame:
+    """Sweep rows (kvviz.shrink.sweep.SweepRow) -> one row each, plus the curve each belongs to
+    ("full cache", the press's name, or the quantized setting)."""
+    out = []
+    for r in rows:
+        curve = r.press if r.kind == "press" else "full cache" if r.kind == "full" else f"{r.backend} {r.nbits}-bit"
+        out.append({"curve": curve, "kind": r.kind, "mode": r.mode, "ratio": r.ratio, "accuracy": r.accuracy,
+                    "right": f"{r.right}/{r.items}", "bytes": r.bytes, "peak_bytes": r.peak_bytes,
+                    "bytes_mib": r.bytes / 2**20, "peak_mib": r.peak_bytes / 2**20, "step_ratio": r.step_ratio,
+                    "step_ratio_lo": r.step_ratio_lo, "step_ratio_hi": r.step_ratio_hi})
+    return pd.DataFrame(out, columns=["curve", "kind", "mode", "ratio", "accuracy", "right", "bytes", "peak_bytes",
+                                      "bytes_mib", "peak_mib", "step_ratio", "step_ratio_lo", "step_ratio_hi"])
+
+
+def with_full_on_every_curve(df: pd.DataFrame) -> pd.DataFrame:
+    """Each press's curve starts at the full cache's point (ratio 0: nothing evicted)."""
+    full = df[df["kind"] == "full"]
+    starts = [full.assign(curve=press) for press in df.loc[df["kind"] == "press", "curve"].unique()]
+    return pd.concat([df, *starts], ignore_index=True) if starts and not full.empty else df
+
+
+def sweep_accuracy_chart(df: pd.DataFrame) -> alt.Chart:
+    """Accuracy against the share evicted: a line per press from the full cache's point; a
+    quantized setting is a point at the share of bytes it saved."""
+    df = with_full_on_every_curve(df)
+    tips = [alt.Tooltip("mode:N"), alt.Tooltip("right:N", title="right answers"),
+            alt.Tooltip("bytes_mib:Q", title="cache after the prompt (MiB)", format=",.2f"),
+            alt.Tooltip("peak_mib:Q", title="peak (MiB)", format=",.2f")]
+    base = alt.Chart(df).encode(
+        x=alt.X("ratio:Q", title="share of the prompt's cache removed (press: evicted; quantized: bytes saved)",
+                scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("accuracy:Q", title="accuracy (right answers / items)", axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("curve:N", title="press or setting", legend=alt.Legend(orient="top")), tooltip=tips)
+    lines = base.transform_filter("datum.kind != 'quantized'").mark_line(point=True)
+    points = base.transform_filter("datum.kind == 'quantized'").mark_point(shape="diamond", size=90, filled=True)
+    return (lines + points).properties(height=260, width="container")
+
+
+def sweep_bytes_chart(df: pd.DataFrame) -> alt.Chart:
+    """Bytes kept after the prompt and the run's peak, per setting (MiB), side by side."""
+    long = df.melt(id_vars=["mode", "ratio", "kind"], value_vars=["bytes_mib", "peak_mib"], var_name="what",
+                   value_name="mib")
+    long["what"] = long["what"].map({"bytes_mib": "cache after the prompt", "peak_mib": "peak during the run"})
+    return alt.Chart(long).mark_bar().encode(
+        y=alt.Y("mode:N", sort=list(df["mode"]), title=None),
+        x=alt.X("mib:Q", title="MiB (measured)"), yOffset="what:N",
+        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top")),
+        tooltip=["mode:N", "what:N", alt.Tooltip("mib:Q", format=",.2f", title="MiB")],
+    ).properties(width="container")

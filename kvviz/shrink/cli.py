@@ -3,6 +3,8 @@ written as a kvviz-shrink file (Replay plays it) and, optionally, as an HTML rep
 
     kvviz shrink --press SnapKV --ratio 0.5 --out snapkv.json     (the Shrink page's default prompt)
     kvviz shrink --quant quanto --nbits 4 --residual 16 --prompt "..." --out q4.json --report q4.html
+    kvviz shrink --sweep --out sweep.json      (accuracy against ratio on the built-in task, every
+                                                press and quantized setting: kvviz.shrink.sweep)
 
 Bad input: one line on stderr, exit code 2.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from kvviz.shrink import presses, quant_cache
+from kvviz.shrink import presses, quant_cache, support
 from kvviz.core.errors import UserError
 
 
@@ -20,6 +22,11 @@ def add_parser(subparsers) -> None:
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--press", choices=list(presses.PRESSES), help="a kvpress press that evicts prompt positions")
     how.add_argument("--quant", choices=list(quant_cache.BACKENDS), help="transformers' quantized cache backend")
+    how.add_argument("--sweep", action="store_true",
+                     help="the quality sweep: every press at ratios 0.25-0.9 and every quantized setting on "
+                          "the built-in retrieval task; --out gets the rows (mode, ratio, accuracy, bytes, peak bytes)")
+    p.add_argument("--task", default=None, help="--sweep: a kvviz-shrink-task file (default: the built-in task)")
+    p.add_argument("--items", type=int, default=None, help="--sweep: only the first N items of the task")
     p.add_argument("--ratio", type=float, default=0.5, help="share of prompt positions the press evicts")
     p.add_argument("--nbits", type=int, default=None, help="bits of the quantized cache (quanto, hqq; default 4)")
     p.add_argument("--residual", type=int, default=None,
@@ -28,7 +35,7 @@ def add_parser(subparsers) -> None:
                    help="the prompt (default: the Shrink page's, a context and a question, "
                         "kvviz.shrink.compute.DEFAULT_PROMPT)")
     p.add_argument("--model", default="default", help="'default', a Hub id or a local folder")
-    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 24 (--sweep: 5)")
     p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--out", required=True, help="the kvviz-shrink file to write (JSON)")
     p.add_argument("--report", default=None, help="also write the HTML report here")
@@ -63,6 +70,59 @@ def check_out(path: str, flag: str = "--out") -> None:
 
 
 def run(args) -> int:
+    if args.sweep:
+        return run_sweep(args)
+    return run_pair(args)
+
+
+def run_sweep(args) -> int:
+    """`--sweep`: every mode on every item of the task, a progress line per run on stderr, the
+    rows written to --out and printed as a table."""
+    from kvviz.core.config import ModelSpec
+    from kvviz.core.files import write_atomic
+    from kvviz.engine.models import ModelLoadError, load_model
+    from kvviz.shrink import sweep, task
+
+    try:
+        new_tokens = sweep.NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
+        if new_tokens < 1:
+            raise UserError("--max-new-tokens must be at least 1")
+        if args.items is not None and args.items < 1:
+            raise UserError("--items must be at least 1")
+        check_out(args.out)
+        items = task.load(args.task) if args.task else task.load()
+        items = items[:args.items] if args.items else items
+        lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
+        offered, _ = presses.offered()
+        backends, _ = quant_cache.available()
+        names = [] if support.press_refusal(lm.model) else list(offered)
+        backends = {} if support.quant_refusal(lm.model) else backends
+        result = sweep.run(lm, items, sweep.modes(names, sweep.quant_offered(backends)),
+                           progress=lambda p: print(p.line(), file=sys.stderr, flush=True),
+                           new_tokens=new_tokens, note=f"{args.task or 'the built-in task'}: {len(items)} items")
+        write_atomic(args.out, sweep.to_json(result))
+    except (ModelLoadError, ValueError, OSError) as exc:
+        print(f"kvviz shrink: error: {exc}", file=sys.stderr)
+        return 2
+    print(table(result))
+    print(f"written to {args.out}")
+    return 0
+
+
+def table(result) -> str:
+    """The sweep's rows as a plain-text table."""
+    from kvviz.core.units import fmt_bytes
+    lines = [f"{'mode':<46} {'ratio':>5} {'accuracy':>9} {'bytes kept':>10} {'peak':>10} {'step time ÷ full':>22}"]
+    for r in result.rows:
+        spread = f"{r.step_ratio:.2f} ({r.step_ratio_lo:.2f}–{r.step_ratio_hi:.2f})"
+        lines.append(f"{r.mode:<46} {r.ratio:>5.2f} {r.right:>3}/{r.items:<2} {r.accuracy:>3.0%} "
+                     f"{fmt_bytes(r.bytes):>10} {fmt_bytes(r.peak_bytes):>10} {spread:>17}"
+                     f"{' ~noise' if r.within_noise and r.kind != 'full' else ''}")
+    lines.append(f"peak: {result.peak_how}; ratio of a quantized cache: bytes saved (measured)")
+    return "\n".join(lines)
+
+
+def run_pair(args) -> int:
     from kvviz.core.files import write_atomic
     from kvviz.core.config import ModelSpec
     from kvviz.engine.models import ModelLoadError, load_model
@@ -75,7 +135,8 @@ def run(args) -> int:
     try:
         mode = shrink.ShrinkMode(press=args.press, ratio=args.ratio) if args.press else quant_mode(args)
         mode.check()
-        if args.max_new_tokens < 1:
+        new_tokens = 24 if args.max_new_tokens is None else args.max_new_tokens
+        if new_tokens < 1:
             raise UserError("--max-new-tokens must be at least 1")
         if not prompt.strip():
             raise UserError("the prompt is empty: type something for the model to continue")
@@ -84,7 +145,7 @@ def run(args) -> int:
             check_out(args.report, "--report")
         lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
         ids = shrink.prompt_ids(lm.tokenizer, prompt, chat=not args.no_chat_template)
-        result = shrink.compare(lm, ids, args.max_new_tokens, mode)
+        result = shrink.compare(lm, ids, new_tokens, mode)
         pieces = lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()])
         write_atomic(args.out, record.to_json(result, pieces, lm.label))
         if args.report:

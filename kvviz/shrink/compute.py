@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache
 
 from kvviz.engine import loop as engine
-from kvviz.shrink import presses, quant_cache, support
+from kvviz.shrink import peak, presses, quant_cache, support
 from kvviz.core.errors import UserError
 
 FULL, SHRUNK = "full", "shrunk"
@@ -77,6 +77,8 @@ class StepRecord:
     payload_bytes: int = 0  # quantized cache only: packed values
     scale_bytes: int = 0  # quantized cache only: scales and zero points
     residual_bytes: int = 0  # quantized cache only: full-precision recent tokens
+    peak_bytes: int = 0  # the step's peak of the tensors the run allocated (kvviz.shrink.peak); 0: not measured
+    cuda_peak_bytes: int = 0  # CUDA only: the allocator's peak during the step (whole process)
 
 
 @dataclass
@@ -97,15 +99,16 @@ class ShrinkRun:
         return times[len(times) // 2] if times else 0.0
 
 
-def prompt_ids(tokenizer, prompt: str, chat: bool = True) -> torch.Tensor:
-    """(1, T) token ids of `prompt`, through the chat template when the tokenizer has one."""
+def prompt_ids(tokenizer, prompt: str, chat: bool = True, answer_prefix: str = "") -> torch.Tensor:
+    """(1, T) token ids of `prompt`, through the chat template when the tokenizer has one;
+    `answer_prefix` starts the assistant's answer (as RULER's templates do)."""
     if not prompt.strip():
         raise UserError("the prompt is empty: type something for the model to continue")
     if chat and getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                              add_generation_prompt=True)
-        return torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
-    return torch.tensor([tokenizer(prompt)["input_ids"]])
+        return torch.tensor([tokenizer(text + answer_prefix, add_special_tokens=False)["input_ids"]])
+    return torch.tensor([tokenizer(prompt + (" " + answer_prefix if answer_prefix else ""))["input_ids"]])
 
 
 def context_limit(model) -> int | None:
@@ -139,29 +142,35 @@ def make_cache(model, mode: ShrinkMode):
     return DynamicCache(config=model.config)
 
 
-def record(step: int, token: int, cache, ms: float) -> StepRecord:
+def record(step: int, token: int, cache, ms: float, memory: dict | None = None) -> StepRecord:
+    """The step's measured figures: the cache's bytes now (its parts for a quantized cache), the
+    time, and the step's peaks (`memory`: PeakTracker.step's dict)."""
+    peaks = {"peak_bytes": 0, "cuda_peak_bytes": 0, **(memory or {})}
     if hasattr(cache.layers[0], "_quantized_keys"):
         q = quant_cache.measure(cache)
-        return StepRecord(step, token, q.kv_bytes, ms, q.payload_bytes, q.scale_bytes, q.residual_bytes)
-    return StepRecord(step, token, dynamic_bytes(cache), ms)
+        return StepRecord(step, token, q.kv_bytes, ms, q.payload_bytes, q.scale_bytes, q.residual_bytes, **peaks)
+    return StepRecord(step, token, dynamic_bytes(cache), ms, **peaks)
 
 
 def greedy_run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[int] | None = None):
-    """Prefill (under the press, if any), then greedy decode steps; yields a StepRecord per step."""
-    model, cache = lm.model, make_cache(lm.model, mode)
+    """Prefill (under the press, if any), then greedy decode steps; yields a StepRecord per step
+    (bytes after the step, its time, its peak memory: kvviz.shrink.peak)."""
+    model, tracker = lm.model, peak.PeakTracker()
     prompt_len = ids.shape[1]
-    with engine.StepClock(lm.device) as clock:
-        logits, kept = prefill(model, ids.to(lm.device), cache, mode)
+    with tracker.step(lm.device) as memory:
+        cache = make_cache(model, mode)
+        with engine.StepClock(lm.device) as clock:
+            logits, kept = prefill(model, ids.to(lm.device), cache, mode)
     token = int(logits.argmax(-1))
-    yield record(0, token, cache, clock.ms), kept
+    yield record(0, token, cache, clock.ms, memory), kept
     for step in range(1, max_new_tokens):
         if eos and token in eos:
             return
-        with engine.StepClock(lm.device) as clock:
+        with tracker.step(lm.device) as memory, engine.StepClock(lm.device) as clock:
             position = torch.tensor([[prompt_len + step - 1]], device=lm.device)
             logits = engine.forward(model, torch.tensor([[token]], device=lm.device), None, position, cache)
         token = int(logits.argmax(-1))
-        yield record(step, token, cache, clock.ms), kept
+        yield record(step, token, cache, clock.ms, memory), kept
 
 
 def prefill(model, ids: torch.Tensor, cache, mode: ShrinkMode):
@@ -184,6 +193,14 @@ def run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[i
     out.text = lm.tokenizer.decode(out.tokens, skip_special_tokens=True)
     out.pieces = [lm.tokenizer.decode([t], skip_special_tokens=True) for t in out.tokens]
     return out
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (q in 0..1) of a sorted, non-empty list."""
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -210,8 +227,41 @@ class Comparison:
         return shrunk / full if full else 0.0
 
     def step_time_ratio(self) -> float:
-        full = self.full.decode_ms()
-        return self.shrunk.decode_ms() / full if full else 0.0
+        """The median of the paired decode steps' ratios (shrunk ÷ full); 0 without decode steps."""
+        return self.step_time_spread()[0]
+
+    def step_time_spread(self) -> tuple[float, float, float]:
+        """(median, 25th, 75th percentile) of shrunk ÷ full over the decode steps, paired step by
+        step (the two runs take turns, so each pair ran under the same load); zeros without steps."""
+        ratios = sorted(b.step_ms / a.step_ms for a, b in zip(self.full.steps[1:], self.shrunk.steps[1:])
+                        if a.step_ms > 0)
+        if not ratios:
+            return 0.0, 0.0, 0.0
+        return quantile(ratios, 0.5), quantile(ratios, 0.25), quantile(ratios, 0.75)
+
+    def timing_words(self) -> str:
+        """"0.93 (0.85–1.02 over 23 steps): within noise"; "" without decode steps."""
+        mid, lo, hi = self.step_time_spread()
+        if not mid:
+            return ""
+        steps = min(len(self.full.steps), len(self.shrunk.steps)) - 1
+        noise = ": within noise" if lo <= 1 <= hi else ""
+        return f"{mid:.2f} (middle half {lo:.2f}–{hi:.2f} over {steps} decode steps){noise}"
+
+    def first_difference_marked(self) -> tuple[str, str]:
+        """Both answers as plain text with the first differing token between ⟦ ⟧ (as they are
+        when identical or without per-token texts)."""
+        d = self.diverged_at
+        if d is None:
+            return self.full.text, self.shrunk.text
+
+        def mark(run: ShrinkRun) -> str:
+            if not run.pieces:
+                return run.text
+            if d >= len(run.pieces):
+                return "".join(run.pieces) + "⟦⟧"
+            return "".join(run.pieces[:d]) + "⟦" + run.pieces[d] + "⟧" + "".join(run.pieces[d + 1:])
+        return mark(self.full), mark(self.shrunk)
 
     def upto(self, steps: int) -> "Comparison":
         """The comparison as it stood after `steps` steps of each side (a replay's scrubber)."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from kvviz.app import links, ui
-from kvviz.shrink import presses, quant_cache, record, support
+from kvviz.core.units import fmt_bytes, fmt_ms
+from kvviz.shrink import presses, quant_cache, record, support, sweep, task
 from kvviz.shrink import charts as shrink_charts
 from kvviz.shrink import compute as shrink
 from kvviz.shrink.compute import Comparison, ShrinkRun
@@ -36,36 +37,60 @@ class Stage:
         return cls(st.empty(), [column.empty() for column in st.columns(2)])
 
 
-def draw_answers(stage: Stage, runs: list[ShrinkRun], final: bool) -> None:
-    """Each side's label, text so far and measured figures, in its column's slot."""
-    for slot, run in zip(stage.slots, runs):
+def draw_answers(stage: Stage, runs: list[ShrinkRun], final: bool, texts: tuple[str, str] | None = None) -> None:
+    """Each side's label, text so far (or `texts`: the marked ones) and measured figures, in its
+    column's slot. No median before there is a decode step."""
+    for i, (slot, run) in enumerate(zip(stage.slots, runs)):
         with slot.container():
             st.caption(ui.inert(run.label))
-            st.code(run.text or " ", language=None, wrap_lines=True)
-            if run.steps:
-                st.metric("KV cache at the end (measured)" if final else "KV cache now (measured)",
-                          f"{run.steps[-1].kv_bytes:,} B")
-                st.metric("Decode step (median)", f"{run.decode_ms():.1f} ms")
+            st.code((texts[i] if texts else run.text) or " ", language=None, wrap_lines=True)
+            if not run.steps:
+                continue
+            last = run.steps[-1]
+            a, b = st.columns(2)
+            a.metric("KV cache at the end (measured)" if final else "KV cache now (measured)", fmt_bytes(last.kv_bytes),
+                     help=f"{last.kv_bytes:,} B read from the cache tensors")
+            peak = max(s.peak_bytes for s in run.steps)
+            if peak:
+                b.metric("Peak during the run (tensors tracked)", fmt_bytes(peak),
+                         help=f"{peak:,} B: the most bytes this run's own tensors held at once in any step "
+                              "(activations, the cache before a press evicts, a quantized cache's copies)")
+            if len(run.steps) > 1:
+                a.metric("Decode step (median)", fmt_ms(run.decode_ms()))
 
 
 def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_head: bool, key: str) -> None:
-    """The finished comparison: heading, both answers, the shared text, bytes, charts, kept map."""
+    """The finished comparison: heading, both answers (the first difference marked), bytes and
+    peaks, the step-time ratio with its spread, charts, kept map."""
     stage.heading.subheader(ui.inert(result.caption()))
-    draw_answers(stage, [result.full, result.shrunk], final=True)
+    draw_answers(stage, [result.full, result.shrunk], final=True, texts=result.first_difference_marked())
     if result.diverged_at is not None:
-        st.caption(f"Shared text before the first difference (token {result.diverged_at + 1}):")
-        st.text("".join(result.full.pieces[:result.diverged_at]) if result.full.pieces else "")
+        st.caption(f"⟦ ⟧ marks token {result.diverged_at + 1}, the first where the two answers differ.")
     last = result.shrunk.steps[-1]
     if last.payload_bytes:
-        st.caption(f"Quantized cache: payload {last.payload_bytes:,} B + scales and zero points "
-                   f"{last.scale_bytes:,} B + full-precision residual {last.residual_bytes:,} B")
-    st.caption(f"Shrunk ÷ full: bytes {result.bytes_ratio():.2f}, decode step time {result.step_time_ratio():.2f}")
+        st.caption(f"Quantized cache: payload {fmt_bytes(last.payload_bytes)} + scales and zero points "
+                   f"{fmt_bytes(last.scale_bytes)} + full-precision residual {fmt_bytes(last.residual_bytes)} "
+                   f"({last.payload_bytes:,} + {last.scale_bytes:,} + {last.residual_bytes:,} B)")
+    timing = result.timing_words()
+    st.caption(f"Shrunk ÷ full: bytes {result.bytes_ratio():.2f}"
+               + (f"; decode step time {timing}" if timing else "; no decode step yet"))
     frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
     a, b = st.columns(2)
     a.altair_chart(shrink_charts.steps_chart(frame, "kv_bytes", "cache bytes (measured)"), key=f"{key}_bytes")
     b.altair_chart(shrink_charts.steps_chart(frame, "step_ms", "step time (ms)"), key=f"{key}_ms")
+    slow = [s for s in result.full.steps + result.shrunk.steps if s.step_ms > shrink_charts.time_cap(frame)]
+    if slow:
+        b.caption(f"{len(slow)} step(s) over {fmt_ms(shrink_charts.time_cap(frame))} (the slowest "
+                  f"{fmt_ms(max(s.step_ms for s in slow))}) are drawn at the top edge; hover for their times.")
     if result.shrunk.kept:
-        st.caption("Which prompt positions each layer kept (hover a cell for its token)")
+        heads = next(iter(result.shrunk.kept.values()))
+        n_heads, n_kept = (heads.shape[0], heads.shape[1]) if hasattr(heads, "shape") else (len(heads), len(heads[0]))
+        st.caption("Which prompt positions each layer kept (hover a cell for its token). "
+                   + (f"One row per layer and KV head: each head kept {n_kept} of {len(prompt_pieces)}."
+                      if per_head else
+                      f"A cell is kept when any of the layer's {n_heads} KV heads kept it (the union over heads): "
+                      f"each head kept {n_kept} of {len(prompt_pieces)}, so a layer can show more. Turn on "
+                      "'Kept map per KV head' for each head's own."))
         kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces, per_head)
         st.altair_chart(shrink_charts.kept_map_chart(kept), key=f"{key}_map")
 
@@ -186,16 +211,26 @@ def settings(rules, model) -> Settings:
 def run_both(lm, ids, asked: Settings, stage: Stage, deadline: float) -> Comparison:
     """The two runs taking turns, each side's column filled as its tokens arrive."""
     runs = shrink.new_pair(asked.mode)
-    drawn = 0.0
+    drawn, started = 0.0, time.monotonic()
     turns = shrink.take_turns(lm, ids, asked.new_tokens, asked.mode, should_stop=lambda: time.monotonic() > deadline)
     for turn in turns:
         shrink.add_turn(runs, turn, lm.tokenizer)
         if turn.side == shrink.SHRUNK and time.monotonic() - drawn > DRAW_EVERY_S:
-            stage.heading.caption(f"Both runs take turns on the device: step {turn.step.step + 1} "
-                                  f"of {asked.new_tokens}…")
+            stage.heading.caption(progress_words(turn.step, asked.new_tokens, time.monotonic() - started))
             draw_answers(stage, [runs[shrink.FULL], runs[shrink.SHRUNK]], final=False)
             drawn = time.monotonic()
     return shrink.comparison(runs)
+
+
+def progress_words(step, steps: int, elapsed_s: float) -> str:
+    """"Both runs take turns on the device: step 3 of 24…", with the elapsed time and the last
+    step's time once either is over a second."""
+    words = f"Both runs take turns on the device: step {step.step + 1} of {steps}…"
+    if elapsed_s > 1:
+        words += f" {elapsed_s:.0f} s so far"
+    if step.step_ms > 1000:
+        words += f"; that step took {step.step_ms / 1000:.1f} s"
+    return words
 
 
 def run_clicked(lm, rules, asked: Settings, stage: Stage, status, ran_with) -> None:
@@ -242,10 +277,118 @@ def page() -> None:
             run_clicked(lm, rules, asked, stage, status, ran_with)
     if "shrink" not in st.session_state:
         status.info("Pick a press or a quantized cache in the sidebar, then press **Run full and shrunk**.")
-        st.stop()
-    result, prompt_pieces, was = st.session_state["shrink"]
-    if was != ran_with:
-        status.warning("These results are from the previous settings (model, shrink mode, prompt or "
-                       "tokens changed since): press **Run full and shrunk** to run the current ones.")
-    draw_result(stage, result, prompt_pieces, asked.per_head, key="shrink")
-    downloads(result, prompt_pieces, lm.label, key="shrink")
+    else:
+        result, prompt_pieces, was = st.session_state["shrink"]
+        if was != ran_with:
+            status.warning("These results are from the previous settings (model, shrink mode, prompt or "
+                           "tokens changed since): press **Run full and shrunk** to run the current ones.")
+        draw_result(stage, result, prompt_pieces, asked.per_head, key="shrink")
+        downloads(result, prompt_pieces, lm.label, key="shrink")
+    sweep_section(lm, rules, spec.name)
+
+
+SHIPPED_SWEEP = ui.ASSETS / "shrink_sweep_smollm2.json"  # `kvviz shrink --sweep` on the default model
+SWEEP_INTRO = ("The same question asked of a long context with the full cache and with each press at "
+               "ratios 0.25 / 0.5 / 0.75 / 0.9 and each quantized setting, on a built-in task (facts planted "
+               "among filler sentences, one question each, as RULER does; every item is answered right with "
+               "the full cache). Accuracy is right answers ÷ items; bytes are the cache after the prompt, "
+               "measured; the peak is the most bytes the run's own tensors held at once during any step.")
+
+
+def sweep_settings(lm, rules, items: list) -> tuple[list, int]:
+    """The sweep's presses, quantized settings and item count (hosted: a few, within the caps)."""
+    offered = [] if support.press_refusal(lm.model) else list(presses.offered()[0])
+    backends = {} if support.quant_refusal(lm.model) else quant_cache.available()[0]
+    quant = {f"{b} {n}-bit": (b, n) for b, n in sweep.quant_offered(backends)}
+    left, mid, right = st.columns([2, 2, 1])
+    names = left.multiselect("Presses", offered, default=offered[:1] if rules.enabled else offered,
+                             key="shrink_sweep_presses", bind=URL)
+    picked = mid.multiselect("Quantized settings", list(quant), default=list(quant)[:1] if rules.enabled else list(quant),
+                             key="shrink_sweep_quant", bind=URL)
+    n = right.number_input("Items", 1, len(items), min(len(items), 2) if rules.enabled else len(items),
+                           key="shrink_sweep_items", bind=URL)
+    modes = sweep.modes(names, [quant[q] for q in picked if q in quant])
+    return modes, int(n)
+
+
+def sweep_section(lm, rules, spec_name: str) -> None:
+    """Run the quality sweep here (a progress bar, each run's elapsed time), or show a saved one."""
+    st.divider()
+    st.subheader("Quality sweep: accuracy against compression")
+    st.caption(SWEEP_INTRO)
+    items = task.load()
+    modes, n = sweep_settings(lm, rules, items)
+    upload = st.file_uploader("Or show a saved sweep (kvviz-shrink-sweep JSON)", type=["json"],
+                              key="shrink_sweep_upload", max_upload_size=ui.uploader_limit_mb(ui.upload_limit_bytes()))
+    left, right = st.columns(2)
+    clicked = left.button(f"Run the sweep ({n} items × {len(modes)} settings)", key="shrink_sweep_run")
+    shipped = right.button("Show the sweep measured on the default model", key="shrink_sweep_shipped",
+                           disabled=not SHIPPED_SWEEP.exists())
+    status = st.empty()
+    if clicked:
+        run_sweep(lm, rules, spec_name, modes, items[:n], status)
+    elif shipped:
+        st.session_state["shrink_sweep"] = (sweep.from_json(SHIPPED_SWEEP.read_bytes()), "shipped")
+    elif upload is not None:
+        read_sweep_upload(upload, status)
+    if "shrink_sweep" in st.session_state:
+        draw_sweep(*st.session_state["shrink_sweep"])
+
+
+def run_sweep(lm, rules, spec_name: str, modes: list, items: list, status) -> None:
+    """Every setting on every item in the device's turn; a progress bar with the elapsed time."""
+    bar = st.progress(0.0, text="Starting the sweep…")
+
+    def show(p: sweep.Progress) -> None:
+        bar.progress(p.done / p.total if p.total else 1.0, text=p.line())
+    try:
+        rules.check_limits(spec_name, new_tokens=sweep.NEW_TOKENS, points=len(modes) - 1)
+        with ui.device_turn(status) if rules.enabled else nullcontext():
+            deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
+            result = sweep.run(lm, items, modes, progress=show, should_stop=lambda: time.monotonic() > deadline,
+                               note=f"the built-in task: {len(items)} items")
+        st.session_state["shrink_sweep"] = (result, "run here")
+        if not result.complete:
+            status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s: the rows hold the "
+                           "items measured so far.")
+    except ValueError as exc:
+        status.error(f"Cannot run the sweep: {ui.visitor_text(exc, 'shrink sweep')}")
+
+
+def read_sweep_upload(upload, status) -> None:
+    if upload.size > ui.upload_limit_bytes():
+        status.error("That file is larger than this host accepts.")
+        return
+    try:
+        st.session_state["shrink_sweep"] = (sweep.from_json(upload.getvalue()), "uploaded")
+    except ValueError as exc:
+        status.error(f"Cannot show that file: {ui.visitor_text(exc, 'shrink sweep file')}")
+
+
+def draw_sweep(result: sweep.Sweep, origin: str) -> None:
+    """The sweep's accuracy curve, bytes and peaks, and its table; a download of its rows."""
+    df = shrink_charts.sweep_frame(result.rows)
+    where = {"shipped": "shipped with kvviz (`kvviz shrink --sweep`)", "uploaded": "from the uploaded file",
+             "run here": "run here just now"}[origin]
+    st.caption(f"Sweep {where}: {ui.inert(result.model or 'a model')}, {ui.inert(result.task)}, "
+               f"{result.new_tokens} new tokens per answer" + ("" if result.complete else " (stopped early)"))
+    st.altair_chart(shrink_charts.sweep_accuracy_chart(df), key="shrink_sweep_accuracy")
+    st.altair_chart(shrink_charts.sweep_bytes_chart(df), key="shrink_sweep_bytes")
+    table = df.assign(noise=[("within noise" if lo <= 1 <= hi else "") if kind != "full" else "reference"
+                             for kind, lo, hi in zip(df["kind"], df["step_ratio_lo"], df["step_ratio_hi"])])
+    st.dataframe(table[["mode", "ratio", "accuracy", "right", "bytes_mib", "peak_mib", "step_ratio", "step_ratio_lo",
+                        "step_ratio_hi", "noise"]], hide_index=True, key="shrink_sweep_table",
+                 column_config={"mode": st.column_config.TextColumn("setting"),
+                                "ratio": st.column_config.NumberColumn("ratio", format="%.2f",
+                                                                       help="press: share evicted; quantized: bytes saved"),
+                                "accuracy": st.column_config.NumberColumn("accuracy", format="percent"),
+                                "bytes_mib": st.column_config.NumberColumn("cache after prompt (MiB)", format="%.3f"),
+                                "peak_mib": st.column_config.NumberColumn("peak (MiB)", format="%.3f"),
+                                "step_ratio": st.column_config.NumberColumn("step time ÷ full (median)", format="%.2f"),
+                                "step_ratio_lo": st.column_config.NumberColumn("25th pct", format="%.2f"),
+                                "step_ratio_hi": st.column_config.NumberColumn("75th pct", format="%.2f"),
+                                "noise": st.column_config.TextColumn("step time")})
+    st.caption(f"Peak: {result.peak_how}. Step time ÷ full: each decode step over the full cache's same step "
+               "on the same item; the median and the 25th–75th percentiles of those ratios.")
+    st.download_button("Download the sweep (JSON)", sweep.to_json(result), file_name="kvviz-shrink-sweep.json",
+                       mime="application/json", key="shrink_sweep_download")

@@ -32,6 +32,8 @@ class _Step(msgspec.Struct, forbid_unknown_fields=True):
     payload_bytes: Count = 0
     scale_bytes: Count = 0
     residual_bytes: Count = 0
+    peak_bytes: Count = 0  # 0 in files written before peaks were measured
+    cuda_peak_bytes: Count = 0
 
 
 class _Side(msgspec.Struct, forbid_unknown_fields=True):
