@@ -170,3 +170,15 @@ def test_would_hit_walks_the_cached_tree_block_by_block():
     assert (stop.cached_blocks, stop.closest_common) == (2, 5)
     assert "stops at token 64" in stop.sentence() and "differs at token 69" in stop.sentence()
     assert would_hit.check(pool, [-1] * 100, size).sentence().endswith("no cached block continues it.")
+
+
+def test_a_cached_block_computed_again_and_a_prefix_never_continued():
+    recomputed = ledger_of((0.0, [stored([1, 2], None, range(8))]),
+                           (1.0, [stored([1], None, range(4)), stored([2], 1, range(4, 8))]))
+    row = recomputed.rows()[1]
+    assert row["reason"] == reasons.RECOMPUTED and row["cached_tokens"] == BS and "request #1" in row["miss_reason"]
+    extends = ledger_of((0.0, [stored([1], None, range(4))]),
+                        (1.0, [stored([1], None, range(4)), stored([5], 1, [9, 9, 9, 9])]))
+    row = extends.rows()[1]
+    assert row["reason"] == reasons.EXTENDS and row["first_miss_token"] == BS
+    assert row["miss_reason"].startswith("the first 4 tokens were cached (request #1)")
