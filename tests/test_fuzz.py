@@ -109,3 +109,82 @@ def test_url_parameters(query, params):
     assert url.startswith("http://host/page") and "<" not in url and " " not in url
     free = links.free_text_from_link(dict(pairs), 50)
     assert set(free) == {"system", "prompt"} and all(len(v) <= 50 for v in free.values())
+
+
+# ---------------------------------------------------------------- Shrink's inputs (issue 28)
+SHRINK_EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces")
+                                 .glob("*.json") if shrink_record.is_record(p.read_bytes())).read_text())
+for _side in ("full", "shrunk"):  # keep each example small: what varies is the structure
+    SHRINK_EXAMPLE[_side]["steps"] = SHRINK_EXAMPLE[_side]["steps"][:4]
+    SHRINK_EXAMPLE[_side]["pieces"] = SHRINK_EXAMPLE[_side]["pieces"][:4]
+    SHRINK_EXAMPLE[_side]["kept"] = dict(list(SHRINK_EXAMPLE[_side]["kept"].items())[:2])
+
+
+def show_shrink_file(data: bytes) -> None:
+    """What Replay and the Shrink page do with a kvviz-shrink file: read it, then every figure and frame."""
+    from kvviz.shrink import charts as shrink_charts
+    rec = shrink_record.from_json(data)
+    result = rec.result
+    result.caption(), result.bytes_ratio(), result.timing_words(), result.first_difference_marked()
+    result.upto(2)
+    if result.shrunk.kept:
+        shrink_charts.kept_map_frame(result.shrunk.kept, len(rec.prompt_pieces), rec.prompt_pieces, per_head=True)
+    shrink_charts.steps_chart(shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps}),
+                              "step_ms", "t").to_dict()
+
+
+@pytest.mark.slow
+@FAST
+@given(st.sampled_from(["full", "shrunk"]),
+       st.dictionaries(st.sampled_from(["label", "text", "steps", "kept", "pieces", "x"]), json_values, max_size=3),
+       st.dictionaries(st.sampled_from(["prompt_tokens", "diverged_at", "model", "mode", "version", "x"]),
+                       json_values, max_size=2))
+def test_shrink_file(side, side_changes, doc_changes):
+    doc = {**SHRINK_EXAMPLE, **doc_changes, side: {**SHRINK_EXAMPLE[side], **side_changes}}
+    try:
+        show_shrink_file(json.dumps(doc).encode())
+    except TraceError:
+        pass  # kvviz's own sentence
+
+
+def sweep_example() -> dict:
+    row = {"mode": "SnapKV press, evicting 50%", "kind": "press", "press": "SnapKV", "ratio": 0.5, "backend": "",
+           "nbits": 0, "items": 6, "right": 5, "accuracy": 5 / 6, "bytes": 4_000_000, "peak_bytes": 9_000_000,
+           "cuda_peak_bytes": 0, "step_ratio": 1.02, "step_ratio_lo": 0.9, "step_ratio_hi": 1.1}
+    full = {**row, "mode": "full cache", "kind": "full", "press": "", "ratio": 0.0, "right": 6, "accuracy": 1.0}
+    return {"format": "kvviz-shrink-sweep", "version": 1, "model": "m", "task": "t", "rows": [full, row]}
+
+
+@pytest.mark.slow
+@FAST
+@given(st.dictionaries(st.sampled_from(list(sweep_example()["rows"][1]) + ["x"]), numbers | st.text(max_size=12),
+                       max_size=5),
+       st.dictionaries(st.sampled_from(["format", "version", "model", "task", "new_tokens", "peak_how", "complete",
+                                        "rows", "x"]), json_values, max_size=2))
+def test_shrink_sweep_file(row_changes, doc_changes):
+    from kvviz.shrink import charts as shrink_charts
+    from kvviz.shrink import sweep
+    doc = sweep_example()
+    doc["rows"][1].update(row_changes)
+    doc.update(doc_changes)
+    try:
+        result = sweep.from_json(json.dumps(doc).encode())
+    except TraceError:
+        return
+    frame = shrink_charts.sweep_frame(result.rows)
+    shrink_charts.sweep_accuracy_chart(frame).to_dict()
+    shrink_charts.sweep_bytes_chart(frame).to_dict()
+
+
+@FAST
+@given(st.one_of(st.sampled_from(["SnapKV", "Knorm", "none", ""]), st.text(max_size=12)),
+       st.one_of(st.floats(allow_nan=True), st.integers(-5, 5)),
+       st.one_of(st.sampled_from(["", "quanto", "hqq", "fp8"]), st.text(max_size=8)),
+       st.integers(-2**40, 2**40), st.integers(-2**40, 2**40))
+def test_shrink_settings_from_a_link(press, ratio, backend, nbits, residual):
+    """A link's press, ratio, backend, bits and residual: a mode kvviz runs, or one sentence."""
+    from kvviz.shrink.compute import ShrinkMode
+    try:
+        ShrinkMode(press=press or "none", ratio=ratio, backend=backend, nbits=nbits, residual_length=residual).check()
+    except UserError as err:
+        assert "\n" not in str(err)
