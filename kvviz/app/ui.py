@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import streamlit as st
@@ -64,7 +64,8 @@ def configure_server() -> None:
     torch's thread policy (kvviz.app.threads: all cores but one, `KVVIZ_TORCH_THREADS` overrides),
     and in hosted mode no error details for visitors: an uncaught exception shows a generic
     message, its type, text and traceback go only to the server log; Streamlit's upload endpoint
-    bounded (kvviz.app.uploads) for a server not started by kvviz.app.launch.
+    bounded (kvviz.app.uploads) for a server not started by kvviz.app.launch; conversion folders a
+    killed process left, removed.
     """
     try:
         threads.apply_torch_threads()
@@ -73,6 +74,15 @@ def configure_server() -> None:
     if policy().enabled and st.get_option("client.showErrorDetails") != "none":
         st.set_option("client.showErrorDetails", "none")
     uploads.apply(policy())  # hosted: the upload endpoint's size from the policy, held files bounded
+    stale_conversions_removed()
+
+
+@st.cache_resource(show_spinner=False)
+def stale_conversions_removed() -> tuple[str, ...]:
+    """Once per server process, at its first page: the `.convert-*` folders a killed conversion left
+    beside the converted default model (kvviz.engine.models.remove_stale_work), removed."""
+    parent = models.default_model_dir().parent
+    return tuple(p.name for p in models.remove_stale_work(parent)) if parent.is_dir() else ()
 
 
 PRESENTER_FONT_SCALE = 1.5  # chart text in presenter mode, × Streamlit's sizes (charts.with_font_scale)
@@ -89,8 +99,14 @@ def prompt_presets() -> dict:
 
 @st.cache_resource(show_spinner=False)
 def model_store() -> ModelStore:
-    """One per server process: the loaded model, shared by every session (kvviz.app.model_store)."""
-    return ModelStore()
+    """One per server process: the loaded model and its attention variants, shared by every session
+    (kvviz.app.model_store)."""
+    return ModelStore(family=attention_family)
+
+
+def attention_family(spec: ModelSpec):
+    """The model whatever its attention implementation: variants share one set of weights."""
+    return replace(spec, attn_implementation="sdpa") if isinstance(spec, ModelSpec) else spec
 
 
 def host_default_model() -> str:
@@ -117,7 +133,7 @@ def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
     except ValueError as exc:
         st.error(f"Cannot load this model: {visitor_text(exc, 'model settings')}")
         return None
-    if spec.name != host_default_model() and not ask_to_load(spec.name):
+    if spec.name != host_default_model() and store.sibling(spec) is None and not ask_to_load(spec.name):
         return None
     return load_in_turn(store, spec)
 
@@ -136,7 +152,7 @@ def load_in_turn(store: ModelStore, spec: ModelSpec) -> models.LoadedModel | Non
     status = st.empty()
     try:
         with device_turn(status) if policy().enabled else nullcontext():
-            return store.load(spec, lambda: load_with_progress(spec))
+            return store.load(spec, lambda: load_or_derive(store, spec))
     except models.ModelLoadError as exc:
         st.error(model_load_failure(spec.name, exc))
     return None
@@ -149,6 +165,15 @@ def model_load_failure(name: str, exc: models.ModelLoadError) -> str:
         return f"Could not load the model: {inert(exc)}"
     errors.log.warning("model load: %s", exc)
     return f"Could not load the model {inert(name)}; the details are in the server's log."
+
+
+def load_or_derive(store: ModelStore, spec: ModelSpec) -> models.LoadedModel:
+    """`spec` built from a loaded variant of the same model when there is one (its weights shared,
+    a fraction of a second), else loaded. A model that already fell back to eager is its own variant."""
+    sibling = store.sibling(spec)
+    if sibling is None:
+        return load_with_progress(spec)
+    return sibling if sibling.attn_fallback else models.with_attention(sibling, spec.attn_implementation)
 
 
 def load_with_progress(spec: ModelSpec) -> models.LoadedModel:

@@ -7,13 +7,16 @@ loads by Hub id or local folder; `trust_remote_code` is never enabled.
 """
 from __future__ import annotations
 
+import copy
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -115,16 +118,58 @@ def is_complete(folder: Path) -> bool:
         return False
 
 
-STALE_WORK_S = 3600  # a conversion takes about a minute; an older work folder was cut off (kill -9)
+STALE_WORK_S = 3600  # a work folder without a lock file (older kvviz) is left alone this long
+LOCK_GRACE_S = 60  # a folder whose lock is free is stale once this old (its owner may be starting)
+
+
+def lock_path(work: Path) -> Path:
+    return work.with_name(work.name + ".lock")
+
+
+@contextmanager
+def conversion_work(parent: Path):
+    """A fresh `.convert-*` work folder under `parent`, its sibling lock file held (flock) while this
+    process converts: a killed process's lock goes with it. Both removed afterwards."""
+    work = Path(tempfile.mkdtemp(prefix=".convert-", dir=parent))
+    try:
+        with open(lock_path(work), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        lock_path(work).unlink(missing_ok=True)
+
+
+def lock_is_held(work: Path) -> bool | None:
+    """Whether a live process holds `work`'s lock; None when it has no lock file."""
+    try:
+        lock = open(lock_path(work), "a")
+    except FileNotFoundError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
+
+
+def is_stale(work: Path, now: float) -> bool:
+    age = now - work.stat().st_mtime
+    held = lock_is_held(work)
+    return age > STALE_WORK_S if held is None else not held and age > LOCK_GRACE_S
 
 
 def remove_stale_work(parent: Path, now: float | None = None) -> list[Path]:
-    """Remove `.convert-*` folders a killed conversion left behind (older than STALE_WORK_S; a
-    younger one may be another process converting right now). Returns what was removed."""
+    """Remove `.convert-*` folders a killed conversion left behind: their lock is free (or, without a
+    lock file, they are older than STALE_WORK_S). A running conversion holds its lock. Returns
+    what was removed."""
     now = time.time() if now is None else now
-    stale = [p for p in parent.glob(".convert-*") if p.is_dir() and now - p.stat().st_mtime > STALE_WORK_S]
+    stale = [p for p in parent.glob(".convert-*") if p.is_dir() and is_stale(p, now)]
     for folder in stale:
         shutil.rmtree(folder, ignore_errors=True)
+        lock_path(folder).unlink(missing_ok=True)
     return stale
 
 
@@ -141,8 +186,7 @@ def convert_default_model(progress: Progress | None = None) -> Path:
     gguf = default_gguf_path()
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_work(target.parent)
-    work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
+    with conversion_work(target.parent) as work:
         report("Reading the embedded GGUF tokenizer (first run only)", 0.05)
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         report("Dequantizing the embedded GGUF weights (first run only, ~30 s)", 0.25)
@@ -163,8 +207,6 @@ def convert_default_model(progress: Progress | None = None) -> Path:
             files.sync_folder(target.parent)
         report("Default model ready", 1.0)
         return target
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def resolve_source(name: str, progress: Progress | None = None, hub_only: bool = False) -> tuple[str, str]:
@@ -237,6 +279,22 @@ def load_weights(source: str, dtype: torch.dtype, attn: str, pinned: dict) -> tu
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype,
                                                      attn_implementation=FALLBACK_ATTENTION, **pinned)
         return model, f"{attn} → {FALLBACK_ATTENTION}: {str(exc).splitlines()[0].split('. ')[0]}"
+
+
+def with_attention(lm: LoadedModel, attn: str) -> LoadedModel:
+    """`lm` under another attention implementation, without loading or copying a weight: a second
+    module tree (built on the meta device) whose parameters and buffers are `lm`'s own tensors,
+    with its own copy of the config. Outputs match a model loaded with `attn`."""
+    config = copy.deepcopy(lm.model.config)
+    config._attn_implementation = attn
+    with torch.device("meta"):
+        twin = type(lm.model)(config)
+    twin.load_state_dict(lm.model.state_dict(), assign=True, strict=True)
+    for name, buffer in lm.model.named_buffers():  # non-persistent ones (rotary frequencies) too
+        owner, _, attr = name.rpartition(".")
+        setattr(twin.get_submodule(owner) if owner else twin, attr, buffer)
+    twin.generation_config = lm.model.generation_config
+    return replace(lm, model=twin.eval(), attn_fallback="")
 
 
 def refuses_attention(exc: Exception) -> bool:
