@@ -182,3 +182,15 @@ def test_a_cached_block_computed_again_and_a_prefix_never_continued():
     row = extends.rows()[1]
     assert row["reason"] == reasons.EXTENDS and row["first_miss_token"] == BS
     assert row["miss_reason"].startswith("the first 4 tokens were cached (request #1)")
+
+
+def test_a_drawn_copy_keeps_its_rows_while_the_ledger_goes_on():
+    import copy
+    ledger = ledger_of((0.0, [stored([1, 2], None, range(8))]), (1.0, [stored([1], None, range(4))]),
+                       (2.0, [removed(2)]))
+    drawn = copy.deepcopy(ledger)
+    assert drawn.rows() == ledger.rows()
+    assert lifetimes.lives_frame(drawn.log, 0.0).equals(lifetimes.lives_frame(ledger.log, 0.0))
+    ledger.apply(KVEventBatch(3.0, [stored([1], None, range(4)), removed(1)], 0))
+    assert len(drawn.rows()) == 2 and drawn.log.live[1].uses_s == [1.0]
+    assert len(ledger.rows()) == 3 and ledger.log.last_end[1].uses_s == [1.0, 3.0]

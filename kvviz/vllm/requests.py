@@ -19,7 +19,9 @@ and the miss reason (`kvviz.vllm.reasons`). Rows are bounded (MAX_REQUESTS, olde
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 from kvviz.vllm import reasons
 from kvviz.vllm.blocklog import BlockLog
@@ -90,6 +92,17 @@ class RequestLedger:
             request.reason, request.miss_reason = reasons.tail(request.block_size)
             request.first_miss_token = request.prompt_tokens
         self.pending.clear()
+
+    def __deepcopy__(self, memo) -> RequestLedger:
+        """A copy to draw from, cheap enough for every page refresh: ended lives never change
+        again, so they are shared; current lives and requests are copied. The copy has no prefix
+        index (`log.children`): draw from it, never feed it events."""
+        log = self.log
+        drawn = BlockLog(live={h: replace(life, uses_s=list(life.uses_s)) for h, life in log.live.items()},
+                         copies=Counter(log.copies), ended=list(log.ended), last_end=dict(log.last_end),
+                         restored_after_s=list(log.restored_after_s))
+        return RequestLedger(drawn, [copy.copy(r) for r in self.requests], self.t0, self.batch_no,
+                             self.numbered, dict(self.sessions), [], self.usable_blocks)
 
     def rows(self) -> list[dict]:
         return [r.row(self.t0 or 0.0) for r in self.requests]
