@@ -65,7 +65,7 @@ def compressed_config(dtype_rates=(4, 8)):
     base.update(layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
                              "heavily_compressed_attention"], compress_rates={"compressed_sparse_attention": csa,
                                                                                "heavily_compressed_attention": hca},
-                sliding_window=6, head_dim=32, index_head_dim=16)
+                sliding_window=6, head_dim=32, index_head_dim=16, q_lora_rank=32, o_lora_rank=16, index_n_heads=2)
     base.pop("model_type", None)
     return AutoConfig.for_model("deepseek_v4", **{k: v for k, v in base.items() if k not in ("transformers_version",)})
 
@@ -128,3 +128,17 @@ def test_a_compressed_layer_holds_its_window_and_its_entries_at_long_context():
     assert hca.values_held(131_073) == hca.values_held(131_072) + 1024  # one token buffered
     assert csa.bytes_at(131_072, 2, 3) == csa.values_held(131_072) * 2 * 3
     assert csa.on_file().label() == "sliding 128" and csa.label() == "sliding 128 + compressed ÷4"
+
+
+def test_the_planner_counts_deepseek_v4s_compressed_entries_at_long_context():
+    """DeepSeek-V4 at its defaults (23 HCA and 20 CSA layers, window 128) in bf16 at 131,072 tokens:
+    the planner's bytes == the layers' formula, 868,774,912 B a sequence, of which the windows are
+    5,592,064 B (what a sliding-window-only count would give)."""
+    from dataclasses import replace
+    from transformers import AutoConfig
+    from kvviz.planner import capacity
+    specs = layout.layer_specs(AutoConfig.for_model("deepseek_v4"))
+    model = replace(capacity.uniform_model(1, 1, 64), specs=specs)  # the planner's arithmetic on its layout
+    assert capacity.kv_bytes_for_context(model, 131_072, "bf16") == sum(s.bytes_at(131_072, 2) for s in specs)
+    assert sum(s.bytes_at(131_072, 2) for s in specs) == 868_774_912
+    assert sum(s.values_per_token * s.tokens_held(131_072) for s in specs) * 2 == 5_592_064

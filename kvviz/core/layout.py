@@ -302,10 +302,14 @@ _STATE_SIZES = {"jamba": _jamba_state, "mamba": _mamba_state, "falcon_mamba": _m
 
 # --- arithmetic on specs (each rule lives on the spec classes, kvviz.core.spec) ---------------------
 
-def layer_tokens_held(spec: CacheSpec, tokens: int) -> int:
+def layer_tokens_held(spec: CacheSpec, tokens: int) -> float:
     """Tokens transformers' dynamic cache holds for that layer after `tokens` positions
-    (`CacheSpec.tokens_held`: a sliding or chunked layer keeps the last cap − 1)."""
-    return spec.tokens_held(tokens)
+    (`CacheSpec.tokens_held`: a sliding or chunked layer keeps the last cap − 1). A layer with a
+    compressor (DeepSeek-V4's CompressedSpec) counts in tokens of its window's size, values held ÷
+    values per token, so that values per token × this (the planner's kv_bytes_for_context) counts
+    its compressed entries, buffered tokens and overlap too (`CacheSpec.values_held`)."""
+    extra = spec.compressor_values(tokens)
+    return spec.tokens_held(tokens) + extra / spec.values_per_token if extra else spec.tokens_held(tokens)
 
 
 def layer_formula_bytes(spec: CacheSpec, tokens: int, batch: int, elem_bytes: float) -> int:

@@ -129,8 +129,8 @@ def _caveat(specs, probed: ProbeRun, elem_bytes: int) -> str:
                      "sized from its code and counted in the bytes shown (the trace's layer records hold "
                      "their windows)")
     if any(s.state_family == "rwkv" for s in specs):
-        words.append("its own one-token step with a state is only right one sequence at a time (transformers "
-                     "5.24 broadcasts a batch's state across the batch): kvviz decodes a batch sequence by "
+        words.append("at batch > 1 its own one-token step with a state computes something else (transformers "
+                     "5.24 broadcasts the batch's state across the batch): kvviz decodes a batch sequence by "
                      "sequence, so its tokens are the model's at batch 1, not its own batched generate's")
     fixed = max((s.fixed_tokens for s in specs), default=0)
     if fixed:
