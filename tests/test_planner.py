@@ -175,7 +175,7 @@ def test_every_table_column_has_a_label_and_a_kind():
     shown = {c for f in frames for c in f.columns} - {"order"}
     assert shown <= set(pf.TABLE_COLUMNS)
     kinds = {kind for _, kind in pf.TABLE_COLUMNS.values()}
-    assert kinds <= {"count", "bytes", "ms", "text", "flag"}
+    assert kinds <= {"count", "bytes", "ms", "ms2", "text", "flag"}
     assert pf.TABLE_COLUMNS["max_concurrent_requests"][1] == "count"  # thousands separators
 
 

@@ -38,6 +38,21 @@ def _log_ticks(low: int, high: int) -> list[int]:
     return ticks if ticks[-1] == high else [*ticks, high]
 
 
+LOG_Y_SPAN = 100  # counts spanning this factor or more get a log y axis
+
+
+def _requests_axis(df: pd.DataFrame, folded: list[str]) -> alt.Y:
+    """Whole-number ticks (never "0.000000" when nothing fits); a symlog scale where the counts span
+    two decades or more, so a handful of requests at a long context do not read as zero."""
+    values = pd.concat([df[c] for c in folded]).dropna() if len(df) else pd.Series(dtype=float)
+    positive = values[values > 0]
+    span = positive.max() / positive.min() if len(positive) else 1
+    log = span >= LOG_Y_SPAN
+    return alt.Y("requests:Q", title="requests that fit at once (per replica" + (", log scale)" if log else ")"),
+                 scale=alt.Scale(type="symlog") if log else alt.Scale(zero=True),
+                 axis=alt.Axis(format=",d", tickMinStep=1))
+
+
 def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
                     min_tokens: int = 256, max_tokens: int | None = None) -> alt.LayerChart:
     """Requests that fit at once vs context per request, log x: the "quadruple the context,
@@ -60,7 +75,7 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
         series=f"datum.series_key == 'max_concurrent_requests' ? '{PLAIN_LABEL}' : '{VLLM_LABEL}'",
     ).mark_line(point=alt.OverlayMarkDef(size=20), clip=True).encode(
         x=x,
-        y=alt.Y("requests:Q", title="requests that fit at once (per replica)"),
+        y=_requests_axis(df, folded),
         color=alt.Color("series:N", title=None, legend=alt.Legend(orient="top", labelLimit=0), scale=alt.Scale(
             domain=[PLAIN_LABEL, VLLM_LABEL], range=[CURVE_COLOR, VLLM_COLOR])),
         strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(

@@ -449,15 +449,19 @@ def _table_lines(plan: CliPlan) -> list[str]:
             f"{'as vLLM (blocks)':>17} {'in all':>8}")
     head += f" {'step ≥ ms':>9} {'tok/s/req ≤':>11} {'tok/s all ≤':>11}" if timed else ""
     lines = [head]
+    known = plan.deployment.weights.params_known  # without the weights no count is a fit
     for r in rows:
-        vllm = r.vllm_requests_per_replica
+        vllm = r.vllm_requests_per_replica if known else None
+        fit, total = (f"{r.max_concurrent_requests:,}", f"{r.requests_total:,}") if known else ("–", "–")
         line = (f"{r.context_tokens:>9,} {units.fmt_bytes(r.kv_bytes_per_request):>15} "
-                f"{r.max_concurrent_requests:>18,} {'–' if vllm is None else f'{vllm:,}':>17} "
-                f"{r.requests_total:>8,}")
-        if timed:
+                f"{fit:>18} {'–' if vllm is None else f'{vllm:,}':>17} "
+                f"{total:>8}")
+        if timed and known:
             line += (f" {r.bandwidth.decode_step_floor_s * 1e3:>9.2f}"
                      f" {r.bandwidth.tokens_per_s_per_request_ceiling:>11,.0f}"
                      f" {r.bandwidth.tokens_per_s_aggregate_ceiling_at_max:>11,.0f}")
+        elif timed:
+            line += f" {'–':>9} {'–':>11} {'–':>11}"
         lines.append(line)
     lines.append("requests that fit: per replica, floor(KV budget / KV per request); as vLLM: "
                  "whole blocks; in all: × DP replicas")
@@ -469,6 +473,9 @@ def _table_lines(plan: CliPlan) -> list[str]:
 
 def _vllm_lines(plan: CliPlan) -> list[str]:
     v = plan.deployment.vllm
+    if not plan.deployment.weights.params_known:
+        return [f"as vLLM would allocate it: – ({words.params_unknown_sentence(PARAMS_REMEDY)})",
+                *_start_lines(plan)]
     if v.error:
         return [f"as vLLM would allocate it: {words.vllm_unavailable_sentence(v.error)}"]
     return [
@@ -479,10 +486,19 @@ def _vllm_lines(plan: CliPlan) -> list[str]:
         f"group(s) of {v.group_size} layers) → KV cache size {v.num_tokens:,} tokens; "
         f"maximum concurrency for {v.max_model_len:,} tokens per request: "
         f"{v.max_concurrency:.3f}×",
-    ] + ([] if v.starts else ["  " + words.refusal_sentence(v, plan.fit_advice)]) + _start_lines(plan)
+    ] + ([] if v.starts else ["  " + words.refusal_sentence(v, plan.fit_advice)]) + _in_flight_lines(plan) \
+        + _start_lines(plan)
+
+
+def _in_flight_lines(plan: CliPlan) -> list[str]:
+    windowed = any(k.startswith(("sliding", "chunked")) for k in plan.model.bytes_per_token_by_kind)
+    note = words.in_flight_sentence(plan.deployment.vllm, plan.deployment.plain.requests_per_replica, windowed)
+    return [f"  {note}"] if note else []
 
 
 def _start_lines(plan: CliPlan) -> list[str]:
+    if not plan.deployment.weights.params_known:
+        return ["will it start: – (the weights are unknown; give --params)"]
     if plan.refusals:
         lines = ["will it start: no, vLLM would refuse:"]
         for r in plan.refusals:

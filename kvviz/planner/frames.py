@@ -190,6 +190,9 @@ def memory_metrics(plan: Plan, fmt_bytes: Callable[[float], str]) -> list[Metric
                f"Per replica: KV budget {units.fmt_bytes_si(per_gpu.kv_budget_bytes)} per GPU ÷ KV per "
                "request, rounded down; no prefix sharing."),
     ]
+    if not r.weights.params_known:  # no fit without the weights: the budget would count them as 0 B
+        out[-1] = Metric(f"Requests that fit at {t:,} tokens", "–", words.params_unknown_sentence(PARAMS_REMEDY))
+        return out
     if r.gpus > 1:
         out.append(Metric(f"Whole deployment ({r.label})", fmt_count(plain.requests_total),
                           f"{r.dp} replica(s) × {plain.requests_per_replica:,} requests."))
@@ -207,7 +210,7 @@ def _weights_help(plan: Plan) -> str:
 def vllm_metrics(plan: Plan) -> list[Metric]:
     """vLLM's blocks, tokens, concurrency at max_model_len and requests of T in whole blocks."""
     v, t = plan.result.vllm, plan.context_tokens
-    if v.error:
+    if v.error or not plan.result.weights.params_known:
         return []
     return [
         Metric("KV blocks per GPU", fmt_count(v.num_blocks),
@@ -219,8 +222,14 @@ def vllm_metrics(plan: Plan) -> list[Metric]:
                "Blocks ÷ blocks one request of max_model_len needs, as vLLM logs it."),
         Metric(f"Requests of {t:,} tokens (whole blocks)",
                fmt_count(v.requests_at_context_per_replica),
-               "Per replica, each request rounded up to whole blocks in every layer group."),
+               in_flight_note(plan) or "Per replica, each request rounded up to whole blocks in every layer group."),
     ]
+
+
+def in_flight_note(plan: Plan) -> str | None:
+    """words.in_flight_sentence for this plan (sliding / chunked layers' in-flight reservation)."""
+    windowed = any(s.kind in (capacity.SLIDING, capacity.CHUNKED) for s in plan.model.specs)
+    return words.in_flight_sentence(plan.result.vllm, plan.result.plain.requests_per_replica, windowed)
 
 
 def speed_metrics(plan: Plan) -> list[Metric]:
@@ -279,18 +288,18 @@ def fit_curve_frame(plan: Plan, max_tokens: int | None = None) -> pd.DataFrame:
     Columns: context_tokens, kv_bytes_per_request (per GPU), max_concurrent_requests (per
     replica), vllm_requests_per_replica (whole blocks; None when vLLM cannot serve the dtype).
     """
-    rows = _rows(plan, curve_contexts(max_tokens or curve_max_context(plan)))
+    rows = _rows(plan, sorted({*curve_contexts(max_tokens or curve_max_context(plan)), plan.context_tokens}))
     cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests",
             "vllm_requests_per_replica"]
     return pd.DataFrame([{c: r[c] for c in cols} for r in rows], columns=cols)
 
 
 def context_table_frame(plan: Plan, contexts: Sequence[int] = TABLE_CONTEXTS) -> pd.DataFrame:
-    """One row per context: context_tokens, kv_bytes_per_request (per GPU),
+    """One row per context (the chosen context T among them): context_tokens, kv_bytes_per_request (per GPU),
     max_concurrent_requests (per replica), vllm_requests_per_replica, requests_total, and with a
     bandwidth decode_step_floor_ms, tokens_per_s_per_request_ceiling,
     tokens_per_s_aggregate_ceiling_at_max."""
-    rows = _rows(plan, contexts)
+    rows = _rows(plan, sorted({*contexts, plan.context_tokens}))
     cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests",
             "vllm_requests_per_replica", "requests_total"]
     if rows and "decode_step_floor_s" in rows[0]:
@@ -427,7 +436,7 @@ TABLE_COLUMNS = {
     "max_concurrent_requests": ("fit / replica", "count"),
     "vllm_requests_per_replica": ("as vLLM (whole blocks)", "count"),
     "requests_total": ("in all", "count"),
-    "decode_step_floor_ms": ("step ≥", "ms"),
+    "decode_step_floor_ms": ("step ≥", "ms2"),  # two decimals, as `kvviz plan` prints it
     "tokens_per_s_per_request_ceiling": ("tok/s/req ≤", "count"),
     "tokens_per_s_aggregate_ceiling_at_max": ("tok/s all ≤", "count"),
     "group": ("what-if", "text"), "variant": ("variant", "text"), "kv_heads": ("KV heads", "count"),

@@ -58,7 +58,7 @@ BOUND_TEXT = {
     "both": "Here the two are within a factor of two: **both** matter, and which one wins "
             "depends on the software stack.",
 }
-NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "s": "%,.1f s", "number": "%,.1f",
+NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "ms2": "%,.2f ms", "s": "%,.1f s", "number": "%,.1f",
                   "gbs": "%,.2f GB/s"}  # column kind -> how st.dataframe shows it
 
 
@@ -93,6 +93,11 @@ def page() -> None:
         st.stop()
     model_caption(model, result)
     headline(plan, result)
+    if not result.weights.params_known:  # nothing shown as a fit: the weights would count as 0 B
+        st.info("Give the parameter count above to see what fits: without the weights kvviz cannot "
+                "say how much memory is left for the KV cache.")
+        kinds_section(plan)
+        return
     vllm_section(plan, result)
     start_section(plan, result, CATALOG[choice.name]["hf_id"] if choice.name else "<your model>")
     log_section(plan)
@@ -150,6 +155,9 @@ def people_table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], key: str
         if kind == "bytes":
             shown[col] = [units.fmt_bytes(v) if pd.notna(v) else "–" for v in shown[col]]
             config[col] = st.column_config.TextColumn(label)
+        elif kind == "count":  # rounded as `kvviz plan` rounds (the format alone would truncate)
+            shown[col] = [round(v) if pd.notna(v) else None for v in shown[col]]
+            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
         elif kind in NUMBER_FORMATS:
             config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
         elif kind == "flag":
@@ -371,6 +379,8 @@ def vllm_section(plan, result) -> None:
                              "0.32 on tiny Granite-4, Qwen3-Next and LFM2 hybrids (docs/planner.md)."))
         if deployment.refused(result):
             st.warning(words.refusal_sentence(result.vllm, deployment.fit_advice(plan.model, plan.setup)))
+        if note := planner_frames.in_flight_note(plan):
+            st.info(note)
         with st.expander("vLLM's figures as a table"):
             vllm_table = planner_frames.vllm_frame(plan)
             st.dataframe(vllm_table, hide_index=True, key="plan_vllm_table")

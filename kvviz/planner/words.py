@@ -128,6 +128,20 @@ def fit_advice_sentence(change: FitChange | None, length: int, label: str,
     return f"No request of {length:,} tokens fits on {label}; with {change.weight_dtype} weights it does."
 
 
+def in_flight_sentence(vllm: VllmPlan, plain_requests: int, windowed: bool) -> str | None:
+    """Why vLLM fits far fewer requests than plain bytes when sliding / chunked layers reserve for
+    the tokens in flight (None when that is not what makes the difference)."""
+    at_t = vllm.requests_at_context_per_replica
+    if not windowed or not plain_requests or at_t >= 0.75 * plain_requests:
+        return None
+    batches = max(1, vllm.in_flight_tokens // max(1, vllm.max_num_batched_tokens))
+    return (f"vLLM fits {at_t:,} requests where plain bytes fit {plain_requests:,}: besides its own "
+            f"tokens, every sliding or chunked layer reserves blocks for the {vllm.in_flight_tokens:,} "
+            f"tokens that may be in flight (max_num_batched_tokens {vllm.max_num_batched_tokens:,} × "
+            f"{batches} batch(es) scheduled ahead), and it is that reservation, not rounding to whole "
+            f"blocks, that cuts the count.")
+
+
 def refusal_sentence(vllm: VllmPlan, advice: str) -> str:
     """What the CLI and the page both say when vLLM would refuse to start."""
     text = (f"vLLM would refuse to start: one request of max_model_len {vllm.max_model_len:,} "
