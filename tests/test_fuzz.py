@@ -188,3 +188,47 @@ def test_shrink_settings_from_a_link(press, ratio, backend, nbits, residual):
         ShrinkMode(press=press or "none", ratio=ratio, backend=backend, nbits=nbits, residual_length=residual).check()
     except UserError as err:
         assert "\n" not in str(err)
+
+
+# ---------------------------------------------------------------- Serving (a hosted visitor's inputs)
+
+serving_numbers = st.one_of(st.integers(-2**63, 2**63), st.sampled_from([0, -1, 1, 3, 4, 64, 4096, 4097, 10**9]))
+serving_text = st.one_of(st.text(max_size=60), st.sampled_from(["", "\n\n", " \n ", "x" * 4001, "Hi\n" * 11,
+                                                                 "a\u2028b\u0085c", "**bold** [link](http://x)"]))
+
+
+@FAST
+@given(serving_text, st.booleans(), serving_text, serving_numbers, serving_numbers, serving_numbers,
+       serving_numbers, serving_numbers)
+def test_serving_settings_hosted(prompts, share, system, blocks, block_size, max_new, every, delay_ms):
+    """Every number and text the Serving page takes, checked before any tokenizing: requests within
+    the hosted caps, or one sentence."""
+    from kvviz.app import hosted
+    from kvviz.serving import panel as serving_panel
+    caps = hosted.Policy(enabled=True)
+    settings_ = serving_panel.Settings(prompts, share, system, blocks, block_size, max_new, every, delay_ms)
+    try:
+        requests = serving_panel.check_settings(caps, "default", settings_)
+    except UserError as err:
+        assert "\n" not in str(err)
+        return
+    assert 1 <= len(requests) <= caps.max_batch and all(r.strip() for r in requests)
+    assert blocks * block_size <= caps.max_pool_tokens and max_new <= caps.max_new_tokens
+    assert max(len(prompts), len(system)) <= caps.max_prompt_chars
+    assert every <= caps.max_arrival_every and delay_ms <= caps.max_step_delay_ms
+
+
+@FAST
+@given(st.lists(st.integers(0, 5000), min_size=1, max_size=5), serving_numbers, serving_numbers, serving_numbers)
+def test_serving_pool_fit(lengths, blocks, block_size, max_new):
+    """Requests of any length against any pool: they fit, or one sentence (never a library error,
+    a division by zero or a scheduler that would stall)."""
+    from kvviz.serving import compute as serving
+    cfg = serving.ServingConfig(block_size=block_size, num_blocks=blocks, max_new_tokens=max_new)
+    ids = [[1] * n for n in lengths]
+    try:
+        serving.check_fits(ids, cfg)
+    except UserError as err:
+        assert "\n" not in str(err)
+        return
+    assert serving.expected_steps(ids, cfg) >= 1 and serving.unshared_blocks_bound(ids, cfg) <= 1 + blocks * len(ids)
