@@ -132,6 +132,6 @@ KIND_NOTES = {  # what each kind's cells mean, said once when the model has such
 
 
 ATTENTION_HELP = ("Records, for the cache map, how much the newest token attends to each cached "
-                  "position (averaged over heads, per layer). Needs eager attention: the model is "
-                  "reloaded with attn_implementation='eager' (sdpa returns no weights), which makes "
-                  "each step slower; docs/benchmarks.md has the measured cost. Off by default.")
+                  "position (averaged over heads, per layer). Needs eager attention (sdpa returns no "
+                  "weights): the run uses an eager variant of the loaded model, sharing its weights, "
+                  "which makes each step slower; docs/benchmarks.md has the measured cost. Off by default.")
