@@ -50,6 +50,38 @@ def resolve_model_type(cfg: dict) -> tuple[dict, str | None]:
             f"model_type {model_type!r} is remote code; read as {known!r} (architectures: {arch})")
 
 
+def built_layer_counts(cfg: dict) -> dict[str, int]:
+    """The layer counts the architecture itself will build, read the way transformers reads them:
+    the config class's own attributes (its attribute_map turns MPT's and DBRX's `n_layers` into
+    num_hidden_layers) and every integer field of it and its sub-configs that counts layers
+    (Blenderbot's `decoder_layers` / `encoder_layers`, …). Building the config object is cheap;
+    building the model is what a huge count makes slow. {} for an architecture transformers
+    does not know (the generic reader takes num_hidden_layers / n_layer / num_layers only)."""
+    try:
+        config = layout.config_from_dict(resolve_model_type(cfg)[0])
+    except layout.UnknownModelType:
+        return {}
+    found = {}
+    for sub in _configs_in(config):
+        value = getattr(sub, "num_hidden_layers", None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            found[f"{sub.model_type or 'config'}.num_hidden_layers"] = value
+        for key, value in sub.to_diff_dict().items() if hasattr(sub, "to_diff_dict") else ():
+            if key.endswith(("layers", "layer")) and isinstance(value, int) and not isinstance(value, bool):
+                found[key] = value
+    return found
+
+
+def _configs_in(config) -> list:
+    """The config and its sub-configs (text, vision, decoder, …)."""
+    subs = [config]
+    for key in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, key, None)
+        if sub is not None and hasattr(sub, "to_diff_dict"):
+            subs.append(sub)
+    return subs
+
+
 def _max_position(text) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "n_ctx"):
         value = getattr(text, key, None)

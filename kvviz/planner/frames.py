@@ -116,6 +116,7 @@ def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
     if isinstance(cfg.get("text_config"), dict):
         _check_int_fields(cfg["text_config"])
     cfg = {k: v for k, v in cfg.items() if k not in ("name", "_name_or_path")}
+    _check_built_layers(cfg)
     try:
         return plan_models.model_from_config(cfg, PASTED_NAME, given_params=params or None, measured=True)
     except Exception as err:  # noqa: BLE001 - transformers raises many kinds; all become one line
@@ -124,6 +125,20 @@ def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
 
 _LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
 MAX_PASTED_LAYERS = 512  # the largest published models have ~130
+
+
+def _check_built_layers(cfg: dict) -> None:
+    """The layer cap on what the architecture will build, whatever the field is called (MPT and
+    DBRX `n_layers`, Blenderbot `decoder_layers`, …): checked before anything is built."""
+    try:
+        counts = plan_models.built_layer_counts(cfg)
+    except Exception as err:  # noqa: BLE001 - a config class refusing the fields: one plain line
+        raise ConfigError(f"The pasted config cannot be used: {_plain(err)}.") from None
+    for key, value in counts.items():
+        if value > MAX_PASTED_LAYERS:
+            field = key.split(".")[-1]
+            raise ConfigError(f"In the pasted config, the architecture would build {value:,} layers "
+                              f"({field}); kvviz plans models of at most {MAX_PASTED_LAYERS:,} layers.")
 
 
 def _check_int_fields(cfg: dict) -> None:

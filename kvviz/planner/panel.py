@@ -117,7 +117,7 @@ def metric_row(metrics: list) -> None:
     for col, m in zip(st.columns(len(metrics)), metrics):
         with col:
             st.metric(m.label, m.value, border=True)
-            st.caption(m.help)
+            st.caption(inert(m.help))  # may quote a pasted config's quant_method: plain text
 
 
 def downloads(key: str, chart=None, table=None) -> None:
