@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
+from kvviz.core.errors import UserError
+
 MAX_LOG_CHARS = 200_000  # a start-up log is a few hundred lines; the page's box and --vllm-log
 GIB = 2**30
 _NUM = r"([0-9][0-9,]*)"
@@ -79,7 +81,7 @@ class LogFacts:
         return sum(1 for f in fields(self) if getattr(self, f.name) not in (None, ()))
 
 
-class LogError(ValueError):
+class LogError(UserError):
     """A pasted log kvviz cannot read; its message is one sentence for the reader."""
 
 
