@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.vllm import tokens, views, would_hit
+from kvviz.vllm import panel as panels, tokens, views, would_hit
 from kvviz.vllm.metrics import parse_metrics
 from kvviz.vllm.recording import Recording, states_at
 from kvviz.vllm.state import request_rows
@@ -230,13 +230,15 @@ def test_per_request_cached_tokens_equal_vllm_s_and_reasons_are_the_designed_one
             time.sleep(0.2)
         assert watch.connections[0].ok, watch.connections[0].status
         base = metrics(url)
-        sent = load.run_designed(url, tag, fillers=6, timeout_s=REQUEST_TIMEOUT_S)  # 6 × 7 blocks > 23
+        sent = load.run_designed(url, tag, fillers=4, timeout_s=REQUEST_TIMEOUT_S)  # 4 × 7 blocks > 23:
+        # the whole pool turns over, so the first prompt's blocks are evicted
         m = quiescent(url, watch, base.num_requests_success + len(sent))
         rows = watch.read(lambda states, conns: request_rows(states))
         # "Would this prompt hit now?": the first prompt walked through the pool, then sent again
         model = load.served_model(url)
-        bodies = [body for _, _, body in load.designed(model, tag, fillers=6)]
-        ids = [tokens.chat_ids(model, *(msg["content"] for msg in body["messages"])) for body in bodies]
+        bodies = [body for _, _, body in load.designed(model, tag, fillers=4)]
+        allowlist = panels.tokenizer_allowlist()
+        ids = [tokens.chat_ids(model, *(msg["content"] for msg in body["messages"]), allowlist) for body in bodies]
         assert [len(i) for i in ids] == [usage["prompt_tokens"] for _, _, usage in sent]
         hit = would_hit.check(engine_state(watch).pool, ids[0], BLOCK_SIZE)
         again = load.post(url, bodies[0], REQUEST_TIMEOUT_S)["usage"]

@@ -80,6 +80,16 @@ def download(watches: list[EngineWatch]) -> None:
                            on_click="ignore", key=f"engine_download_{i}")
 
 
+def tokenizer_allowlist() -> dict[str, Path]:
+    """Served model name -> kvviz's own folder of that model, for the models whose tokenizer a
+    watch file or a hosted page may use: the embedded default model (`make vllm-demo` serves it
+    under its folder name), once converted."""
+    from kvviz.engine import models  # torch: loaded only when a tokenizer is looked up
+
+    folder = models.default_model_dir()
+    return {models.DEFAULT_FOLDER: folder} if models.is_complete(folder) else {}
+
+
 def text_fns(meta: dict, from_file: bool = False) -> dict:
     """URL -> token-ids-to-text function for servers whose tokenizer is readable here. A watch
     file's (`from_file`) or a hosted page's servers get only the allowlist's tokenizers, by the
@@ -90,7 +100,7 @@ def text_fns(meta: dict, from_file: bool = False) -> dict:
     for url, server in (servers.items() if isinstance(servers, dict) else ()):
         if not isinstance(server, dict):
             continue
-        fn = (tokens.allowlisted_text_fn(str(server.get("model", ""))) if allowlist_only
+        fn = (tokens.allowlisted_text_fn(str(server.get("model", "")), tokenizer_allowlist()) if allowlist_only
               else tokens.block_text_fn(url, str(server.get("model_root", ""))))
         if fn is not None:
             out[url] = fn
@@ -123,7 +133,7 @@ def show_would_hit(state: EngineState, model: str, key: str) -> None:
     """Paste a prompt: how many of its tokens the cache holds now, and where the match stops."""
     with st.expander("Would this prompt hit now? (derived from events)"):
         size = state.pool.block_size
-        if not tokens.has_chat_template(model):
+        if not tokens.has_chat_template(model, tokenizer_allowlist()):
             st.caption("Needs the served model's tokenizer and chat template from kvviz's allowlist "
                        "(the embedded default model, as `make vllm-demo` serves it); this server's "
                        "model is not on it.")
@@ -145,7 +155,7 @@ def show_would_hit(state: EngineState, model: str, key: str) -> None:
             st.error(f"Each box holds at most {cap:,} characters; this one has "
                      f"{max(len(system), len(user)):,}.")
             return
-        ids = tokens.chat_ids(model, system, user)
+        ids = tokens.chat_ids(model, system, user, tokenizer_allowlist())
         if ids is not None:
             st.text(would_hit.check(state.pool, ids, size).sentence())
 

@@ -29,15 +29,12 @@ def tokenizer_file(url: str, model_root: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def allowlisted_tokenizer_file(model: str) -> Path | None:
-    """kvviz's own tokenizer file for a served model name on the allowlist, else None."""
-    from kvviz.engine.models import DEFAULT_FOLDER, default_model_dir, is_complete  # torch: only here
-
-    if model != DEFAULT_FOLDER:
-        return None
-    folder = default_model_dir()
-    path = folder / "tokenizer.json"
-    return path if is_complete(folder) and path.is_file() else None
+def allowlisted_tokenizer_file(model: str, allowlist: dict[str, Path]) -> Path | None:
+    """The tokenizer file of a served model name on the allowlist (name -> kvviz's own model
+    folder, built by the panel), else None."""
+    folder = allowlist.get(model)
+    path = folder / "tokenizer.json" if folder is not None else None
+    return path if path is not None and path.is_file() else None
 
 
 def block_text_fn(url: str, model_root: str):
@@ -45,9 +42,9 @@ def block_text_fn(url: str, model_root: str):
     return decoder(tokenizer_file(url, model_root))
 
 
-def allowlisted_text_fn(model: str):
+def allowlisted_text_fn(model: str, allowlist: dict[str, Path]):
     """The same, for a name a file or a hosted server gave: the allowlist's tokenizer or None."""
-    return decoder(allowlisted_tokenizer_file(model))
+    return decoder(allowlisted_tokenizer_file(model, allowlist))
 
 
 def decoder(path: Path | None):
@@ -72,16 +69,16 @@ def chat_template(folder: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def has_chat_template(model: str) -> bool:
-    path = allowlisted_tokenizer_file(model)
+def has_chat_template(model: str, allowlist: dict[str, Path]) -> bool:
+    path = allowlisted_tokenizer_file(model, allowlist)
     return path is not None and chat_template(path.parent) is not None
 
 
-def chat_ids(model: str, system: str, user: str) -> list[int] | None:
+def chat_ids(model: str, system: str, user: str, allowlist: dict[str, Path]) -> list[int] | None:
     """The token ids vLLM's chat endpoint would compute for [system, user] with the generation
     prompt, for an allowlisted served model (its template rendered in Jinja's sandbox, its
     tokenizer without extra special tokens, as vLLM does for chat); None for any other model."""
-    path = allowlisted_tokenizer_file(model)
+    path = allowlisted_tokenizer_file(model, allowlist)
     template = chat_template(path.parent) if path is not None else None
     if template is None:
         return None
