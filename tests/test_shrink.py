@@ -230,3 +230,18 @@ def test_first_difference_marked_and_timing_spread():
     slow = shrink.Comparison(full, run(full.pieces, [500, 200, 210, 190]), None)
     assert slow.first_difference_marked() == (full.text, full.text) and "noise" not in slow.timing_words()
     assert shrink.Comparison(run(["a"], [5]), run(["a"], [6]), None).timing_words() == ""
+
+
+def test_one_slow_step_does_not_flatten_the_step_chart():
+    """A 120,000 ms first step (a backend's first call) is drawn at the top edge of an axis that
+    ends at 3 × the median decode step or just above the faster prompt; ordinary runs are not clipped."""
+    import pandas as pd
+
+    from kvviz.shrink import charts
+    df = pd.DataFrame({"run": ["full"] * 4 + ["shrunk"] * 4, "step": [0, 1, 2, 3] * 2,
+                       "step_ms": [2000, 80, 90, 85, 120_000, 82, 88, 90]})
+    assert charts.time_cap(df) == 2200
+    y = charts.steps_chart(df, "step_ms", "step time").to_dict()["encoding"]["y"]
+    assert y["scale"] == {"domain": [0, 2200.0], "clamp": True} and "clipped at 2,200" in y["title"]
+    calm = df.assign(step_ms=[2000, 80, 90, 85, 2100, 82, 88, 90])
+    assert "scale" not in charts.steps_chart(calm, "step_ms", "step time").to_dict()["encoding"]["y"]

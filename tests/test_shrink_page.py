@@ -69,3 +69,26 @@ def test_changed_settings_mark_the_old_result(at):
     at.slider(key="shrink_new").set_value(5).run()
     assert any("previous settings" in w.value for w in at.warning)
     assert answers(at)  # the old answers stay, marked
+
+
+def test_sweep_runs_on_the_page_and_the_shipped_one_shows(at, tmp_path, monkeypatch):
+    from test_shrink_sweep import short_items
+
+    from kvviz.shrink import task
+    path = tmp_path / "task.json"
+    path.write_text(task.to_json(short_items(), "test"))
+    monkeypatch.setattr(task, "ASSET", path)  # the tiny model's context is 256 tokens
+    at.run()
+    at.multiselect(key="shrink_sweep_presses").set_value(["Knorm"])
+    at.multiselect(key="shrink_sweep_quant").set_value(["quanto 4-bit"])
+    at.number_input(key="shrink_sweep_items").set_value(1)
+    at.button(key="shrink_sweep_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    table = at.dataframe[-1].value  # the sweep's table, the page's only one
+    assert list(table["mode"]) == ["full cache"] + [f"Knorm press, evicting {r:.0%}" for r in (0.25, 0.5, 0.75, 0.9)] \
+        + ["quantized cache (quanto 4-bit, residual 16)"]
+    assert table["accuracy"].between(0, 1).all() and (table["peak_mib"] >= table["bytes_mib"]).all()
+    assert any("run here just now" in c.value for c in at.caption)
+    at.button(key="shrink_sweep_shipped").click().run()
+    assert not at.exception
+    assert any("shipped with kvviz" in c.value and "SmolLM2" in c.value for c in at.caption)

@@ -137,3 +137,21 @@ def test_default_model_answers_the_shipped_task_at_ratio_0(default_lm):
     items = task.load()
     done = sweep.run(default_lm, items, [], new_tokens=sweep.NEW_TOKENS)
     assert [(r.kind, r.right, r.items) for r in done.rows] == [("full", len(items), len(items))]
+
+
+def test_the_shipped_sweep_of_the_default_model():
+    """kvviz/assets/shrink_sweep_smollm2.json (`kvviz shrink --sweep` on SmolLM2): every press at
+    every ratio and every quantized setting; the full cache answers every item; the figures agree."""
+    from kvviz.shrink import panel
+    done = sweep.from_json(panel.SHIPPED_SWEEP.read_bytes())
+    full = done.rows[0]
+    assert done.complete and "SmolLM2" in done.model and (full.kind, full.accuracy) == ("full", 1.0)
+    presses = {(r.press, r.ratio) for r in done.rows if r.kind == "press"}
+    assert presses == {(p, x) for p in {r.press for r in done.rows if r.kind == "press"} for x in sweep.RATIOS}
+    assert len(presses) == 5 * 4 and len([r for r in done.rows if r.kind == "quantized"]) == len(sweep.QUANT)
+    for r in done.rows:
+        assert r.peak_bytes > r.bytes and r.right == round(r.accuracy * r.items)
+        if r.kind == "press":  # the kept share of the prompt, within one position per layer and head
+            assert abs(r.bytes / full.bytes - (1 - r.ratio)) < 0.01
+        if r.kind == "quantized":
+            assert r.ratio == round(1 - r.bytes / full.bytes, 4)

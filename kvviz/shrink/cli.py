@@ -117,7 +117,7 @@ def table(result) -> str:
         spread = f"{r.step_ratio:.2f} ({r.step_ratio_lo:.2f}–{r.step_ratio_hi:.2f})"
         lines.append(f"{r.mode:<46} {r.ratio:>5.2f} {r.right:>3}/{r.items:<2} {r.accuracy:>3.0%} "
                      f"{fmt_bytes(r.bytes):>10} {fmt_bytes(r.peak_bytes):>10} {spread:>17}"
-                     f"{' ~noise' if r.within_noise and r.kind != 'full' else ''}")
+                     f"{'  within noise' if r.within_noise and r.kind != 'full' else ''}")
     lines.append(f"peak: {result.peak_how}; ratio of a quantized cache: bytes saved (measured)")
     return "\n".join(lines)
 
