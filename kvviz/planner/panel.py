@@ -78,8 +78,9 @@ def page() -> None:
     rules = ui.policy()
     header(rules)
     choice = inputs()
-    ui.share_link([links.Text("plan_config", "pasted config.json", choice.pasted)]
-                  if choice.source == SOURCES[1] else [])
+    texts = [links.Text("plan_config", "pasted config.json", choice.pasted)] if choice.source == SOURCES[1] else []
+    log = st.session_state.get("plan_vllm_log") or ""  # the box below, as of this rerun
+    ui.share_link(texts + ([links.Text("plan_vllm_log", "pasted vLLM log", log)] if log else []))
     within_caps(rules, plan_tokens={"context T": choice.setup.context_tokens,
                                     "max_model_len": choice.setup.max_model_len or 0,
                                     "the shared prompt S": choice.setup.prefix_tokens},
@@ -408,7 +409,8 @@ def log_section(plan) -> None:
     """A pasted vLLM start-up log: its KV figures beside kvviz's for this model and these settings."""
     with st.expander("Compare with vLLM's start-up log"):
         text = st.text_area(f"vLLM start-up log (up to {vllm_log.MAX_LOG_CHARS:,} characters; only "
-                            "the numbers it prints are read)", "", height=140,
+                            "the numbers it prints are read)",
+                            ui.text_from_link("plan_vllm_log", "", vllm_log.MAX_LOG_CHARS), height=140,
                             max_chars=vllm_log.MAX_LOG_CHARS, key="plan_vllm_log",
                             placeholder="… Available KV cache memory: 53.57 GiB\n… GPU KV cache size: "
                                         "438,880 tokens, Maximum concurrency for 131,072 tokens per request: 3.35x")
@@ -419,7 +421,7 @@ def log_section(plan) -> None:
         try:
             rows = log_compare.compare(vllm_log.parse_log(text), plan.model, plan.setup)
         except ValueError as err:  # kvviz's own sentences: numbers only, never the pasted text
-            st.error(inert(f"Cannot compare: {err}."))
+            st.warning(inert(f"Cannot compare: {err}."))
             return
         st.dataframe(pd.DataFrame([vars(r) for r in rows]).rename(columns={
             "figure": "figure", "vllm": "vLLM's log", "kvviz": "kvviz", "verdict": "difference"}),
