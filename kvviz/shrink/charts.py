@@ -1,7 +1,7 @@
 """Pure frames and Altair charts for the Shrink page: kept vs evicted positions, bytes, step time.
 
 Columns: kept_map_frame -> layer, kv_head, row (layer or "layer · head"), position, status
-("kept" / "evicted"), token; steps_frame -> run, step, kv_bytes, step_ms.
+("kept" / "evicted"), token; steps_frame -> run, step, kv_bytes, kv_mib (MiB, as on Live), step_ms.
 """
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def kept_map_chart(df: pd.DataFrame) -> alt.Chart:
 
 def steps_frame(runs: dict[str, Sequence]) -> pd.DataFrame:
     """{run label: StepRecords} -> long form, one row per step."""
-    return pd.DataFrame([{"run": label, "step": s.step, "kv_bytes": s.kv_bytes, "step_ms": s.step_ms}
-                         for label, steps in runs.items() for s in steps],
-                        columns=["run", "step", "kv_bytes", "step_ms"])
+    return pd.DataFrame([{"run": label, "step": s.step, "kv_bytes": s.kv_bytes, "kv_mib": s.kv_bytes / 2**20,
+                          "step_ms": s.step_ms} for label, steps in runs.items() for s in steps],
+                        columns=["run", "step", "kv_bytes", "kv_mib", "step_ms"])
 
 
 def time_cap(df: pd.DataFrame) -> float:
@@ -66,7 +66,7 @@ def time_cap(df: pd.DataFrame) -> float:
 
 
 def steps_chart(df: pd.DataFrame, field: str, title: str) -> alt.Chart:
-    """`field` (kv_bytes or step_ms) per step, one line per run. Step times over `time_cap` are
+    """`field` (kv_mib, kv_bytes or step_ms) per step, one line per run. Step times over `time_cap` are
     drawn at the top edge (clamped), their real times in the tooltip."""
     y = alt.Y(f"{field}:Q", title=title)
     if field == "step_ms" and len(df):
@@ -76,7 +76,7 @@ def steps_chart(df: pd.DataFrame, field: str, title: str) -> alt.Chart:
     return alt.Chart(df).mark_line(point=True).encode(
         x=alt.X("step:Q", title="step (0 = prompt)", axis=alt.Axis(format="d")),
         y=y, color=alt.Color("run:N", legend=alt.Legend(orient="top")),
-        tooltip=["run:N", "step:Q", alt.Tooltip(f"{field}:Q", format=",.1f")],
+        tooltip=["run:N", "step:Q", alt.Tooltip(f"{field}:Q", format=",.2f" if field == "kv_mib" else ",.1f")],
     ).properties(height=220, width="container")
 
 

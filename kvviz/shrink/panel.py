@@ -76,7 +76,7 @@ def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_
                + (f"; decode step time {timing}" if timing else "; no decode step yet"))
     frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
     a, b = st.columns(2)
-    a.altair_chart(shrink_charts.steps_chart(frame, "kv_bytes", "cache bytes (measured)"), key=f"{key}_bytes")
+    a.altair_chart(shrink_charts.steps_chart(frame, "kv_mib", "cache (MiB, measured)"), key=f"{key}_bytes")
     b.altair_chart(shrink_charts.steps_chart(frame, "step_ms", "step time (ms)"), key=f"{key}_ms")
     slow = [s for s in result.full.steps + result.shrunk.steps if s.step_ms > shrink_charts.time_cap(frame)]
     if slow:

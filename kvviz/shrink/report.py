@@ -23,7 +23,11 @@ def figures(result: Comparison) -> list[tuple[str, str]]:
             ("KV cache at the end, shrunk (measured)", f"{fmt_bytes(shrunk.kv_bytes)} ({shrunk.kv_bytes:,} B)"),
             ("Shrunk ÷ full bytes", f"{result.bytes_ratio():.2f}"),
             ("Median decode step, full / shrunk", f"{result.full.decode_ms():.1f} ms / {result.shrunk.decode_ms():.1f} ms"),
-            ("Shrunk ÷ full decode step time", f"{result.step_time_ratio():.2f}")]
+            ("Shrunk ÷ full decode step time (paired steps)", result.timing_words() or "no decode step")]
+    peaks = [max(s.peak_bytes for s in run.steps) for run in (result.full, result.shrunk)]
+    if all(peaks):
+        rows.append(("Peak during the run, full / shrunk (tensors tracked)",
+                     f"{fmt_bytes(peaks[0])} / {fmt_bytes(peaks[1])}"))
     if shrunk.payload_bytes:
         rows.append(("Quantized cache: payload + scales and zero points + residual",
                      f"{shrunk.payload_bytes:,} B + {shrunk.scale_bytes:,} B + {shrunk.residual_bytes:,} B"))
@@ -33,7 +37,7 @@ def figures(result: Comparison) -> list[tuple[str, str]]:
 def charts(result: Comparison, prompt_pieces: list[str], svg) -> list[dict]:
     """Each chart's title and inline SVG (Markup), or the error that kept it from being drawn."""
     frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
-    built = {"Cache bytes per step (measured)": shrink_charts.steps_chart(frame, "kv_bytes", "cache bytes"),
+    built = {"Cache bytes per step (measured)": shrink_charts.steps_chart(frame, "kv_mib", "cache (MiB)"),
              "Time per step": shrink_charts.steps_chart(frame, "step_ms", "step time (ms)")}
     if result.shrunk.kept:
         kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces)
