@@ -5,6 +5,7 @@
 | FullSpec     | full    | FullAttentionSpec          | n                       | K + V: 2 × heads × dim  |
 | SlidingSpec  | sliding | SlidingWindowSpec          | min(n, window − 1)      | same                    |
 | ChunkedSpec  | chunked | ChunkedLocalAttentionSpec  | min(n, chunk − 1)       | same                    |
+| CompressedSpec | sliding | SlidingWindowSpec (kvviz: DeepSeek-V4) | min(n, window − 1) | same + compressor values |
 | LatentSpec   | latent  | MLAAttentionSpec           | n                       | rank + rope (one "head")|
 | StateSpec    | state   | MambaSpec                  | 0                       | 0: a fixed state        |
 | SharedSpec   | shared  | (KV sharing)               | 0 (held by its source)  | 0                       |
