@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.planner import cli as plan_cli
 from kvviz.planner import configs, deployment, will_start
+from kvviz.planner import serving_plan as sp
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -37,16 +38,39 @@ try:
     _check_enough_kv_cache_memory(available, lambda: needed, length, lambda m: estimate)
 except ValueError as err:
     out["memory"] = str(err)
+import sys, torch
+from vllm.engine.arg_utils import EngineArgs
+for amx in (False, True):  # vLLM's CPU platform asks torch whether the CPU has AMX tiles
+    torch.cpu._is_amx_tile_supported = lambda amx=amx: amx
+    cfg = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, max_model_len=2048, dtype="bfloat16",
+                     enforce_eager=True, block_size=64).create_engine_config()
+    out["mla_amx" if amx else "mla_no_amx"] = [cfg.cache_config.block_size, cfg.cache_config.enable_prefix_caching]
 print("RESULT " + json.dumps(out))
 """
+TINY_MLA = dict(vocab_size=1024, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                num_experts_per_tok=2, n_shared_experts=1, kv_lora_rank=512, q_lora_rank=64,
+                qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32, first_k_dense_replace=1,
+                max_position_embeddings=4096, topk_method="noaux_tc", n_group=1, topk_group=1)
+
+
+def tiny_mla_dir(root: Path) -> Path:
+    """A tiny DeepSeek-V3 (MLA: the 512 + 64 latent vLLM's CPU backends take) config folder."""
+    from transformers import DeepseekV3Config
+
+    config = DeepseekV3Config(**TINY_MLA)
+    config.architectures = ["DeepseekV3ForCausalLM"]
+    config.save_pretrained(root)
+    return root
 
 
 @pytest.fixture(scope="session")
-def vllm_says() -> dict:
+def vllm_says(tmp_path_factory) -> dict:
     """vLLM's own answers, from its own functions in .venv-vllm (a missing vLLM fails, never skips)."""
     assert VLLM_PYTHON.exists(), f"{VLLM_PYTHON} is missing: make vllm-install"
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([str(VLLM_PYTHON), "-c", VLLM_SIDE], stdout=subprocess.PIPE,
+    model_dir = tiny_mla_dir(tmp_path_factory.mktemp("tiny-mla"))
+    proc = subprocess.Popen([str(VLLM_PYTHON), "-c", VLLM_SIDE, str(model_dir)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=TIMEOUT_S)
@@ -74,6 +98,17 @@ def test_block_size_refusal_is_vllms(vllm_says, block):
     else:
         assert refusal is not None and refusal.message == vllm_says[str(block)]
         assert refusal.fix.startswith(f"--block-size {32 * -(-block // 32)}")
+
+
+@pytest.mark.parametrize("amx", [False, True])
+def test_mla_on_cpu_follows_vllms_amx_rule(vllm_says, amx, monkeypatch):
+    """Without AMX vLLM's CPU_MLA forces block 16 and turns prefix caching off; with AMX nothing."""
+    monkeypatch.setattr(sp, "amx_tiles", lambda: amx)
+    model = configs.model_from_config({**TINY_MLA, "model_type": "deepseek_v3"}, given_params=10**6)
+    plan = deployment.plan_setup(model, deployment.Setup(platform="cpu", block_size=64, max_model_len=2048))
+    expected = vllm_says["mla_amx" if amx else "mla_no_amx"]
+    assert [plan.vllm.block_size, plan.vllm.prefix_caching] == expected == ([64, True] if amx else [16, False])
+    assert will_start.refusals(plan, deployment.Setup(platform="cpu", block_size=64), mla=True) == []
 
 
 def test_memory_refusal_is_vllms_sentence(vllm_says):

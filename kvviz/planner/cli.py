@@ -389,7 +389,8 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
                    GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
                               gpu.get("memory_source", "given with --gpu-gb")),
                    setup.overhead_fraction, rows, deployed,
-                   advice, setup, log_rows, tuple(will_start.refusals(deployed, setup, advice)),
+                   advice, setup, log_rows,
+                   tuple(will_start.refusals(deployed, setup, advice, model.attention_kind == "MLA")),
                    will_start.serve_command(model_id(args, model), setup, deployed))
 
 

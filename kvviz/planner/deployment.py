@@ -138,6 +138,8 @@ def _plain(stages: list[ModelKV], budget: int, s: Setup, tokens: int) -> Plain:
 def _vllm(stages: list[ModelKV], budget: int, model: ModelKV, s: Setup) -> VllmPlan | VllmUnavailable:
     try:
         platform = serving_plan.PLATFORMS[s.platform]
+        if serving_plan.cpu_mla_override(model.specs, platform):  # as vLLM's CPU platform forces it
+            s = replace(s, block_size=serving_plan.CPU_MLA_BLOCK, prefix_caching=False)
         pages = [serving_plan.page_specs(m.specs, capacity.normalize_dtype(s.kv_dtype), s.block_size,
                                          platform, s.prefix_caching) for m in stages]
         length = max_model_len(model, s)

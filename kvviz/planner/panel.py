@@ -394,7 +394,7 @@ def start_section(plan, result, model_id: str) -> None:
     """Will it start? vLLM's own refusals foreseen, the smallest change, and the command line."""
     st.subheader("Will it start?")
     advice = deployment.fit_advice(plan.model, plan.setup) if deployment.refused(result) else ""
-    found = will_start.refusals(result, plan.setup, advice)
+    found = will_start.refusals(result, plan.setup, advice, plan.model.attention_kind == "MLA")
     for refusal in found:
         st.error("vLLM would refuse to start. In its words:")
         st.code(refusal.message, language=None, wrap_lines=True)

@@ -93,6 +93,23 @@ def avx512_bf16() -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported())
 
 
+@lru_cache(maxsize=1)
+def amx_tiles() -> bool:
+    """Whether this machine's CPU has AMX tiles (torch's check, the one vLLM's CPU platform calls)."""
+    import torch
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
+CPU_MLA_BLOCK = 16  # vLLM's CPU_MLA decode kernel compiles only for this block size
+
+
+def cpu_mla_override(specs, platform: Platform) -> bool:
+    """vLLM's CPU platform on an MLA model without AMX (its reference CPU_MLA backend): the block
+    size is forced to 16 whatever was asked, and prefix caching is turned off
+    (vllm/platforms/cpu.py check_and_update_config). With AMX (AMX_MLA) nothing is forced."""
+    return platform.name == "CPU" and any(s.kind == LATENT for s in specs) and not amx_tiles()
+
+
 # Prefill checkpoint pages a mixer keeps in "align" mode (prefix caching on): Mamba-2's one.
 _CHECKPOINT_PAGES = {"mamba2": 1}
 

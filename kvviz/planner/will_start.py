@@ -45,9 +45,11 @@ def _format_gib(b: int) -> str:
     return f"{round(b / GIB, 2)}"
 
 
-def block_size_refusal(plan: VllmPlan, setup: deployment.Setup) -> Refusal | None:
-    """CPU_ATTN refuses a block size that is not a multiple of 32 when every layer shares one spec."""
-    if setup.platform != "cpu" or plan.layout != "uniform" or plan.block_size % CPU_KERNEL_BLOCK == 0:
+def block_size_refusal(plan: VllmPlan, setup: deployment.Setup, mla: bool = False) -> Refusal | None:
+    """CPU_ATTN refuses a block size that is not a multiple of 32 when every layer shares one spec
+    (an MLA model has its own CPU backends: CPU_MLA forces 16, AMX_MLA takes any)."""
+    if (mla or setup.platform != "cpu" or plan.layout != "uniform"
+            or plan.block_size % CPU_KERNEL_BLOCK == 0):
         return None
     fixed = CPU_KERNEL_BLOCK * math.ceil(plan.block_size / CPU_KERNEL_BLOCK)
     return Refusal(f"No common block size for {plan.block_size} (CPU_ATTN: [MultipleOf(32)]).",
@@ -79,11 +81,11 @@ def memory_message(needed: int, available: int, max_model_len: int, estimate: in
             f"KV cache memory ({_format_gib(available)} GiB). {estimated}").strip()
 
 
-def refusals(plan: SetupPlan, setup: deployment.Setup, advice: str = "") -> list[Refusal]:
+def refusals(plan: SetupPlan, setup: deployment.Setup, advice: str = "", mla: bool = False) -> list[Refusal]:
     """Every refusal the planner foresees for this setup (empty: it should start)."""
     if not isinstance(plan.vllm, VllmPlan):
         return []
-    found = [block_size_refusal(plan.vllm, setup), memory_refusal(plan, advice)]
+    found = [block_size_refusal(plan.vllm, setup, mla), memory_refusal(plan, advice)]
     return [r for r in found if r is not None]
 
 
