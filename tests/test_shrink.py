@@ -245,3 +245,12 @@ def test_one_slow_step_does_not_flatten_the_step_chart():
     assert y["scale"] == {"domain": [0, 2200.0], "clamp": True} and "clipped at 2,200" in y["title"]
     calm = df.assign(step_ms=[2000, 80, 90, 85, 2100, 82, 88, 90])
     assert "scale" not in charts.steps_chart(calm, "step_ms", "step time").to_dict()["encoding"]["y"]
+
+
+def test_progress_line_shows_elapsed_time_and_a_slow_step():
+    from kvviz.shrink import panel
+    quick = shrink.StepRecord(2, 5, 100, 80.0)
+    assert panel.progress_words(quick, 24, 0.5) == "Both runs take turns on the device: step 3 of 24…"
+    slow = shrink.StepRecord(0, 5, 100, 120_000.0)
+    assert panel.progress_words(slow, 24, 121.0) == ("Both runs take turns on the device: step 1 of 24… 121 s so far; "
+                                                     "that step took 120.0 s")

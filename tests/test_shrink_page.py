@@ -92,3 +92,18 @@ def test_sweep_runs_on_the_page_and_the_shipped_one_shows(at, tmp_path, monkeypa
     at.button(key="shrink_sweep_shipped").click().run()
     assert not at.exception
     assert any("shipped with kvviz" in c.value and "SmolLM2" in c.value for c in at.caption)
+
+
+def test_hosted_sweep_from_a_crafted_link_is_refused_in_a_sentence(default_lm, monkeypatch):
+    """Hosted: a link naming every press asks 4 × 5 + 1 settings, past the 8 points a visitor may
+    sweep; the page says so before any run (default_lm: the model converted before the page loads it)."""
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.delenv("KVVIZ_MODEL", raising=False)
+    app = AppTest.from_file(PAGE, default_timeout=180)
+    app.query_params["shrink_sweep_presses"] = ["StreamingLLM", "SnapKV", "Knorm", "ExpectedAttention", "TOVA"]
+    app.run()
+    assert not app.exception
+    assert app.number_input(key="shrink_sweep_items").value == 2  # a visitor's default: two items
+    app.button(key="shrink_sweep_run").click().run()
+    assert not app.exception and not app.dataframe
+    assert any("sweep points is 21; this hosted kvviz allows 8" in e.value for e in app.error)

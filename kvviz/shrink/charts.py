@@ -86,11 +86,13 @@ def sweep_frame(rows) -> pd.DataFrame:
     out = []
     for r in rows:
         curve = r.press if r.kind == "press" else "full cache" if r.kind == "full" else f"{r.backend} {r.nbits}-bit"
-        out.append({"curve": curve, "kind": r.kind, "mode": r.mode, "ratio": r.ratio, "accuracy": r.accuracy,
+        short = f"{curve} {r.ratio:.0%}" if r.kind == "press" else curve
+        out.append({"curve": curve, "short": short, "kind": r.kind, "mode": r.mode, "ratio": r.ratio,
+                    "accuracy": r.accuracy,
                     "right": f"{r.right}/{r.items}", "bytes": r.bytes, "peak_bytes": r.peak_bytes,
                     "bytes_mib": r.bytes / 2**20, "peak_mib": r.peak_bytes / 2**20, "step_ratio": r.step_ratio,
                     "step_ratio_lo": r.step_ratio_lo, "step_ratio_hi": r.step_ratio_hi})
-    return pd.DataFrame(out, columns=["curve", "kind", "mode", "ratio", "accuracy", "right", "bytes", "peak_bytes",
+    return pd.DataFrame(out, columns=["curve", "short", "kind", "mode", "ratio", "accuracy", "right", "bytes", "peak_bytes",
                                       "bytes_mib", "peak_mib", "step_ratio", "step_ratio_lo", "step_ratio_hi"])
 
 
@@ -121,11 +123,11 @@ def sweep_accuracy_chart(df: pd.DataFrame) -> alt.Chart:
 
 def sweep_bytes_chart(df: pd.DataFrame) -> alt.Chart:
     """Bytes kept after the prompt and the run's peak, per setting (MiB), side by side."""
-    long = df.melt(id_vars=["mode", "ratio", "kind"], value_vars=["bytes_mib", "peak_mib"], var_name="what",
+    long = df.melt(id_vars=["mode", "short", "ratio", "kind"], value_vars=["bytes_mib", "peak_mib"], var_name="what",
                    value_name="mib")
     long["what"] = long["what"].map({"bytes_mib": "cache after the prompt", "peak_mib": "peak during the run"})
     return alt.Chart(long).mark_bar().encode(
-        y=alt.Y("mode:N", sort=list(df["mode"]), title=None),
+        y=alt.Y("short:N", sort=list(df["short"]), title=None, axis=alt.Axis(labelLimit=220)),
         x=alt.X("mib:Q", title="MiB (measured)"), yOffset="what:N",
         color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top")),
         tooltip=["mode:N", "what:N", alt.Tooltip("mib:Q", format=",.2f", title="MiB")],
