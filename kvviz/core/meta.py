@@ -142,13 +142,25 @@ def read_meta(fields: dict, where: str = "meta") -> RunMeta:
     try:
         meta = msgspec.convert(fields, RunMeta, strict=True)
     except msgspec.ValidationError as exc:
-        raise MetaError(validation_problem(exc, where)) from None
+        raise MetaError(out_of_range(fields, exc) or validation_problem(exc, where)) from None
     meta.specs  # noqa: B018 - every layer checked by its spec class now, not when first drawn
     if meta.reserved_bytes > MAX_RESERVED_BYTES:
         raise MetaError(f"{where}: a reservation of bytes_per_token × max_len × batch = "
                         f"{meta.reserved_bytes:,} bytes is past what any run holds "
                         f"({MAX_RESERVED_BYTES:,}); kvviz draws runs up to that")
     return meta
+
+
+def out_of_range(fields: dict, exc: msgspec.ValidationError) -> str | None:
+    """"this trace's meta says batch = 0; kvviz draws traces with batch from 1 to 4,096" for a
+    whole number outside its range, else None."""
+    name = str(exc).partition(" - at `$.")[2].rstrip("`")
+    value = fields.get(name)
+    if name not in RUN_BOUNDS or not _is_int(value):
+        return None
+    low, high = RUN_BOUNDS[name]
+    return (f"this trace's meta says {name} = {value:,}; kvviz draws traces with {name} "
+            f"from {low:,} to {high:,}")
 
 
 def as_dict(meta: RunMeta) -> dict:
