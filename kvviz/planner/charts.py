@@ -48,9 +48,12 @@ def _requests_axis(df: pd.DataFrame, folded: list[str]) -> alt.Y:
     positive = values[values > 0]
     span = positive.max() / positive.min() if len(positive) else 1
     log = span >= LOG_Y_SPAN
-    return alt.Y("requests:Q", title="requests that fit at once (per replica" + (", log scale)" if log else ")"),
-                 scale=alt.Scale(type="symlog") if log else alt.Scale(zero=True),
-                 axis=alt.Axis(format=",d", tickMinStep=1))
+    if not log:
+        return alt.Y("requests:Q", title="requests that fit at once (per replica)",
+                     scale=alt.Scale(zero=True), axis=alt.Axis(format=",d", tickMinStep=1))
+    decades = [0] + [10 ** k for k in range(len(str(int(positive.max()))))]  # 0, 1, 10, 100, … ≤ max
+    return alt.Y("requests:Q", title="requests that fit at once (per replica, log scale)",
+                 scale=alt.Scale(type="symlog"), axis=alt.Axis(format=",d", values=decades))
 
 
 def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
