@@ -20,7 +20,6 @@ from streamlit.runtime.uploaded_file_manager import UploadedFileRec
 from starlette.exceptions import HTTPException
 
 from bench.app_server import ROOT, free_port, server_env
-from bench.app_server import IDLE
 from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, require_chromium, tiny_as_default
 from kvviz.app import hosted, launch, ui, uploads
 
@@ -179,8 +178,8 @@ def test_a_tab_open_across_a_restart_is_told_and_reloads_once(launched, browser)
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     try:
         page.goto(url + "/replay", timeout=60_000)  # a light first page; Serving needs code it has not loaded
-        page.wait_for_selector(IDLE, timeout=60_000)
-        assert page.evaluate("window.kvvizReloadOnRestart") is True
+        page.wait_for_function("() => window.kvvizReloadOnRestart === true", timeout=60_000)  # installed
+        page.get_by_test_id("stExpandSidebarButton").wait_for(timeout=60_000)  # hosted: the sidebar starts closed
         open_sidebar(page)
         page.evaluate("window.beforeRestart = true")
         page.route("**/static/js/**", lambda route: route.abort())  # the files gone, as after a restart
