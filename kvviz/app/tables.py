@@ -23,7 +23,7 @@ def draw_altair(slot, chart, key: str | None = None) -> None:
     slot.vega_lite_chart(charts.with_font_scale(spec, scale), key=key)
 
 
-NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "s": "%,.1f s", "number": "%,.1f",
+NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "ms2": "%,.2f ms", "s": "%,.1f s", "number": "%,.1f",
                   "gbs": "%,.2f GB/s"}  # column kind -> how st.dataframe shows it
 
 
@@ -39,6 +39,9 @@ def people_table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], key: str
         elif kind == "gbs_from_bytes":
             shown[col] = pd.to_numeric(shown[col], errors="coerce") / 1e9
             config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS["gbs"])
+        elif kind == "count":  # rounded as the CLIs round (the format alone would truncate 989.7 to 989)
+            shown[col] = [round(v) if pd.notna(v) else None for v in shown[col]]
+            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
         elif kind in NUMBER_FORMATS:
             config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
         elif kind == "flag":

@@ -20,6 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from kvviz.app import links, ui
+from kvviz.app.tables import draw_altair, people_table
 from kvviz.app.ui import inert
 from kvviz.core import catalog, units
 from kvviz.core.errors import UserError
@@ -28,7 +29,6 @@ from kvviz.planner import (capacity, deployment, log_compare, parallel, vllm_log
 from kvviz.planner import charts as planner_charts
 from kvviz.planner import configs as plan_models
 from kvviz.planner import frames as planner_frames
-from kvviz.viz import charts as viz_charts
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
 GPUS = {g["name"]: g for g in capacity.load_gpus()}
@@ -58,9 +58,6 @@ BOUND_TEXT = {
     "both": "Here the two are within a factor of two: **both** matter, and which one wins "
             "depends on the software stack.",
 }
-NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "ms2": "%,.2f ms", "s": "%,.1f s", "number": "%,.1f",
-                  "gbs": "%,.2f GB/s"}  # column kind -> how st.dataframe shows it
-
 
 @dataclass
 class Choice:
@@ -133,39 +130,6 @@ def downloads(key: str, chart=None, table=None) -> None:
     if table is not None:
         cols[2].download_button("CSV", table.to_csv(index=False), f"{key}.csv", "text/csv",
                                 key=f"{key}_csv", on_click="ignore", icon=":material/table:")
-
-
-def draw_altair(chart, key: str) -> None:
-    """An Altair chart, its text scaled in presenter mode (as the Live page draws its charts)."""
-    scale = ui.chart_font_scale()
-    if scale == 1:
-        st.altair_chart(chart, key=key)
-        return
-    spec = chart.to_dict()
-    view = spec.get("config", {}).get("view", {})
-    for size in ("continuousWidth", "continuousHeight"):  # as st.altair_chart: the page sizes it
-        view.pop(size, None)
-    st.vega_lite_chart(viz_charts.with_font_scale(spec, scale), key=key)
-
-
-def people_table(df: pd.DataFrame, columns: dict[str, tuple[str, str]], key: str) -> None:
-    """`df`'s `columns` as a table for people: column -> (label, kind), kind one of
-    NUMBER_FORMATS, "bytes" (B / KiB / MiB / GiB text), "text" or "flag". Missing values read "–"."""
-    shown, config = df[list(columns)].copy(), {}
-    for col, (label, kind) in columns.items():
-        if kind == "bytes":
-            shown[col] = [units.fmt_bytes(v) if pd.notna(v) else "–" for v in shown[col]]
-            config[col] = st.column_config.TextColumn(label)
-        elif kind == "count":  # rounded as `kvviz plan` rounds (the format alone would truncate)
-            shown[col] = [round(v) if pd.notna(v) else None for v in shown[col]]
-            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
-        elif kind in NUMBER_FORMATS:
-            config[col] = st.column_config.NumberColumn(label, format=NUMBER_FORMATS[kind])
-        elif kind == "flag":
-            config[col] = st.column_config.CheckboxColumn(label)
-        else:
-            config[col] = st.column_config.TextColumn(label)
-    st.dataframe(shown, hide_index=True, column_config=config, key=key)
 
 
 def within_caps(rules, **sizes) -> None:
@@ -448,7 +412,7 @@ def curve_section(plan) -> None:
         curve = planner_frames.fit_curve_frame(plan, top)
         curve_chart = planner_charts.fit_curve_chart(curve, plan.context_tokens,
                                                      planner_frames.CURVE_MIN_TOKENS, top)
-        draw_altair(curve_chart, key="plan_curve_chart")
+        draw_altair(st, curve_chart, key="plan_curve_chart")
         downloads("kvviz-requests-vs-context", curve_chart, curve)
 
 
@@ -486,7 +450,7 @@ def what_if_section(rules, plan) -> None:
     within_caps(rules, plan_tokens={"the what-if window": int(what_window)})
     what_ifs = planner_frames.what_if_frame(plan, int(what_window))
     what_if_chart = planner_charts.what_if_chart(what_ifs, plan.context_tokens)
-    draw_altair(what_if_chart, key="plan_what_if_chart")
+    draw_altair(st, what_if_chart, key="plan_what_if_chart")
     downloads("kvviz-what-ifs", what_if_chart, what_ifs.drop(columns=["order"]))
     with st.expander("What-ifs as a table"):
         people_table(what_ifs, {c: planner_frames.TABLE_COLUMNS[c] for c in what_ifs.columns
