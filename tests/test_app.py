@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.live.panel import DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
 from kvviz.app.ui import INTRO, PAGE_CSS, PRESENTER_CSS, inert
+from kvviz.app.restart import RELOAD_SCRIPT
 
 pytestmark = pytest.mark.slow  # runs the Live page (Streamlit AppTest) with model runs: make test, not make check
 
@@ -221,8 +222,9 @@ def test_markup_in_the_prompt_is_shown_inert(at, chat):
         for fragment in ("<script", "onerror", "**bold**", "javascript:", "<b>"):
             assert fragment not in text
     # st.html only ever carries kvviz's own fixed stylesheets, never text from the page
-    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, PAGE_CSS, PAGE_CSS + PRESENTER_CSS, DIM_HOLDER_CSS,
-                                                     RACE_NOTES_CSS, KEEP_HEIGHT_CSS}  # fixed stylesheets only
+    page = {PAGE_CSS + RELOAD_SCRIPT, PAGE_CSS + PRESENTER_CSS + RELOAD_SCRIPT}  # with the restart reload
+    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, DIM_HOLDER_CSS, RACE_NOTES_CSS,
+                                                     KEEP_HEIGHT_CSS, *page}  # fixed stylesheets only
 
 
 def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_dir):
