@@ -21,7 +21,7 @@ MAX_LINK_PROMPT_CHARS = 2_000  # text characters a link carries (URLs stay well 
 PROMPT_KEYS = ("system", "prompt")  # the Live page's prompt boxes (keyed per preset: `prompt-<preset>`)
 # Every page's text parameters: a link keeps only its own page's, as they are now (a parameter
 # another page left in the address bar is not this page's setting).
-TEXT_KEYS = (*PROMPT_KEYS, "shrink_prompt", "srv_requests", "srv_system", "plan_config")
+TEXT_KEYS = (*PROMPT_KEYS, "shrink_prompt", "srv_requests", "srv_system", "plan_config", "plan_vllm_log")
 
 
 @dataclass(frozen=True)

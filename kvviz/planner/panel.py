@@ -76,7 +76,7 @@ def page() -> None:
     header(rules)
     choice = inputs()
     texts = [links.Text("plan_config", "pasted config.json", choice.pasted)] if choice.source == SOURCES[1] else []
-    log = st.session_state.get("plan_vllm_log") or ""  # the box below, as of this rerun
+    log = pasted_log()
     ui.share_link(texts + ([links.Text("plan_vllm_log", "pasted vLLM log", log)] if log else []))
     within_caps(rules, plan_tokens={"context T": choice.setup.context_tokens,
                                     "max_model_len": choice.setup.max_model_len or 0,
@@ -367,6 +367,15 @@ def start_section(plan, result, model_id: str) -> None:
         st.success("No start-up refusal kvviz foresees for these settings.")
     st.caption(inert(f"Not foreseen: {will_start.NOT_FORESEEN}."))
     st.code(will_start.serve_command(model_id, plan.setup, result), language="bash", wrap_lines=True)
+
+
+def pasted_log() -> str:
+    """The log box below as of this rerun; on a page's first run (the box not drawn yet), the text
+    its link carried, so the share link keeps it."""
+    log = st.session_state.get("plan_vllm_log")
+    if log is None:
+        log = links.linked_texts(st.query_params, {"plan_vllm_log": ""}, vllm_log.MAX_LOG_CHARS)[0]["plan_vllm_log"]
+    return log
 
 
 def log_section(plan) -> None:
