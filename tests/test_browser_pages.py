@@ -172,7 +172,7 @@ def serving_settings_for_tiny(page) -> None:
     open_sidebar(page)
     page.get_by_test_id("stCheckbox").filter(has_text="Shared system prompt").locator("label").click()
     settle(page)
-    pool = page.get_by_label("Pool size (blocks)")
+    pool = page.get_by_label("Pool size (blocks)", exact=True)
     pool.fill("64")
     pool.press("Enter")
     settle(page)

@@ -117,7 +117,7 @@ def serving_for_tiny(page) -> None:
     box.fill("serving one\nserving two")
     box.press("Control+Enter")
     page.wait_for_selector(IDLE, timeout=60_000)
-    pool = page.get_by_label("Pool size (blocks)")
+    pool = page.get_by_label("Pool size (blocks)", exact=True)
     pool.fill("64")
     pool.press("Enter")
     page.wait_for_selector(IDLE, timeout=60_000)
