@@ -17,6 +17,7 @@ RELOAD_SCRIPT = """<script>
   window.kvvizReloadOnRestart = true;
   window.addEventListener("vite:preloadError", (event) => {
     event.preventDefault();
+    if (window.kvvizReloading) return;  // one banner and one reload, however many files failed
     const last = Number(sessionStorage.getItem("kvvizReloadedAt") || 0);
     const again = Date.now() - last > 30000;
     let note = document.getElementById("kvviz-restart-note");
@@ -31,6 +32,7 @@ RELOAD_SCRIPT = """<script>
     note.textContent = again ? "kvviz was restarted on the server: reloading this page…"
                              : "kvviz was restarted on the server: reload this page to go on.";
     if (again) {
+      window.kvvizReloading = true;
       sessionStorage.setItem("kvvizReloadedAt", String(Date.now()));
       setTimeout(() => location.reload(), RELOAD_AFTER_MS);
     }
