@@ -13,6 +13,7 @@ they fail. Waits are bounded and generous: the machine may be a loaded 2-core bo
 from __future__ import annotations
 
 import time
+from urllib.parse import quote
 
 import pytest
 from browser_kit import ARTIFACTS, chromium_context, served_app
@@ -40,8 +41,10 @@ def page(server, tmp_path_factory):
         context = chromium_context(pw, tmp_path_factory.mktemp("chromium-cache-map"), VIEWPORT)
         try:
             page = context.new_page()
-            # fp32, no race (the map is about the cached run), 40 tokens: long enough to watch.
-            page.goto(f"{server}/?dtype=float32&race=false&max_new=40")
+            # fp32, no race (the map is about the cached run), 40 tokens in slow motion ×4: long
+            # enough to watch on a quiet machine too (at real time a quiet run ended between two
+            # looks: the map was seen at 101 rectangles only)
+            page.goto(f"{server}/?dtype=float32&race=false&max_new=40&pace={quote('Slow motion ×4')}")
             expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
             page.wait_for_selector(IDLE, timeout=LOAD_MS)
             yield page
@@ -72,7 +75,7 @@ def test_the_cache_map_renders_and_gains_columns_during_a_run(page):
             if len(seen) == 3:
                 page.locator(".st-key-cache-map-panel").scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / "cache-map-running.png"))
-        time.sleep(0.2)
+        time.sleep(0.1)
     page.wait_for_selector(IDLE, timeout=RUN_MS)
     final = rect_count(page)
     # two growing counts seen while the run was going prove it draws live; how many depends on the
