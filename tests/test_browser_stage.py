@@ -24,6 +24,7 @@ import pytest
 from browser_kit import ARTIFACTS, require_chromium, served_app, launched_chromium, served_tiny_app
 
 from bench.app_server import IDLE, RUNNING
+from kvviz.live import captions
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -134,8 +135,34 @@ def test_a_second_run_keeps_every_panel_in_place(tiny_server, browser, size, que
             assert min(heights) >= box_height - STILL_PX, f"{key} dropped from {box_height} to {min(heights)} px"
             assert moved <= STILL_PX, f"{key} moved {moved} px from {top}: {sorted(set(tops))}"
         assert not page.evaluate(DIM_STYLES), "panels still labelled 'previous run' after the run ended"
+        if "race=false" not in query:
+            assert_race_caption_forms_move_nothing(page)
     finally:
         page.context.close()
+
+
+RACE_CAPTION = ".st-key-panel-race [data-testid=stCaptionContainer]"  # the shown one: before its ghost
+SET_CAPTION_AND_MEASURE = """([selector, text]) => {
+  document.querySelector(selector).textContent = text;
+  return Math.round(document.querySelector('.st-key-panel-layers').getBoundingClientRect().top + window.scrollY);
+}"""
+
+
+def assert_race_caption_forms_move_nothing(page) -> None:
+    """Every form the race caption takes (running, estimated, finished, too few steps, each with
+    wide figures) leaves the panels below where they are: the caption keeps its longest form's
+    height. Under CI load a second run whose no-cache side finished while the first's did not
+    moved the layers row 96-98 px (the finished caption was 4 lines shorter)."""
+    opening = captions.race_opening("48 tokens", "1.25 s", "48 tokens", "350.1 ms")
+    forms = {"running": opening + captions.ESTIMATE_TO_COME,
+             "estimate": opening + captions.estimate_sentences(
+                 "4,096", "between ≈ 12.50 s and 14.3 min", "96", "48", "≈ 12.3–124.5×", "47", "124.5×",
+                 "48", "12.5×"),
+             "finished": opening + captions.finished_sentences("48", "124.5×", "47", "124.5×"),
+             "too few": opening + captions.TOO_FEW_STEPS,
+             "longest": captions.race_longest()}
+    tops = {name: page.evaluate(SET_CAPTION_AND_MEASURE, [RACE_CAPTION, text]) for name, text in forms.items()}
+    assert max(tops.values()) - min(tops.values()) <= STILL_PX, tops
 
 
 @pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)], ids=["1280x720", "1920x1080"])

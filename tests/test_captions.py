@@ -198,3 +198,29 @@ def test_wall_clock_help_names_the_no_cache_runs_turns():
     figures = {label: help_text for label, _, help_text in
                captions.headline(META, summary(Trace(META, cached)), cached[-1], wall_tokens_per_s=9.0)}
     assert "no-cache run takes" in figures["Tokens/s (wall clock)"]
+
+
+def test_a_finished_race_caption_is_all_measured_and_as_long_as_the_estimate():
+    cached = [event(i, 32 + i, 10.0) for i in range(6)]
+    recompute = [event(i, 32 + i, 20.0 + i, "recompute", blocks=False) for i in range(6)]
+    text = captions.race_caption(cached, recompute, final=True)
+    cost = captions.no_cache_cost(cached, recompute)
+    assert cost.run_measured and "modelled" in text and "nothing here is modelled" in text
+    assert f"took {captions.fmt_ratio(cost.run_low)} the cached time (measured)" in text
+    assert f"step {cost.step}, took {cost.step_ratio:.1f}× as long" in text
+    behind = captions.race_caption(cached, recompute[:3], final=True)
+    assert abs(len(text) - len(behind)) < 0.25 * len(behind)  # about as many lines as the estimate
+
+
+def test_a_race_without_a_decode_step_says_why_there_is_no_estimate():
+    cached = [event(i, 32 + i, 10.0) for i in range(6)]
+    text = captions.race_caption(cached, [event(0, 32, 20.0, "recompute", blocks=False)], final=True)
+    assert text.endswith(captions.TOO_FEW_STEPS) and "≈" not in text
+
+
+def test_the_longest_race_caption_is_longer_than_every_form_it_reserves_room_for():
+    cached = [event(i, 32 + i, 10.0) for i in range(6)]
+    forms = [captions.race_caption(cached, [event(i, 32 + i, 20.0 + i, "recompute", blocks=False)
+                                            for i in range(n)], final=f)
+             for n in (1, 3, 6) for f in (False, True)]
+    assert all(len(captions.race_longest()) > len(form) for form in forms)

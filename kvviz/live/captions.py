@@ -330,22 +330,49 @@ def estimate_sentences(n_cached: str, estimate: str, measured: str, without: str
 ESTIMATE_TO_COME = estimate_sentences(*["…"] * 9)
 
 
+def finished_sentences(n_cached: str, run_ratio: str, step: str, step_ratio: str) -> str:
+    """The closing sentences when the run without a cache wrote every token: all measured, and as
+    many lines as the estimate's, so the panels below do not move when the run ends."""
+    return (f" Both runs wrote all {n_cached} tokens, so nothing here is modelled: without a cache the whole "
+            f"run took {run_ratio} the cached time (measured). The last step, step {step}, took {step_ratio} "
+            f"as long without a cache (measured); the whole run's figure is smaller because both runs start "
+            f"with the same prefill and their first steps read short texts.")
+
+
+TOO_FEW_STEPS = (" The run without a cache made no step after its prefill, which is the same work as the cached "
+                 "run's: there is no step to compare yet and too few to model the rest. A longer output, or a "
+                 "shorter prompt, gives it time for more steps.")
+
+
+def race_opening(without: str, without_ms: str, cached: str, cached_ms: str) -> str:
+    return (f"Both runs take turns on one device and each clock counts only its own steps. "
+            f"Without a cache: {without} in {without_ms}; with it: {cached} in {cached_ms}.")
+
+
+def race_longest() -> str:
+    """The race caption at its longest (the estimate's sentences, figures at their widest): the
+    panel reserves its height (kvviz.live.panel.race_caption_slot), so that no form of the caption,
+    from a run's first step to its end, moves the panels below it."""
+    wide = ["4,096 tokens", "59.99 min", "4,096 tokens", "999.9 ms"]
+    return race_opening(*wide) + estimate_sentences(
+        "4,096", "between ≈ 59.9 min and 59.9 min", "8,192", "4,096", "≈ 999.9–999.9×", "4,095", "999.9×",
+        "4,096", "999.9×")
+
+
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
-    cached_ms = sum(e.step_ms for e in cached)
-    done_ms = sum(e.step_ms for e in recompute)
-    text = (f"Both runs take turns on one device and each clock counts only its own steps. "
-            f"Without a cache: {tokens(len(recompute))} in {fmt_ms(done_ms)}; "
-            f"with it: {tokens(len(cached))} in {fmt_ms(cached_ms)}.")
+    text = race_opening(tokens(len(recompute)), fmt_ms(sum(e.step_ms for e in recompute)),
+                        tokens(len(cached)), fmt_ms(sum(e.step_ms for e in cached)))
     if not final:  # the estimate's sentences, to come: the panel keeps its lines through the run
         return text + ESTIMATE_TO_COME
-    if len(recompute) >= len(cached):
-        return text
-    est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
-    if est is None or not any(e.phase == "decode" for e in recompute):
-        return text
     cost = no_cache_cost(cached, recompute)
-    if cost is None:
-        return text
+    if cost is None:  # the run without a cache made no decode step: nothing to compare or fit
+        return text + TOO_FEW_STEPS
+    if cost.run_measured:
+        return text + finished_sentences(str(len(cached)), fmt_run_ratio(cost), str(cost.step),
+                                         fmt_ratio(cost.step_ratio))
+    est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
+    if est is None:
+        return text + TOO_FEW_STEPS
     n = min(len(cached), len(recompute))
     same_ms = sum(e.step_ms for e in cached[:n])
     same = sum(e.step_ms for e in recompute[:n]) / same_ms if same_ms > 0 else None

@@ -379,10 +379,12 @@ def titled_box(column, title: str, key: str):
 
 
 KEEP_HEIGHT_CSS = """<style>
-.st-key-cached-panel-stack, .st-key-recompute-panel-stack { display: grid; }
-.st-key-cached-panel-stack > *, .st-key-recompute-panel-stack > * { grid-area: 1 / 1; }
-.st-key-cached-panel-ghost, .st-key-recompute-panel-ghost { visibility: hidden; }
-</style>"""
+.st-key-cached-panel-stack, .st-key-recompute-panel-stack, .st-key-race-caption-stack { display: grid; }
+.st-key-cached-panel-stack > *, .st-key-recompute-panel-stack > *, .st-key-race-caption-stack > * {
+  grid-area: 1 / 1; }
+.st-key-cached-panel-ghost, .st-key-recompute-panel-ghost, .st-key-race-caption-ghost,
+.st-key-race-caption-ghost * { visibility: hidden !important; }
+</style>"""  # a caption sets its own visibility: its ghost hides each element
 
 
 SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
@@ -420,8 +422,19 @@ def chart_slots(rows) -> dict:
                 st.markdown(f"**{live_charts.PANELS[panel]}**")  # a constant title
                 for name in names:
                     slots[name] = Slot(st)
-                slots[f"{panel}_caption"] = Slot(st)
+                slots[f"{panel}_caption"] = race_caption_slot() if panel == "race" else Slot(st)
     return slots
+
+
+def race_caption_slot() -> Slot:
+    """The race caption's slot, as tall as the caption's longest form: a hidden copy of that form
+    shares the slot's grid cell (KEEP_HEIGHT_CSS), so a caption that gains or loses sentences as
+    the run goes never moves the panels below it (at 1280 x 720 it runs 5 to 8 lines)."""
+    st.html(KEEP_HEIGHT_CSS)  # a fixed stylesheet, never user text
+    stack = st.container(key="race-caption-stack")
+    slot = Slot(stack)
+    stack.container(key="race-caption-ghost").caption(captions.race_longest())  # constant text
+    return slot
 
 
 def run_live(lm, cfg, opts, status, tour=None) -> None:
