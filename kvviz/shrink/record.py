@@ -15,6 +15,7 @@ import msgspec
 import torch
 
 from kvviz.core.trace import TraceError
+from kvviz.core.wire import decode_versioned, has_format
 from kvviz.shrink.compute import Comparison, ShrinkRun, StepRecord, first_divergence
 
 FORMAT, VERSION = "kvviz-shrink", 1
@@ -79,27 +80,14 @@ def to_json(result: Comparison, prompt_pieces: list[str], model: str = "") -> by
     return msgspec.json.encode(as_record(result, prompt_pieces, model))
 
 
-class _Peek(msgspec.Struct):
-    format: str = ""
-
-
 def is_record(data: bytes | str) -> bool:
     """Whether `data` is a JSON object whose format is kvviz-shrink (nothing else is checked)."""
-    try:
-        return msgspec.json.decode(data, type=_Peek).format == FORMAT
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return False
+    return has_format(data, FORMAT)
 
 
 def from_json(data: bytes | str) -> ShrinkRecord:
     """A kvviz-shrink file, validated; TraceError names what is wrong."""
-    try:
-        doc = msgspec.json.decode(data, type=_Doc)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-        raise TraceError(f"not a valid kvviz-shrink file: {exc}") from None
-    if doc.format != FORMAT or doc.version != VERSION:
-        raise TraceError(f"this file is {doc.format!r} version {doc.version}; kvviz reads "
-                         f"{FORMAT!r} version {VERSION}")
+    doc = decode_versioned(data, _Doc, FORMAT, VERSION)
     n = len(doc.prompt_tokens)
     full, shrunk = _run(doc.full, n, "full"), _run(doc.shrunk, n, "shrunk")
     if len(full.steps) != len(shrunk.steps):

@@ -28,6 +28,7 @@ from typing import Annotated, Callable
 import msgspec
 
 from kvviz.core.trace import TraceError
+from kvviz.core.wire import decode_versioned, has_format
 from kvviz.shrink import compute as shrink
 from kvviz.shrink import peak, task
 
@@ -225,20 +226,12 @@ def to_json(result: Sweep) -> bytes:
 
 
 def is_sweep(data: bytes | str) -> bool:
-    try:
-        return msgspec.json.decode(data, type=dict).get("format") == FORMAT
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return False
+    return has_format(data, FORMAT)
 
 
 def from_json(data: bytes | str) -> Sweep:
     """A kvviz-shrink-sweep file, validated; TraceError names what is wrong."""
-    try:
-        doc = msgspec.json.decode(data, type=_Doc)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-        raise TraceError(f"not a valid kvviz-shrink-sweep file: {exc}") from None
-    if doc.format != FORMAT or doc.version != VERSION:
-        raise TraceError(f"this file is {doc.format!r} version {doc.version}; kvviz reads {FORMAT!r} version {VERSION}")
+    doc = decode_versioned(data, _Doc, FORMAT, VERSION)
     rows = [SweepRow(**msgspec.structs.asdict(r)) for r in doc.rows]
     if any(r.right > r.items for r in rows):
         raise TraceError("a row claims more right answers than items")
