@@ -45,6 +45,9 @@ for amx in (False, True):  # vLLM's CPU platform asks torch whether the CPU has 
     cfg = EngineArgs(model=sys.argv[1], skip_tokenizer_init=True, max_model_len=2048, dtype="bfloat16",
                      enforce_eager=True, block_size=64).create_engine_config()
     out["mla_amx" if amx else "mla_no_amx"] = [cfg.cache_config.block_size, cfg.cache_config.enable_prefix_caching]
+from vllm.model_executor.layers.attention.attention import _largest_kernel_block_within
+out["sliding"] = {{str(bs): _largest_kernel_block_within(CPUAttentionBackend, 512, 512 * bs, bs)
+                  for bs in {BLOCKS!r}}}  # a sliding layer's own block at --block-size bs
 print("RESULT " + json.dumps(out))
 """
 TINY_MLA = dict(vocab_size=1024, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
@@ -98,6 +101,20 @@ def test_block_size_refusal_is_vllms(vllm_says, block):
     else:
         assert refusal is not None and refusal.message == vllm_says[str(block)]
         assert refusal.fix.startswith(f"--block-size {32 * -(-block // 32)}")
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_sliding_layer_takes_the_block_vllms_cpu_kernel_gives_it(vllm_says, block):
+    """vLLM picks a sliding-window layer's block itself (16 → 32, 48 → 32 on CPU); a Mistral-style
+    model, every layer sliding, then starts where a full-attention one is refused."""
+    assert sp.sliding_block(block, sp.CPU.kernel_block) == vllm_says["sliding"][str(block)]
+    model = configs.model_from_config({"model_type": "mistral", "num_hidden_layers": 4, "hidden_size": 256,
+                                       "num_attention_heads": 4, "num_key_value_heads": 2,
+                                       "sliding_window": 256, "vocab_size": 1024}, given_params=10**6)
+    setup = deployment.Setup(gpu_bytes=2**30, platform="cpu", block_size=block)
+    plan = deployment.plan_setup(model, setup)
+    assert plan.vllm.block_size == vllm_says["sliding"][str(block)]
+    assert will_start.block_size_refusal(plan.vllm, setup) is None
 
 
 @pytest.mark.parametrize("amx", [False, True])

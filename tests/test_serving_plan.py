@@ -185,3 +185,13 @@ def test_fp8_on_an_mla_model_without_indexer_stays_one_byte_per_value():
     model = plan_models.catalog_model("DeepSeek-V3")
     pages = sp.page_specs(model.specs, "fp8", 64)
     assert {p.page_bytes for p in pages} == {64 * 576}
+
+
+def test_a_page_that_does_not_divide_the_largest_is_padded_not_refused():
+    """vLLM's unify_kv_cache_spec_page_size: an attention page that does not divide the largest
+    keeps its block size and is padded up to it; a latent page cannot be padded."""
+    full, sliding = sp.PageSpec("full", 32, 3_072), sp.PageSpec("sliding", 32, 2_048, window=256)
+    assert sp._unify_pages([full, sliding]) == [full, sp.PageSpec("sliding", 32, 3_072, window=256)]
+    assert sp._unify_pages([full, sp.PageSpec("sliding", 32, 1_536, window=256)])[1].block_size == 64
+    with pytest.raises(sp.NotServable, match="latent"):
+        sp._unify_pages([full, sp.PageSpec("latent", 32, 2_048)])

@@ -194,8 +194,9 @@ def page_specs(specs, kv_dtype: str, block_size: int, platform: Platform = CUDA,
         if s.kind == LATENT and s.index_values and kv_dtype == "fp8":
             pages.append(PageSpec(s.kind, block_size, block_size * FP8_DS_MLA_BYTES))
         elif s.kind in (FULL, SLIDING, CHUNKED, LATENT):
-            pages.append(PageSpec(s.kind, block_size, _attention_page(
-                s.values_per_token - s.index_values, s.kv_heads, block_size, kv_dtype), window))
+            block = sliding_block(block_size, platform.kernel_block) if s.kind == SLIDING else block_size
+            pages.append(PageSpec(s.kind, block, _attention_page(
+                s.values_per_token - s.index_values, s.kv_heads, block, kv_dtype), window))
         if s.index_values:
             pages.append(PageSpec(s.kind, block_size, block_size * _indexer_bytes(s.index_values), window))
         if s.has_state:
@@ -204,6 +205,15 @@ def page_specs(specs, kv_dtype: str, block_size: int, platform: Platform = CUDA,
         elif s.kind == STATE:
             pages.append(PageSpec(STATE, block_size, 0))
     return _pad_states([p for p in pages if p.page_bytes > 0 or p.kind != STATE], platform.kernel_block)
+
+
+def sliding_block(block_size: int, kernel_block: int) -> int:
+    """The block size vLLM gives a sliding-window layer, whatever `--block-size` says: the largest
+    multiple of its attention kernel's block within the one asked, at least one kernel block
+    (vLLM 0.32 `Attention.get_kv_cache_spec` → `_largest_kernel_block_within`). On CPU (multiples
+    of 32) `--block-size 16` gives sliding layers 32, and the full layers then scale up to match
+    (`_unify_pages`); on CUDA (multiples of 16) every offered size is kept."""
+    return max(kernel_block, block_size // kernel_block * kernel_block)
 
 
 def max_memory_bytes(p: PageSpec, max_model_len: int, in_flight: int) -> int:
@@ -246,14 +256,19 @@ def _pad_states(pages: list[PageSpec], kernel_block: int) -> list[PageSpec]:
 
 
 def _unify_pages(pages: list[PageSpec]) -> list[PageSpec]:
-    """Smaller pages get a block size ratio × larger, so every page has the same bytes."""
+    """Smaller pages get a block size ratio × larger, so every page has the same bytes; a page
+    that does not divide the largest keeps its block size and is padded to it (attention only:
+    vLLM cannot pad a latent page; `unify_kv_cache_spec_page_size`)."""
     top = max(p.page_bytes for p in pages)
     out = []
     for p in pages:
-        if top % p.page_bytes:
-            raise NotServable("vLLM cannot unify this model's page sizes (not multiples)")
-        ratio = top // p.page_bytes
-        out.append(PageSpec(p.kind, p.block_size * ratio, top, p.window, p.request_pages))
+        if top % p.page_bytes == 0:
+            out.append(PageSpec(p.kind, p.block_size * (top // p.page_bytes), top, p.window, p.request_pages))
+        elif p.kind == LATENT:
+            raise NotServable("vLLM cannot unify this model's page sizes (a latent page that does not "
+                              "divide the largest cannot be padded)")
+        else:
+            out.append(PageSpec(p.kind, p.block_size, top, p.window, p.request_pages))
     return out
 
 

@@ -4,11 +4,12 @@ words, each with the smallest change that starts it; and the `vllm serve` line o
 Foreseen (vLLM's source, .venv-vllm):
 
 * **no common block size** (`v1/worker/utils.select_common_block_size`): the CPU attention
-  backend (CPU_ATTN) takes block sizes that are multiples of 32, so a model whose layers share one
-  spec (every attention layer alike, no Mamba state) refuses `--block-size 16` with
-  "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])." Mamba hybrids are realigned by
-  vLLM itself (kvviz.planner.serving_plan pads them the same way); sliding-window hybrids pick
-  their kernel's block size, which kvviz does not model yet (it plans them at the block size given);
+  backend (CPU_ATTN) takes block sizes that are multiples of 32, so full-attention layers left at
+  `--block-size 16` refuse to start with "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."
+  vLLM itself raises the block size where it can, and kvviz.planner.serving_plan the same way:
+  Mamba hybrids are realigned to whole kernel blocks, sliding-window layers take their kernel's
+  block (32) and full layers beside them scale up to the same page; the refusal is left for the
+  block size vLLM ends with;
 * **too little KV for one request** (`v1/core/kv_cache_utils._check_enough_kv_cache_memory`):
   "To serve at least one request with the model's max seq len (L), (X GiB KV cache is needed,
   which is larger than the available KV cache memory (Y GiB)."; and "No available memory for the
@@ -46,10 +47,10 @@ def _format_gib(b: int) -> str:
 
 
 def block_size_refusal(plan: VllmPlan, setup: deployment.Setup, mla: bool = False) -> Refusal | None:
-    """CPU_ATTN refuses a block size that is not a multiple of 32 when every layer shares one spec
-    (an MLA model has its own CPU backends: CPU_MLA forces 16, AMX_MLA takes any)."""
-    if (mla or setup.platform != "cpu" or plan.layout != "uniform"
-            or plan.block_size % CPU_KERNEL_BLOCK == 0):
+    """CPU_ATTN refuses the block size vLLM ends with (after its own adjustments, `plan.block_size`)
+    when it is not a multiple of 32 (an MLA model has its own CPU backends: CPU_MLA forces 16,
+    AMX_MLA takes any)."""
+    if mla or setup.platform != "cpu" or plan.block_size % CPU_KERNEL_BLOCK == 0:
         return None
     fixed = CPU_KERNEL_BLOCK * math.ceil(plan.block_size / CPU_KERNEL_BLOCK)
     return Refusal(f"No common block size for {plan.block_size} (CPU_ATTN: [MultipleOf(32)]).",
