@@ -44,7 +44,7 @@ def pytest_run(files: list[str], bound_s: float) -> dict:
     """Wall seconds, exit status and pytest's summary line of one run of `files` (killed at the bound)."""
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *files],
                               capture_output=True, text=True, timeout=bound_s)
         rc, out = done.returncode, done.stdout
     except subprocess.TimeoutExpired as e:
@@ -53,10 +53,13 @@ def pytest_run(files: list[str], bound_s: float) -> dict:
 
 
 def summary_line(out: str) -> str:
-    """pytest's last line, e.g. '12 passed in 80.1s', or what happened when there is none."""
+    """pytest's last line, e.g. '12 passed in 80.1s', or what happened when there is none; with
+    the test ids that failed, so the report says which."""
     lines = [ln.strip() for ln in out.strip().splitlines() if ln.strip()]
     found = [ln for ln in lines if re.search(r"\d+ (passed|failed|error)", ln)]
-    return found[-1].strip("= ") if found else "no summary (killed at the bound)"
+    summary = found[-1].strip("= ") if found else "no summary (killed at the bound)"
+    failed = [ln.split(" - ")[0].split(" ", 1)[1] for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+    return f"{summary}: {', '.join(failed)}" if failed else summary
 
 
 def suite_load(s: Settings) -> tuple[list[Result], str]:

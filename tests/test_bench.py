@@ -236,6 +236,8 @@ def test_suite_load_reads_pytest_summaries_and_fails_a_loaded_run_that_did_not_p
     from bench.settings import FULL, QUICK
     assert suite_load.summary_line("..\n==== 3 passed, 1 failed in 9.1s ====\n") == "3 passed, 1 failed in 9.1s"
     assert suite_load.summary_line("") == "no summary (killed at the bound)"
+    failed = "FAILED tests/test_x.py::test_y[a] - AssertionError: no\n==== 1 failed, 2 passed in 3.0s ====\n"
+    assert suite_load.summary_line(failed) == "1 failed, 2 passed in 3.0s: tests/test_x.py::test_y[a]"
     assert "tests/test_vllm_integration.py" in suite_load.process_test_files(FULL)
     assert "tests/test_vllm_integration.py" not in suite_load.process_test_files(QUICK)
     assert all(Path(f).exists() for f in suite_load.process_test_files(FULL))
