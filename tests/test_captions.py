@@ -208,8 +208,11 @@ def test_a_finished_race_caption_is_all_measured_and_as_long_as_the_estimate():
     assert cost.run_measured and "modelled" in text and "nothing here is modelled" in text
     assert f"took {captions.fmt_ratio(cost.run_low)} the cached time (measured)" in text
     assert f"step {cost.step}, took {cost.step_ratio:.1f}× as long" in text
+    assert "the whole run's figure is smaller" in text  # 20-25 ms steps against 10: the last is 2.5x
     behind = captions.race_caption(cached, recompute[:3], final=True)
     assert abs(len(text) - len(behind)) < 0.25 * len(behind)  # about as many lines as the estimate
+    noisy = [event(i, 32 + i, 40.0 - 3 * i, "recompute", blocks=False) for i in range(6)]  # last step the cheapest
+    assert "within the noise" in captions.race_caption(cached, noisy, final=True)
 
 
 def test_a_race_without_a_decode_step_says_why_there_is_no_estimate():

@@ -330,13 +330,15 @@ def estimate_sentences(n_cached: str, estimate: str, measured: str, without: str
 ESTIMATE_TO_COME = estimate_sentences(*["…"] * 9)
 
 
-def finished_sentences(n_cached: str, run_ratio: str, step: str, step_ratio: str) -> str:
-    """The closing sentences when the run without a cache wrote every token: all measured, and as
-    many lines as the estimate's, so the panels below do not move when the run ends."""
+def finished_sentences(n_cached: str, run_ratio: str, step: str, step_ratio: str, smaller: bool = True) -> str:
+    """The closing sentences when the run without a cache wrote every token: all measured
+    (`smaller`: the whole run's ratio is below the last step's, as the shared prefill makes it)."""
+    why = ("the whole run's figure is smaller because both runs start with the same prefill and their "
+           "first steps read short texts" if smaller else
+           "at this length the two figures are within the noise of a few short steps")
     return (f" Both runs wrote all {n_cached} tokens, so nothing here is modelled: without a cache the whole "
             f"run took {run_ratio} the cached time (measured). The last step, step {step}, took {step_ratio} "
-            f"as long without a cache (measured); the whole run's figure is smaller because both runs start "
-            f"with the same prefill and their first steps read short texts.")
+            f"as long without a cache (measured); {why}.")
 
 
 TOO_FEW_STEPS = (" The run without a cache made no step after its prefill, which is the same work as the cached "
@@ -369,7 +371,8 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
         return text + TOO_FEW_STEPS
     if cost.run_measured:
         return text + finished_sentences(str(len(cached)), fmt_run_ratio(cost), str(cost.step),
-                                         fmt_ratio(cost.step_ratio))
+                                         fmt_ratio(cost.step_ratio),
+                                         cost.run_low is None or cost.run_low < cost.step_ratio)
     est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
     if est is None:
         return text + TOO_FEW_STEPS
