@@ -26,13 +26,28 @@ echo "running $(date +%s)" > "$KVVIZ_DEMO_STATE"
 server_pid="" dashboard_pid="" load_pid="" sleep_pid="" ended=""
 
 stop() {  # TERM each pid's children, then the pid, then wait for all of them
-  local pid kids
+  local pid kids all="" _
   for pid in "$@"; do
     kids=$(pgrep -P "$pid" 2>/dev/null || true)
     kill "$pid" 2>/dev/null || true
     [ -n "$kids" ] && kill $kids 2>/dev/null || true
+    all="$all $kids"
   done
   for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+  # The children of a subshell (the load's) are not ours to `wait` for: poll until each has
+  # exited (a zombie counts as exited), at most 10 s, so "ended" is written after the load is gone.
+  for _ in $(seq 100); do
+    alive_children $all || break
+    sleep 0.1
+  done
+}
+
+alive_children() {  # true while any of these pids runs (not a zombie)
+  local pid
+  for pid in "$@"; do
+    ps -o stat= -p "$pid" 2>/dev/null | grep -qv '^Z' && return 0
+  done
+  return 1
 }
 
 end_demo() {  # load first, then the server; the dashboard says so (the engine page reads the state)
