@@ -24,11 +24,11 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from kvviz.planner import deployment
+from kvviz.planner import deployment, serving_plan
 from kvviz.planner.results import SetupPlan, VllmPlan
 
 GIB = 2**30
-CPU_KERNEL_BLOCK = 32  # CPU_ATTN's MultipleOf(32) (v1/attention/backends/cpu_attn.py)
+CPU_KERNEL_BLOCK = serving_plan.CPU.kernel_block  # CPU_ATTN's MultipleOf(32), one figure for both
 NOT_FORESEEN = ("out-of-memory while loading weights or profiling (vLLM measures it), a quantization "
                 "or attention kernel the GPU lacks, an architecture vLLM does not implement")
 
