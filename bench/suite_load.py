@@ -17,8 +17,8 @@ from bench.results import Result
 from bench.settings import Settings
 
 # Every test file that starts a process and waits on it; the vLLM server's only in the full run.
-PROCESS_TESTS = ("tests/test_hosted_process.py", "tests/test_links_demo.py", "tests/test_atomic_writes.py")
-FULL_ONLY = ("tests/test_browser_visitors.py", "tests/test_vllm_integration.py")
+PROCESS_TESTS = ("tests/vllm/test_integration_helpers.py", "tests/scripts/test_vllm_demo.py", "tests/core/test_files.py")
+FULL_ONLY = ("tests/browser/test_visitors.py", "tests/vllm/test_integration.py")
 BOUND_S = 3600  # the loaded run is killed here: the bound it must end within
 BUSY_LOOP = "while True: pass"
 

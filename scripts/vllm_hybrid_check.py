@@ -8,7 +8,7 @@ built in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) with exactly KV_BYTES o
 (PREFIX = 1 / 0) and dtype; nothing is generated. The last stdout line is one JSON object: the
 block size vLLM chose, its block count, "KV cache size" tokens, maximum concurrency, the Mamba
 cache mode and padded state page, and each KV cache group's spec (kind, block size, page bytes,
-layers). tests/test_vllm_hybrid.py compares kvviz.planner.serving_plan with it.
+layers). tests/planner/test_vllm_hybrid.py compares kvviz.planner.serving_plan with it.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Each layer gives vLLM's two specs, as its DeepSeek-V3.2 model code registers the
 656-byte uint8 row per token) and the sparse-attention indexer's key cache (128 fp8 values + one
 float32 scale = 132 bytes, uint8). vLLM 0.32's `get_kv_cache_groups`, `get_kv_cache_config_from_groups`
 and `get_kv_cache_capacity` (a stand-in config carries only the fields they read) print one JSON
-line: groups, blocks, "KV cache size" tokens, maximum concurrency. tests/test_vllm_hybrid.py
+line: groups, blocks, "KV cache size" tokens, maximum concurrency. tests/planner/test_vllm_hybrid.py
 compares kvviz.planner.serving_plan with it.
 """
 from __future__ import annotations

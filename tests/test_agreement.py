@@ -6,7 +6,7 @@ shows for a context (kvviz.planner.capacity) and the live page's formula at the 
 dtype the live page can run; and the Sweep's out-of-memory boundary agrees with its own
 'predicted not to fit' flag. Below, every figure two views show (bytes at n tokens, bytes per token,
 tokens held, caps, per-kind groups) is computed through every path that shows it, for every catalog
-model and every tiny architecture of tests/test_architectures.py, from the one cache spec per layer.
+model and every tiny architecture of tests/engine/test_architectures.py, from the one cache spec per layer.
 """
 import pytest
 

@@ -2,6 +2,7 @@
 contract would state them: which wing may import which, and where Streamlit, torch and
 transformers may appear. A rule broken here is a design change: change the rule on purpose."""
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ def test_the_rules_catch_a_violation(tmp_path, monkeypatch):
     """The checks above can fail: a view module that imports the engine, or torch."""
     (tmp_path / "viz").mkdir()
     (tmp_path / "viz" / "bad.py").write_text("def f():\n    import torch\n    from kvviz.engine import loop\n")
-    monkeypatch.setattr(__import__(__name__), "KVVIZ", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "KVVIZ", tmp_path)
     with pytest.raises(AssertionError, match="engine"):
         test_wings_import_only_the_wings_below_them("viz/bad.py")
     with pytest.raises(AssertionError, match="torch"):

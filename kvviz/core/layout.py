@@ -290,7 +290,7 @@ def _rwkv_state(c) -> StateSize:
 _OWN_STATES = {"xlstm": _xlstm_state, "rwkv": _rwkv_state}
 
 
-# Measured on tiny models in fp32 and bf16 (tests/test_architectures.py): conv states follow the
+# Measured on tiny models in fp32 and bf16 (tests/engine/test_architectures.py): conv states follow the
 # model's dtype; SSM and delta-rule states stay float32.
 _STATE_SIZES = {"jamba": _jamba_state, "mamba": _mamba_state, "falcon_mamba": _mamba_state,
                 "bamba": _bamba_state, "granitemoehybrid": _bamba_state, "falcon_h1": _falcon_h1_state,

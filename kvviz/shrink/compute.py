@@ -29,7 +29,7 @@ FULL, SHRUNK = "full", "shrunk"
 # tokens through SmolLM2's chat template) that SnapKV's observation window (presses.SNAPKV_WINDOW
 # = 64 tokens) is shorter than the half it keeps at ratio 0.5, so its scores choose which earlier
 # positions stay; on a prompt of 128 tokens or fewer the window is the half kept and a SnapKV run
-# keeps just the most recent positions (tests/test_shrink.py checks both on the default model).
+# keeps just the most recent positions (tests/shrink/test_compute.py checks both on the default model).
 DEFAULT_PROMPT = (
     "The lighthouse on Gull Rock was kept by Ada Morgan for thirty years. Every night she climbed the "
     "114 steps, trimmed the wick and wrote the weather in a green logbook. In winter the storms came "

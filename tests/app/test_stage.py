@@ -1,0 +1,45 @@
+"""Presenter mode headless: chart text scaled, the stage layout and its pace control, fixed styles.
+
+What it looks like on a projector is checked in Chromium (tests/browser/test_pages.py).
+"""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz.viz import charts
+from kvviz.app import ui
+
+pytestmark = pytest.mark.slow  # runs the Live page in presenter mode (Streamlit AppTest): make test, not make check
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+def test_with_font_scale_enlarges_every_kind_of_chart_text():
+    spec = {"mark": "bar", "config": {"axis": {"grid": False}}}
+    scaled = charts.with_font_scale(spec, 1.5)
+    assert scaled["config"]["axis"] == {"grid": False, "labelFontSize": 18, "titleFontSize": 18, "labelLimit": 270}
+    assert scaled["config"]["legend"]["labelFontSize"] == 21 and scaled["config"]["text"]["fontSize"] == 16
+    assert spec == {"mark": "bar", "config": {"axis": {"grid": False}}}  # not mutated
+    assert charts.with_font_scale(spec, 1.0) is spec
+
+
+def test_stage_layout_runs_with_pace_beside_generate(tiny_dir, monkeypatch):
+    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
+    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
+        monkeypatch.delenv(name, raising=False)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["present"] = "1"
+    at.query_params["max_new"] = "6"
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="stage_pace").options == list(ui.PACES)
+    assert not at.expander or all("What am I looking at" not in e.label for e in at.expander)
+    assert any(ui.PRESENTER_CSS in h.proto.body for h in at.get("html"))
+    at.button(key="generate").click().run()
+    assert not at.exception and not at.error
+    cached, recompute = [c.value for c in at.main.code]
+    assert cached.strip() and cached.startswith(recompute.strip())
+    assert any(c.value.startswith("Stopped when the cached run finished") or c.value.startswith("Finished:")
+               for c in at.caption)
+    assert any(s.value.startswith("Same tokens") and "so far" not in s.value for s in at.success)

@@ -1,0 +1,44 @@
+"""The live-page browser benchmark, end to end on a tiny model: `streamlit run` + Chromium +
+the headless worker. Structure and arithmetic only, never speed (tests/bench/test_bench.py checks
+the verdicts; `make bench` measures). Fails, never skips, under CI when Chromium is missing."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from browser_kit import require_chromium
+
+from bench import browser_page
+from bench.results import OPS
+from bench.settings import Settings
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    require_chromium()
+
+
+def test_browser_benchmark_measures_page_and_headless_on_a_tiny_model(chromium, tiny_dir):
+    rows, method = browser_page.browser_vs_headless(Settings(browser_reps=1, new_tokens=6), str(tiny_dir))
+    assert [r.op for r in rows] == [">=", ">=", ">=", "<=", None]
+    assert [r.limit for r in rows[:4]] == [browser_page.COMPUTE_TARGET, browser_page.WALL_TARGET,
+                                          browser_page.OWN_WALL_TARGET, browser_page.RACE_TARGET]
+    for row in rows:
+        assert row.ratio > 0 and row.measured.split()[0] != "0.00"
+        assert row.passed == (None if row.op is None else OPS[row.op](row.ratio, row.limit))
+    assert "max_new=6" in method and "n=1" in method and "tokens per run" in method
+    server = re.search(r"by kvviz's policy: (\d+) \(torch's default here: (\d+)\)", method)
+    headless = re.search(r"the server's thread policy, (\d+) thread", method)
+    assert server and headless and server[1] == headless[1], method  # a fair comparison: same threads
+
+
+def test_benchmark_server_uses_the_ports_given_and_is_stopped(chromium):
+    with browser_page.Server() as server:
+        assert browser_page.PORTS.start <= server.port < browser_page.PORTS.stop
+        pid = server.proc.pid
+    assert server.proc.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

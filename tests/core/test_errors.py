@@ -1,0 +1,125 @@
+"""kvviz's one error hierarchy (kvviz.core.errors): every exception class kvviz or a page defines is a
+KvvizError, the user-facing ones UserErrors (also ValueErrors, for the callers that sort refused
+requests by that), and one out-of-memory test. Read from the source (ast), so a class in a module
+that needs torch or Streamlit is checked without importing it."""
+import ast
+import builtins
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvviz.core import errors
+from kvviz.core.errors import GENERIC, KvvizError, UserError, out_of_memory, visitor_message
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = sorted([*(ROOT / "kvviz").rglob("*.py"), *(ROOT / "app_pages").glob("*.py"), ROOT / "app.py"])
+BUILTIN_EXCEPTIONS = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
+# Pinned: a class moving between the visitor's side and the log's is a decision, not a refactor.
+USER_FACING = {"UserError", "UnknownModelType", "TraceError", "PlanError", "ConfigError", "NotServable", "UnknownArchitecture",
+               "EngineError", "EngineUnreachable", "NotVllm", "EventsDisabled", "NotVllmMetrics",
+               "SchemaMismatch", "RunTimeLimit", "MetaError", "LogError"}
+INTERNAL = {"KvvizError", "ModelLoadError", "UnreadableCache", "ServingFailed"}
+
+
+@functools.lru_cache(maxsize=None)
+def classes_in(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(name, its bases' last names) of every class defined in the file at `path`."""
+    return tuple((node.name, tuple(b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                                   for b in node.bases))
+                 for node in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(node, ast.ClassDef))
+
+
+def class_bases() -> dict[str, tuple[str, list[str]]]:
+    """Every class defined in kvviz, app_pages and app.py: name -> (where, its bases' last names).
+    Two classes of one name (private helpers) are read as one, their bases together."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for path in SOURCES:
+        rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        for name, bases in classes_in(path):
+            where, before = found.get(name, ("", []))
+            found[name] = (where or str(rel), before + list(bases))
+    return found
+
+
+def ancestry(name: str, classes: dict) -> set[str]:
+    seen, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        for base in classes.get(current, ("", []))[1]:
+            if base not in seen:
+                seen.add(base)
+                todo.append(base)
+    return seen
+
+
+def exception_classes() -> dict[str, set[str]]:
+    classes = class_bases()
+    return {n: a for n in classes if (a := ancestry(n, classes)) & (BUILTIN_EXCEPTIONS | {"KvvizError"})
+            or n == "KvvizError"}
+
+
+def test_every_exception_class_derives_from_kvviz_error():
+    outside = [f"{class_bases()[n][0]}: {n}" for n, a in exception_classes().items()
+               if n != "KvvizError" and "KvvizError" not in a]
+    assert not outside, outside
+
+
+def test_each_exception_class_is_pinned_to_the_visitor_or_the_log():
+    found = exception_classes()
+    assert set(found) == USER_FACING | INTERNAL, "a new exception class: add it to USER_FACING or INTERNAL"
+    assert {n for n, a in found.items() if n == "UserError" or "UserError" in a} == USER_FACING
+
+
+def test_the_ast_reading_catches_a_class_off_the_base(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.py"
+    bad.write_text("class Oops(KeyError):\n    pass\nclass Fine(UserError):\n    pass\n")
+    monkeypatch.setattr(sys.modules[__name__], "SOURCES", [*SOURCES, bad])
+    with pytest.raises(AssertionError, match="Oops"):
+        test_every_exception_class_derives_from_kvviz_error()
+
+
+def test_user_errors_are_value_errors_and_internal_ones_are_not_user_errors():
+    from kvviz.engine.models import ModelLoadError
+    from kvviz.core.trace import TraceError
+    from kvviz.serving.compute import RunTimeLimit, ServingFailed
+
+    assert issubclass(UserError, ValueError) and issubclass(TraceError, ValueError)
+    assert issubclass(RunTimeLimit, TimeoutError)  # the Serving page's "Stopped" warning reads it
+    for internal in (ModelLoadError, ServingFailed):
+        assert issubclass(internal, KvvizError) and not issubclass(internal, UserError)
+        assert visitor_message(internal("/home/me/model failed"), hosted=True) == GENERIC
+
+
+def test_a_time_limit_is_worded_for_the_visitor():
+    from kvviz.serving import compute as serving
+
+    cfg = serving.ServingConfig(time_limit_s=0.0)
+    with pytest.raises(serving.RunTimeLimit) as info:
+        serving.check_time(cfg, start=0.0)
+    assert visitor_message(info.value, hosted=True) == "stopped at the limit of 0 s per run"
+
+
+class OutOfMemoryError(RuntimeError):
+    """torch.OutOfMemoryError's name and base, without importing torch."""
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+    (type("Sub", (OutOfMemoryError,), {})("any words"), True),
+    (MemoryError(), True),
+    (RuntimeError("MPS backend out of memory (MPS allocated: 1.2 GB)"), True),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes"), True),
+    (RuntimeError("expected scalar type Float but found Half"), False),
+    (UserError("the prompt is longer than this model's context; out of memory is not the problem"), False),
+    (ValueError("out of memory"), False),
+])
+def test_one_out_of_memory_test(exc, expected):
+    assert out_of_memory(exc) is expected
+
+
+def test_torch_out_of_memory_is_recognized():
+    import torch
+
+    assert errors.out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))

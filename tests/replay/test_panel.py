@@ -1,0 +1,148 @@
+"""The Replay page: example traces, uploads, bad files, scrubbing. No model is loaded."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz.core.trace import Trace
+
+pytestmark = pytest.mark.slow  # runs the Replay page (Streamlit AppTest): make test, not make check
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))[0]
+
+
+@pytest.fixture()
+def page():
+    return AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120)
+
+
+def test_example_trace_draws_every_panel(page):
+    at = page.run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    trace = Trace.load(EXAMPLE)
+    assert metrics["Tokens"] == f"{len(trace.events_of('cached'))} × {trace.meta.batch}"
+    assert metrics["KV cache (measured)"] == metrics["Formula (computed)"]
+    assert metrics["Tokens/s (wall clock)"] == "–"  # a replay's pace is not the run's
+    assert len(at.get("vega_lite_chart")) >= 6
+    # the answer box ends on its last visible character (the example's answer ends in a newline)
+    assert "".join(e.texts[0] for e in trace.events_of("cached")).rstrip() in [c.value for c in at.code]
+
+
+def test_scrubber_shows_an_earlier_step(page):
+    at = page.run()
+    at.slider(key="replay_step").set_value(5).run()
+    assert {m.label: m.value for m in at.metric}["Tokens"].startswith("5 ×")
+
+
+def test_play_instantly_ends_on_the_last_step(page):
+    at = page.run()
+    at.select_slider(key="replay_speed").set_value("instant").run()
+    at.button(key="replay_play").click().run()
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["Tokens"].startswith(str(len(Trace.load(EXAMPLE).events_of("cached"))))
+
+
+def test_play_starts_from_the_scrubbed_step(page, monkeypatch):
+    from kvviz.live import panel as panels
+    drawn = []  # cached steps shown by each redraw of the text, in order
+    update = panels.LiveView.update
+    monkeypatch.setattr(panels.LiveView, "update", lambda self, trace, final=False: (
+        drawn.append(len(trace.events_of("cached"))), update(self, trace, final))[1])
+    at = page.run()
+    at.select_slider(key="replay_speed").set_value("instant").run()
+    at.slider(key="replay_step").set_value(20).run()
+    drawn.clear()
+    at.button(key="replay_play").click().run()
+    assert not at.exception
+    steps = len(Trace.load(EXAMPLE).events_of("cached"))
+    assert drawn[0] == 20 and drawn[-1] == steps  # from the scrubber's step to the end
+    assert at.slider(key="replay_step").value == steps  # the scrubber follows to where play ended
+    drawn.clear()
+    at.button(key="replay_play").click().run()  # at the end: play from the start
+    assert drawn[0] == 1 and drawn[-1] == steps
+    assert "◀ slower" in [c.value for c in at.caption] and "faster ▶" in [c.value for c in at.caption]
+
+
+def hostile_trace() -> str:
+    doc = json.loads(EXAMPLE.read_text())
+    doc["events"][0]["texts"] = ["<script>alert(1)</script> **bold** <b>x</b>"]
+    return json.dumps(doc)
+
+
+def test_trace_text_is_shown_inert():
+    trace = Trace.from_json(hostile_trace())
+    assert trace.events[0].texts[0].startswith("<script>")
+    at = AppTest.from_function(_replay_text, args=(hostile_trace(),), default_timeout=60).run()
+    assert not at.exception
+    assert any("<script>alert(1)</script> **bold**" in c.value for c in at.code)
+    assert not any("<script>" in m.value for m in at.markdown)
+
+
+def _replay_text(text):
+    from kvviz.live import panel as panels
+    from kvviz.core.trace import Trace
+    panels.replay(Trace.from_json(text), 0.0, False)
+
+
+class Upload:
+    """What st.file_uploader hands the page: a size and the bytes."""
+
+    def __init__(self, data: bytes):
+        self.data, self.size = data, len(data)
+
+    def getvalue(self) -> bytes:
+        return self.data
+
+
+def future_version() -> bytes:
+    doc = json.loads(EXAMPLE.read_text())
+    doc["version"] = 99
+    return json.dumps(doc).encode()
+
+
+def without_meta() -> bytes:
+    doc = json.loads(EXAMPLE.read_text())
+    doc["meta"] = {}
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"\x89PNG not json", "not UTF-8 text"),
+    (b"{\"format\": ", "not JSON"),
+    (EXAMPLE.read_bytes()[: EXAMPLE.stat().st_size // 2], "truncated"),
+    (b"", "empty"),
+    (future_version(), "newer kvviz"),
+    (without_meta(), "lacks whole numbers"),
+])
+def test_bad_uploads_get_clear_errors(data, message):
+    from kvviz.app import ui
+    from kvviz.core.trace import TraceError
+    with pytest.raises(TraceError, match=message):
+        ui.read_trace(None, Upload(data))
+
+
+def test_oversized_upload_refused_before_parsing(monkeypatch):
+    from kvviz.core import trace as trace_mod
+    from kvviz.app import ui
+    monkeypatch.setattr(ui, "MAX_TRACE_BYTES", 1000)
+    with pytest.raises(trace_mod.TraceError, match="limited to"):
+        ui.read_trace(None, Upload(b"x" * 5000))
+
+
+def test_hosted_uploads_have_a_smaller_limit(monkeypatch):
+    from kvviz.app import ui
+    from kvviz.core.trace import TraceError
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    with pytest.raises(TraceError, match="limited to 8 MiB here"):
+        ui.read_trace(None, Upload(b" " * (9 * 2**20)))
+
+
+def test_trace_origin_line_escapes_the_model_label():
+    import msgspec
+    from kvviz.app import ui
+    trace = Trace.load(EXAMPLE)
+    trace.meta = msgspec.structs.replace(trace.meta, model_label="[phish](https://example.invalid)")
+    assert "\\[phish\\]\\(https\\://example\\.invalid\\)" in ui.trace_origin(trace)

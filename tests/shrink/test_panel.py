@@ -1,0 +1,109 @@
+"""The Shrink page headless (AppTest) on the tiny local Llama: a press and a quantized cache."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+pytestmark = pytest.mark.slow  # runs the Shrink page (Streamlit AppTest) with model runs: make test, not make check
+
+PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "shrink.py")
+PROMPT = "The key value cache keeps the keys and values of every past token. " * 3 + "What is a KV cache?"
+
+
+@pytest.fixture
+def at(tiny_dir, monkeypatch) -> AppTest:
+    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
+    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
+        monkeypatch.delenv(name, raising=False)
+    app = AppTest.from_file(PAGE, default_timeout=120)
+    app.run()
+    assert not app.exception, app.exception
+    app.text_area(key="shrink_prompt").set_value(PROMPT)
+    app.slider(key="shrink_new").set_value(6)
+    return app
+
+
+def answers(at) -> list[str]:
+    return [c.value for c in at.main.code]
+
+
+def test_press_run_shows_both_answers_caption_and_kept_map(at):
+    at.selectbox(key="shrink_press").set_value("StreamingLLM")
+    at.button(key="shrink_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    full, shrunk = answers(at)
+    assert full.strip() and shrunk.strip()
+    heading = at.subheader[0].value
+    assert heading.startswith("identical") or heading.startswith("diverged at token")
+    assert (full == shrunk) == heading.startswith("identical")
+    specs = [c.proto.spec for c in at.main.get("vega_lite_chart")]
+    assert len(specs) == 3 and any("token text" in s and "evicted" in s for s in specs)
+
+
+def test_quantized_run_shows_payload_scales_residual(at):
+    at.radio(key="shrink_kind").set_value("Quantized cache")
+    at.run()
+    at.selectbox(key="shrink_backend").set_value("quanto")
+    at.run()
+    at.selectbox(key="shrink_nbits").set_value(4)
+    at.button(key="shrink_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert len(answers(at)) == 2
+    assert any("payload" in c.value and "residual" in c.value for c in at.caption)
+    assert len(at.main.get("vega_lite_chart")) == 2  # no kept map: nothing evicted
+
+
+def test_empty_prompt_is_a_plain_message(at):
+    at.text_area(key="shrink_prompt").set_value("   ")
+    at.button(key="shrink_run").click().run()
+    assert not at.exception
+    assert any("prompt is empty" in e.value for e in at.error)
+
+
+def test_changed_settings_mark_the_old_result(at):
+    at.selectbox(key="shrink_press").set_value("Knorm")
+    at.button(key="shrink_run").click().run()
+    assert not at.warning
+    shown = {m.label: m.value for m in at.metric}
+    assert "KV cache at the end (measured)" in shown
+    at.slider(key="shrink_new").set_value(5).run()
+    assert any("previous settings" in w.value for w in at.warning)
+    assert answers(at)  # the old answers stay, marked
+
+
+def test_sweep_runs_on_the_page_and_the_shipped_one_shows(at, tmp_path, monkeypatch):
+    from tests.shrink.test_sweep import short_items
+
+    from kvviz.shrink import task
+    path = tmp_path / "task.json"
+    path.write_text(task.to_json(short_items(), "test"))
+    monkeypatch.setattr(task, "ASSET", path)  # the tiny model's context is 256 tokens
+    at.run()
+    at.multiselect(key="shrink_sweep_presses").set_value(["Knorm"])
+    at.multiselect(key="shrink_sweep_quant").set_value(["quanto 4-bit"])
+    at.number_input(key="shrink_sweep_items").set_value(1)
+    at.button(key="shrink_sweep_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    table = at.dataframe[-1].value  # the sweep's table, the page's only one
+    assert list(table["mode"]) == ["full cache"] + [f"Knorm press, evicting {r:.0%}" for r in (0.25, 0.5, 0.75, 0.9)] \
+        + ["quantized cache (quanto 4-bit, residual 16)"]
+    assert table["accuracy"].between(0, 1).all() and (table["peak_mib"] >= table["bytes_mib"]).all()
+    assert any("run here just now" in c.value for c in at.caption)
+    at.button(key="shrink_sweep_shipped").click().run()
+    assert not at.exception
+    assert any("shipped with kvviz" in c.value and "SmolLM2" in c.value for c in at.caption)
+
+
+def test_hosted_sweep_from_a_crafted_link_is_refused_in_a_sentence(default_lm, monkeypatch):
+    """Hosted: a link naming every press asks 4 × 5 + 1 settings, past the 8 points a visitor may
+    sweep; the page says so before any run (default_lm: the model converted before the page loads it)."""
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.delenv("KVVIZ_MODEL", raising=False)
+    app = AppTest.from_file(PAGE, default_timeout=180)
+    app.query_params["shrink_sweep_presses"] = ["StreamingLLM", "SnapKV", "Knorm", "ExpectedAttention", "TOVA"]
+    app.run()
+    assert not app.exception
+    assert app.number_input(key="shrink_sweep_items").value == 2  # a visitor's default: two items
+    app.button(key="shrink_sweep_run").click().run()
+    assert not app.exception and not app.dataframe
+    assert any("sweep points is 21; this hosted kvviz allows 8" in e.value for e in app.error)

