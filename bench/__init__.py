@@ -13,6 +13,7 @@ benchmark are written as Markdown (docs/benchmarks.md). One module per benchmark
 | `app_server` | `streamlit run` as `make run` starts it, and Chromium's launch (also used by the browser tests) |
 | `apptest_page` | the live page in Streamlit's AppTest harness (informational) |
 | `load`, `soak` | default model load times; memory over many generations |
+| `vllm_replay`, `vllm_streams` | the vLLM page's per-request accounting: replay growth and events a second (replay, live) |
 | `results`, `machine`, `settings`, `subproc`, `command` | the table, the machine, the CLI |
 
     python -m bench [--quick] [--only live-browser,...] [--reps N] [--out docs/benchmarks.md]

@@ -65,6 +65,11 @@ def shrink_modes(s: Settings, ctx: dict):
     return measure(default_lm(ctx), s)
 
 
+def vllm_replay(s: Settings, ctx: dict):
+    from bench.vllm_replay import vllm_replay as measure
+    return measure(s)
+
+
 def suite_load(s: Settings, ctx: dict):
     from bench.suite_load import suite_load as measure
     return measure(s)
@@ -81,6 +86,7 @@ BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(s
     "load": ("Default model load", model_load),
     "soak": ("Soak", soak),
     "shrink": ("Shrink modes vs the full cache", shrink_modes),
+    "vllm-replay": ("vLLM per-request accounting: replay and live", vllm_replay),
     "suite-load": ("Tests that start processes, quiet and under load", suite_load),
 }
 

@@ -5,14 +5,17 @@ can be told why it missed (the block it needed was evicted at t, a sibling block
 tokens had another hash, ...) and block residency can be measured (how long a block lived, how
 often it was reused, how long it idled before eviction). Times are the server's batch times
 (epoch seconds). One `Life` per time a hash was cached; a hash stored again after its eviction
-starts a new life. Pure data, bounded: at most MAX_LIVES ended lives are kept.
+starts a new life. Pure data, bounded: at most MAX_LIVES ended lives are kept. Every method
+costs time proportional to its own arguments, never to the blocks seen so far: counts are kept
+as they change, and the siblings after each prefix are indexed (`kvviz.vllm.siblings`).
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from kvviz.vllm.events import BlockHash
+from kvviz.vllm.siblings import SiblingIndex
 
 MAX_LIVES = 20_000  # ended lives kept for the histograms (the oldest are dropped first)
 EVICTED, CLEARED = "evicted", "cleared"
@@ -43,14 +46,11 @@ class Life:
 class BlockLog:
     live: dict[BlockHash, Life] = field(default_factory=dict)  # cached now (the first copy's life)
     copies: Counter = field(default_factory=Counter)
-    ended: list[Life] = field(default_factory=list)  # oldest first
+    ended: deque[Life] = field(default_factory=deque)  # oldest first, at most MAX_LIVES
     last_end: dict[BlockHash, Life] = field(default_factory=dict)  # hash -> its latest ended life
-    children: dict[BlockHash | None, dict[BlockHash, Life]] = field(default_factory=dict)  # ever seen
-    restored_after_s: list[float] = field(default_factory=list)  # eviction -> stored again, seconds
-
-    @property
-    def num_cached(self) -> int:
-        return sum(self.copies.values())
+    siblings: SiblingIndex = field(default_factory=SiblingIndex)  # by parent: live and kept lives
+    restored_after_s: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_LIVES))
+    num_cached: int = 0  # sum(copies.values()), kept as it changes
 
     def is_cached(self, block_hash: BlockHash) -> bool:
         return self.copies[block_hash] > 0
@@ -61,11 +61,11 @@ class BlockLog:
             before = self.last_end.get(block_hash)
             if before is not None and before.ended_by == EVICTED:
                 self.restored_after_s.append(ts - before.ended_s)
-                del self.restored_after_s[:-MAX_LIVES]
             life = Life(block_hash, parent, position, tokens, keys, owner, ts)
             self.live[block_hash] = life
-            self.children.setdefault(parent, {})[block_hash] = life
+            self.siblings.add(life)
         self.copies[block_hash] += 1
+        self.num_cached += 1
 
     def use(self, block_hash, ts: float) -> None:
         life = self.live.get(block_hash)
@@ -74,12 +74,13 @@ class BlockLog:
 
     def remove(self, block_hash, ts: float, how: str = EVICTED) -> None:
         if self.copies[block_hash] <= 0:
-            del self.copies[block_hash]  # stored before kvviz attached
+            self.copies.pop(block_hash, None)  # stored before kvviz attached
             return
         cached = self.num_cached
         self.copies[block_hash] -= 1
+        self.num_cached -= 1
         if self.copies[block_hash] == 0:
-            del self.copies[block_hash]
+            self.copies.pop(block_hash, None)
             self.end(self.live.pop(block_hash), ts, how, cached)
 
     def clear(self, ts: float) -> None:
@@ -88,23 +89,18 @@ class BlockLog:
             self.end(life, ts, CLEARED, cached)
         self.live.clear()
         self.copies.clear()
+        self.num_cached = 0
 
     def end(self, life: Life, ts: float, how: str, cached_then: int) -> None:
         life.ended_s, life.ended_by, life.cached_then = ts, how, cached_then
         self.last_end[life.block_hash] = life
         self.ended.append(life)
         if len(self.ended) > MAX_LIVES:
-            dropped = self.ended.pop(0)
+            dropped = self.ended.popleft()
             if self.last_end.get(dropped.block_hash) is dropped:
                 del self.last_end[dropped.block_hash]
-            kids = self.children.get(dropped.parent, {})
-            if kids.get(dropped.block_hash) is dropped:
-                del kids[dropped.block_hash]
+            self.siblings.drop(dropped)
 
     def known(self, block_hash) -> Life | None:
         """The block's current life, else its latest ended one."""
         return self.live.get(block_hash) or self.last_end.get(block_hash)
-
-    def siblings(self, parent, block_hash) -> list[Life]:
-        """Blocks ever seen after the same parent (the same prefix), other than `block_hash`."""
-        return [life for h, life in self.children.get(parent, {}).items() if h != block_hash]

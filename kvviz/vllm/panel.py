@@ -266,7 +266,8 @@ def show_numbers(state: EngineState) -> None:
 def show_tree(state: EngineState, text_fn) -> None:
     text = text_fn or views.ids_text
     df = views.tree_frame(state.pool, text)
-    st.caption("Prefix tree (events): each row is a cached token sequence, each cell a block; the "
+    st.caption(f"Prefix tree (events): each row is a cached token sequence (the {views.MAX_SEQUENCES} "
+               f"latest, their first {views.MAX_POSITIONS} blocks), each cell a block; the "
                "colour counts the sequences sharing that block. "
                + ("Token text decoded with the served model's tokenizer." if text_fn else
                   "Token ids shown: the served model's tokenizer is not readable here."))
@@ -287,11 +288,14 @@ def show_notes(notes, limit: int = 6) -> None:
 
 def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
     """A recorded watch through the same panels: at `upto_s`, or played from the start at
-    `speed` × the recorded pace (0: straight to the end)."""
+    `speed` × the recorded pace (0: straight to the end). The replay draws its progress as it
+    goes, so a visitor who leaves (or moves a control) stops it at once."""
     texts = text_fns(recording.meta, from_file=True)
-    slot = st.empty()
+    slot, bar = st.empty(), st.empty()
+    progress = replay_progress(bar)
     if upto_s is not None:
-        states = dict(replay_frames(recording, [upto_s]))[upto_s]
+        states = dict(replay_frames(recording, [upto_s], progress))[upto_s]
+        bar.empty()
         with slot.container():
             show_engines(states, texts, "replay", meta=recording.meta)
         show_notes([n for n in recording.notes if n.t_s <= upto_s])
@@ -299,13 +303,22 @@ def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
     step_s = max(1.0, recording.duration_s / MAX_PLAY_FRAMES)
     count = int(recording.duration_s / step_s) + 1
     times = [recording.duration_s] if speed <= 0 else [min(i * step_s, recording.duration_s) for i in range(count + 1)]
-    for t_s, states in replay_frames(recording, times):
+    for t_s, states in replay_frames(recording, times, progress):
+        bar.empty()
         started = time.monotonic()
         with slot.container():
             st.caption(f"t = {t_s:.1f} s of {recording.duration_s:.1f} s")
             show_engines(states, texts, f"replay-{t_s}")
         if speed > 0:  # the recorded pace, scaled; drawing time counts against it
             time.sleep(max(0.0, step_s / speed - (time.monotonic() - started)))
+
+
+def replay_progress(bar):
+    """A `replay_frames` progress callback that draws into `bar` (each call is a point where
+    Streamlit can stop the script)."""
+    def progress(done: int, total: int) -> None:
+        bar.progress(min(1.0, done / max(1, total)), text=f"Replaying the watch: {done:,} of {total:,} events")
+    return progress
 
 
 def read_watch(path, upload) -> Recording | None:

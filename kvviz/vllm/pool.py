@@ -51,11 +51,7 @@ class CachedBlocks:
     last_seq: int | None = None
     last_ts: float = 0.0  # server time of the last batch applied
     block_size: int | None = None
-
-    @property
-    def num_cached_blocks(self) -> int:
-        """Physical blocks holding a cached prefix (held by a request or free to evict)."""
-        return sum(self.copies.values())
+    num_cached_blocks: int = 0  # physical blocks holding a cached prefix: sum(copies.values())
 
     def apply(self, seq: int, batch: KVEventBatch) -> None:
         """Apply one batch in sequence order. A batch numbered at or below the last one is a
@@ -74,6 +70,7 @@ class CachedBlocks:
         restarts = self.counts.num_restarts + 1
         self.blocks.clear()
         self.copies.clear()
+        self.num_cached_blocks = 0
         self.counts = PoolCounts(num_restarts=restarts)
         self.last_seq = None
 
@@ -85,6 +82,7 @@ class CachedBlocks:
         elif isinstance(event, AllBlocksCleared):
             self.blocks.clear()
             self.copies.clear()
+            self.num_cached_blocks = 0
             self.counts.num_cleared += 1
 
     def store(self, event: BlockStored, ts: float) -> None:
@@ -101,17 +99,19 @@ class CachedBlocks:
             self.blocks.setdefault(block_hash, Block(parent, tokens, ts, depth + i))
             self.copies[block_hash] += 1
             parent = block_hash
+        self.num_cached_blocks += len(event.block_hashes)
         self.counts.num_stored += len(event.block_hashes)
 
     def remove(self, hashes: list[BlockHash]) -> None:
         for block_hash in hashes:
             if self.copies[block_hash] <= 0:
-                del self.copies[block_hash]  # stored before we attached: nothing to forget
+                self.copies.pop(block_hash, None)  # stored before we attached: nothing to forget
                 continue
             self.copies[block_hash] -= 1
+            self.num_cached_blocks -= 1
             self.counts.num_removed += 1
             if self.copies[block_hash] == 0:
-                del self.copies[block_hash]
+                self.copies.pop(block_hash, None)
                 self.blocks.pop(block_hash, None)
 
     def children(self) -> dict[BlockHash | None, list[BlockHash]]:

@@ -13,6 +13,10 @@ held, in this order:
    that stored that block (for a first block, at least a quarter block in common);
 5. otherwise `extends` (some prefix was cached, this continuation never seen) or `first seen`.
 
+Steps 3 and 4 ask the block log's sibling index (`kvviz.vllm.siblings`), never a scan of the
+siblings: explaining a miss costs one block's tokens, however many requests shared the prefix.
+On a tie the latest block wins.
+
 A request whose whole blocks all came from the cache gets `partial tail`: only its last, partial
 block was computed, and vLLM caches whole blocks only.
 """
@@ -60,14 +64,13 @@ def explain(log: BlockLog, miss: Miss, usable: int | None = None) -> tuple[str, 
                             f"{current.owner}) but computed again: that request was computing it in "
                             "the same step, or it holds the prompt's last token, which vLLM always "
                             "recomputes"), start
-    siblings = log.siblings(miss.parent, miss.block_hash)
-    same = [s for s in siblings if s.tokens == miss.tokens]
-    if same:
+    same = log.siblings.same_tokens(miss.parent, miss.tokens)
+    if same is not None:
         return EXTRA_KEYS, (f"block {miss.position} has the same tokens as a block of request "
-                            f"{same[-1].owner} but another hash: a different LoRA, cache salt or "
-                            f"multimodal input ({keys_text(same[-1].keys)} then, "
+                            f"{same.owner} but another hash: a different LoRA, cache salt or "
+                            f"multimodal input ({keys_text(same.keys)} then, "
                             f"{keys_text(miss.keys)} now)"), start
-    best, common = closest(siblings, miss.tokens)
+    best, common = log.siblings.closest(miss.parent, miss.tokens)
     if best is not None and (miss.position > 0 or common >= max(1, miss.block_size // 4)):
         k = start + common
         return DIVERGED, f"diverged at token {k} from the prefix request {best.owner} cached", k
@@ -88,25 +91,6 @@ def gone_reason(gone: Life, miss: Miss, usable: int | None) -> tuple[str, str]:
     return EVICTED, (f"block {miss.position} (stored by request {gone.owner}) was evicted at "
                      f"t = {at:.1f} s ({ago:.1f} s before) by pool pressure, with {pool} blocks "
                      "cached then")
-
-
-def closest(siblings: list[Life], tokens: tuple[int, ...]) -> tuple[Life | None, int]:
-    """The sibling sharing the longest run of first tokens (the latest on a tie), and that run."""
-    best, common = None, -1
-    for life in siblings:
-        n = common_start(life.tokens, tokens)
-        if n >= common:
-            best, common = life, n
-    return best, max(common, 0)
-
-
-def common_start(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def keys_text(keys: tuple) -> str:

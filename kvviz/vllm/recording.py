@@ -7,8 +7,8 @@ very states the live page showed. Loading is strict: anything else is a `TraceEr
 """
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -102,27 +102,44 @@ class Recording:
             raise TraceError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
 
 
+class _Head(msgspec.Struct):
+    format: object = None
+
+
 def peek_format(data: bytes | str) -> str | None:
-    """The `format` field of a JSON trace, or None if it is not a JSON object with one."""
+    """The `format` field of a JSON trace, or None if it is not a JSON object with one (read
+    without building the rest of the document)."""
     try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
+        head = msgspec.json.decode(data, type=_Head).format
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
-    return doc.get("format") if isinstance(doc, dict) else None
+    return head if isinstance(head, str) else None
 
 
-def replay_frames(recording: Recording, times_s: list[float]):
+PROGRESS_EVERY = 5000  # events applied between two calls of a replay's `progress`
+
+
+def replay_frames(recording: Recording, times_s: list[float],
+                  progress: Callable[[int, int], None] | None = None):
     """Yield (t, states) at each of the ascending `times_s`, applying the records in between.
 
-    The states are one dict updated in place: use each before asking for the next.
+    The states are one dict updated in place: use each before asking for the next. Time is
+    linear in the events applied. `progress(events done, events in all)` is called every
+    PROGRESS_EVERY events or so: a page passes a function that draws, so that a visitor who
+    leaves stops the replay there (Streamlit stops a script at its next drawing call).
     """
     states: dict[str, EngineState] = {}
     records = sorted(recording.batches + recording.scrapes, key=lambda r: r.t_s)
-    i = 0
+    total = sum(len(r.batch.events) for r in recording.batches)
+    i, done, told = 0, 0, 0
     for t_s in times_s:
         while i < len(records) and records[i].t_s <= t_s:
             apply_record(states, records[i])
+            done += len(records[i].batch.events) if isinstance(records[i], BatchRecord) else 0
             i += 1
+            if progress is not None and done - told >= PROGRESS_EVERY:
+                progress(done, total)
+                told = done
         yield t_s, states
 
 

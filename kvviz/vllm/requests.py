@@ -16,11 +16,16 @@ Per request: `cached_tokens` = reused blocks × block size (vLLM's own
 `usage.prompt_tokens_details.cached_tokens`), `prompt_tokens` = the prompt's tokens in whole blocks
 (reused plus those stored in the request's first step; a partial last block is never in an event),
 and the miss reason (`kvviz.vllm.reasons`). Rows are bounded (MAX_REQUESTS, oldest dropped).
+
+Each event costs time proportional to its own blocks, never to the requests or blocks seen
+before (a busy server's thousands of requests under one system prompt, or a crafted file): the
+request a store continues is looked up by (session, chain end), the requests waiting for their
+first store are keyed by number, and the reasons come from the block log's indexes.
 """
 from __future__ import annotations
 
 import copy
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 
 from kvviz.vllm import reasons
@@ -28,7 +33,7 @@ from kvviz.vllm.blocklog import BlockLog
 from kvviz.vllm.events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEventBatch
 
 MAX_REQUESTS = 5000
-MATCH_WINDOW = 512  # recent requests searched for the chain a store continues
+MATCH_WINDOW = 512  # a store continues only one of the latest requests started
 EVENTS, INFERRED = "events", "inferred from the chain"
 
 
@@ -47,6 +52,7 @@ class Request:
     reason: str = ""  # a code of kvviz.vllm.reasons
     miss_reason: str = ""  # in words
     first_miss_token: int | None = None
+    number: int = 0  # the ledger's count of requests started, this one included
 
     @property
     def cached_tokens(self) -> int:
@@ -67,13 +73,15 @@ class Request:
 @dataclass
 class RequestLedger:
     log: BlockLog = field(default_factory=BlockLog)
-    requests: list[Request] = field(default_factory=list)
+    requests: deque[Request] = field(default_factory=lambda: deque(maxlen=MAX_REQUESTS))
     t0: float | None = None
     batch_no: int = 0
     numbered: int = 0
     sessions: dict[str, int] = field(default_factory=dict)  # session_id -> requests seen
-    pending: list[Request] = field(default_factory=list)  # reuse seen this step, no store yet
+    pending: dict[int, Request] = field(default_factory=dict)  # reuse seen this step, no store yet
     usable_blocks: int | None = None  # from /metrics when known: "N of U blocks cached"
+    started: int = 0  # requests started so far
+    ends: ChainEnds = field(default_factory=lambda: ChainEnds())  # (session, chain end) -> requests
 
     def apply(self, batch: KVEventBatch) -> None:
         """One batch (one engine step), in sequence order."""
@@ -88,21 +96,23 @@ class RequestLedger:
                     self.log.remove(block_hash, batch.ts)
             elif isinstance(event, AllBlocksCleared):
                 self.log.clear(batch.ts)
-        for request in self.pending:  # every whole block of its prompt came from the cache
+        for request in self.pending.values():  # every whole block of its prompt came from the cache
             request.reason, request.miss_reason = reasons.tail(request.block_size)
             request.first_miss_token = request.prompt_tokens
         self.pending.clear()
 
     def __deepcopy__(self, memo) -> RequestLedger:
         """A copy to draw from, cheap enough for every page refresh: ended lives never change
-        again, so they are shared; current lives and requests are copied. The copy has no prefix
-        index (`log.children`): draw from it, never feed it events."""
+        again, so they are shared; current lives and requests are copied. The copy has no
+        indexes (`log.siblings`, `ends`): draw from it, never feed it events."""
         log = self.log
         drawn = BlockLog(live={h: replace(life, uses_s=list(life.uses_s)) for h, life in log.live.items()},
-                         copies=Counter(log.copies), ended=list(log.ended), last_end=dict(log.last_end),
-                         restored_after_s=list(log.restored_after_s))
-        return RequestLedger(drawn, [copy.copy(r) for r in self.requests], self.t0, self.batch_no,
-                             self.numbered, dict(self.sessions), [], self.usable_blocks)
+                         copies=Counter(log.copies), ended=deque(log.ended), last_end=dict(log.last_end),
+                         restored_after_s=deque(log.restored_after_s, maxlen=log.restored_after_s.maxlen),
+                         num_cached=log.num_cached)
+        return RequestLedger(drawn, deque((copy.copy(r) for r in self.requests), maxlen=MAX_REQUESTS),
+                             self.t0, self.batch_no, self.numbered, dict(self.sessions), {},
+                             self.usable_blocks, self.started)
 
     def rows(self) -> list[dict]:
         return [r.row(self.t0 or 0.0) for r in self.requests]
@@ -113,18 +123,18 @@ class RequestLedger:
             return
         if is_reuse(event, self.log):
             request = self.start(event, ts)
-            request.reused_blocks, request.tail = len(event.block_hashes), event.block_hashes[-1]
+            request.reused_blocks = len(event.block_hashes)
+            self.set_tail(request, event.block_hashes[-1])
             for block_hash in event.block_hashes:
                 self.log.use(block_hash, ts)
-            self.pending.append(request)
+            self.pending[request.number] = request
             return
         request = self.continued(event)
         if request is None:
             request = self.start(event, ts)
             self.infer_reuse(request, event.parent_block_hash)
             self.explain(request, event, ts)
-        elif request in self.pending:
-            self.pending.remove(request)
+        elif self.pending.pop(request.number, None) is not None:
             self.explain(request, event, ts)
         self.store_blocks(request, event, ts)
 
@@ -136,19 +146,21 @@ class RequestLedger:
         else:
             self.numbered += 1
             name = f"#{self.numbered}"
-        request = Request(name, sid, ts, self.batch_no, event.block_size)
-        self.requests.append(request)
-        del self.requests[:-MAX_REQUESTS]
+        self.started += 1
+        request = Request(name, sid, ts, self.batch_no, event.block_size, number=self.started)
+        self.requests.append(request)  # the deque drops the oldest past MAX_REQUESTS
         return request
 
     def continued(self, event: BlockStored) -> Request | None:
-        """The recent request (same session) whose chain ends where this store starts."""
+        """The request (same session, among the latest MATCH_WINDOW started) whose chain ends
+        where this store starts; the one that got there last."""
         if event.parent_block_hash is None:
             return None
-        for request in reversed(self.requests[-MATCH_WINDOW:]):
-            if request.tail == event.parent_block_hash and request.session_id == event.session_id:
-                return request
-        return None
+        return self.ends.find(event.session_id, event.parent_block_hash, self.started - MATCH_WINDOW)
+
+    def set_tail(self, request: Request, block_hash: BlockHash) -> None:
+        request.tail = block_hash
+        self.ends.add(request, self.requests, self.started - MATCH_WINDOW)
 
     def infer_reuse(self, request: Request, parent: BlockHash | None) -> None:
         """A request that starts mid-chain reused the blocks up to its parent (no reuse report)."""
@@ -164,7 +176,7 @@ class RequestLedger:
             self.log.store(block_hash, parent, position + i, tokens, block_keys(event, i), request.name, ts)
             parent = block_hash
         request.stored_blocks += len(event.block_hashes)
-        request.tail = event.block_hashes[-1]
+        self.set_tail(request, event.block_hashes[-1])
         if request.batch_no == self.batch_no:
             request.prefill_blocks += len(event.block_hashes)
 
@@ -187,3 +199,38 @@ def block_keys(event: BlockStored, i: int) -> tuple:
     """What besides tokens and parent enters block i's hash, as far as the event tells."""
     extra = event.extra_keys[i] if event.extra_keys and i < len(event.extra_keys) else None
     return (event.lora_id, event.lora_name, tuple(extra) if extra else None)
+
+
+@dataclass
+class ChainEnds:
+    """(session_id, last block of its chain) -> the requests whose chain ended there, in the order
+    they got there. A request that moved on, or left the window, is skipped when met at a list's
+    end; the index is rebuilt from the window's requests every MATCH_WINDOW additions, so it
+    never holds much more than the window (amortized constant time per addition)."""
+
+    lists: dict[tuple, list[Request]] = field(default_factory=dict)
+    num_added: int = 0
+
+    def add(self, request: Request, requests, oldest: int) -> None:
+        self.lists.setdefault((request.session_id, request.tail), []).append(request)
+        self.num_added += 1
+        if self.num_added > 2 * MATCH_WINDOW:
+            self.rebuild(requests, oldest)
+
+    def find(self, session_id: str | None, block_hash: BlockHash, oldest: int) -> Request | None:
+        key = (session_id, block_hash)
+        found = self.lists.get(key)
+        while found and (found[-1].tail != block_hash or found[-1].number <= oldest):
+            found.pop()
+        if found is not None and not found:
+            del self.lists[key]
+        return found[-1] if found else None
+
+    def rebuild(self, requests, oldest: int) -> None:
+        """Only the requests still in the window, by their start."""
+        self.lists, self.num_added = {}, 0
+        recent = [r for _, r in zip(range(MATCH_WINDOW), reversed(requests))]
+        for request in reversed(recent):
+            if request.number > oldest and request.tail is not None:
+                self.lists.setdefault((request.session_id, request.tail), []).append(request)
+                self.num_added += 1

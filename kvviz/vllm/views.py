@@ -19,6 +19,7 @@ OVER_TIME = {"cached blocks (events)": "#6A3D9A", "held by requests (metrics)": 
              "stored, cumulative (events)": "#54A24B", "evicted, cumulative (events)": "#E45756"}
 REQUEST_COLORS = {"running (metrics)": "#4C78A8", "waiting (metrics)": "#F58518"}
 MAX_SEQUENCES = 40  # rows of the prefix-tree picture (the most recent sequences)
+MAX_POSITIONS = 128  # blocks drawn per sequence (its first ones): 5,120 cells at most
 MAX_TABLE_BLOCKS = 300
 CONFIG_KEYS = ["block_size", "num_gpu_blocks", "num_gpu_blocks_override", "enable_prefix_caching",
                "prefix_caching_hash_algo", "cache_dtype", "kv_cache_memory_bytes", "kv_cache_size_tokens",
@@ -107,11 +108,17 @@ def histogram_chart(df: pd.DataFrame, title: str) -> alt.Chart:
 
 
 def sharers(pool: CachedBlocks) -> dict:
-    """hash -> how many cached sequences (root-to-leaf paths) pass through the block."""
+    """hash -> how many cached sequences (root-to-leaf paths) pass through the block: the leaves
+    below it, counted children first in one pass over the tree (linear in the cached blocks)."""
+    kids = pool.children()
+    order, stack = [], list(kids.get(None, []))
+    while stack:
+        block_hash = stack.pop()
+        order.append(block_hash)
+        stack.extend(kids.get(block_hash, []))
     counts: dict = {}
-    for leaf in pool.leaves():
-        for block_hash in pool.path(leaf):
-            counts[block_hash] = counts.get(block_hash, 0) + 1
+    for block_hash in reversed(order):
+        counts[block_hash] = sum(counts[k] for k in kids.get(block_hash, [])) or 1
     return counts
 
 
@@ -121,11 +128,12 @@ def ids_text(token_ids: tuple[int, ...]) -> str:
 
 def tree_frame(pool: CachedBlocks, text: TextFn = ids_text) -> pd.DataFrame:
     """Columns: sequence, position, block, shared_by, text: one row per block of each of the
-    most recent cached sequences (root-to-leaf paths of the prefix tree; events)."""
+    most recent cached sequences (root-to-leaf paths of the prefix tree; events), at most the
+    first MAX_POSITIONS blocks of each."""
     shared = sharers(pool)
     rows = []
     for i, leaf in enumerate(pool.leaves()[-MAX_SEQUENCES:]):
-        for block_hash in pool.path(leaf):
+        for block_hash in pool.path(leaf)[:MAX_POSITIONS]:
             block = pool.blocks[block_hash]
             rows.append({"sequence": f"seq {i + 1}", "position": block.depth, "block": short_hash(block_hash),
                          "shared_by": shared.get(block_hash, 1), "text": text(block.token_ids)[:400]})

@@ -22,6 +22,7 @@ from kvviz.vllm.subscriber import Subscriber, resolve_source
 
 RETRY_S = 2.0  # between attempts to reach a server that did not answer
 MAX_BATCHES = 200_000  # a live page keeps at most this many batches for its download
+TRIM_SLACK = MAX_BATCHES // 8  # records kept beyond the cap before the oldest are cut in one go
 
 
 @dataclass
@@ -185,7 +186,7 @@ class EngineWatch:
             apply_batch(self.states, url, rank, message.seq, message.batch)
             self.recording.batches.append(
                 BatchRecord(round(self.now_s(), 3), url, rank, message.seq, message.batch))
-            del self.recording.batches[:-MAX_BATCHES]
+            trim(self.recording.batches)
 
     def scrape(self, conn: Connection) -> None:
         try:
@@ -200,7 +201,13 @@ class EngineWatch:
             t_s = round(self.now_s(), 3)
             apply_scrape(self.states, conn.url, engines, t_s)
             self.recording.scrapes.append(ScrapeRecord(t_s, conn.url, engines))
-            del self.recording.scrapes[:-MAX_BATCHES]
+            trim(self.recording.scrapes)
+
+
+def trim(records: list) -> None:
+    """Keep the newest MAX_BATCHES records, cutting in chunks so each append stays O(1)."""
+    if len(records) > MAX_BATCHES + TRIM_SLACK:
+        del records[:-MAX_BATCHES]
 
 
 def open_all(sources) -> list[Subscriber]:

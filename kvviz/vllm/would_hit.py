@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvviz.vllm.pool import CachedBlocks
-from kvviz.vllm.reasons import common_start
+from kvviz.vllm.siblings import common_start
 
 
 @dataclass(frozen=True)
