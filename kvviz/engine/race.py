@@ -108,6 +108,22 @@ def extrapolate_total_ms(recompute: list[StepEvent], seq_lens: list[int],
     return (est.low_ms + est.high_ms) / 2
 
 
+def modelled_remainder_ms(cached: list[StepEvent], recompute: list[StepEvent]) -> list[float]:
+    """The modelled time of each step the recompute run did not make (its steps len(recompute) to
+    len(cached) - 1), for drawing: each in proportion to the fitted a + b·n at its length
+    (`step_cost_fit`), scaled so that with the measured steps they add up to `extrapolate_total_ms`,
+    the whole-run estimate the captions quote. [] when the run finished or has no decode step."""
+    seq_lens = [e.seq_len - 1 for e in cached]
+    total = extrapolate_total_ms(recompute, seq_lens, cached)
+    if total is None or len(recompute) >= len(cached):
+        return []
+    a, b = step_cost_fit(list(cached) + list(recompute))
+    batch = len(recompute[0].token_ids)
+    shape = [a + b * batch * n for n in seq_lens[len(recompute):]]
+    rest = total - sum(e.step_ms for e in recompute)
+    return [rest * ms / sum(shape) for ms in shape] if sum(shape) > 0 else [rest / len(shape)] * len(shape)
+
+
 def race_order(cached: list[StepEvent], recompute: list[StepEvent]) -> list[StepEvent]:
     """A recorded run's events in the order the live race shows them."""
     return list(interleave(cached, recompute or None))

@@ -98,20 +98,27 @@ def no_cache_cost(cached: list[StepEvent], recompute: list[StepEvent]) -> NoCach
 
 
 def fmt_run_ratio(cost: NoCacheCost) -> str:
+    """The whole run's ratio, the one form every place quotes it in (the headline, the race
+    caption, the tour): "15.8×" measured, "≈ 15.8×" modelled (a range's middle: `fmt_run_range`)."""
     if cost.run_low is None:
         return "–"
-    if cost.run_measured:
-        return fmt_ratio(cost.run_low)
-    if cost.run_high > cost.run_low:  # fewer than race.MIN_FIT_STEPS steps without a cache
-        return f"≈ {cost.run_low:.1f}–{fmt_ratio(cost.run_high)}"
-    return f"≈ {fmt_ratio(cost.run_low)}"
+    return fmt_ratio(cost.run_low) if cost.run_measured else f"≈ {fmt_ratio(cost.run_ratio)}"
 
 
-def fmt_run_card(cost: NoCacheCost) -> str:
-    """The whole run's ratio as a headline card shows it: a range's middle (the help gives the range)."""
-    if cost.run_low is None or cost.run_measured:
-        return fmt_run_ratio(cost)
-    return f"≈ {fmt_ratio(cost.run_ratio)}"
+def fmt_run_range(cost: NoCacheCost) -> str:
+    """"between 14.7× and 25.3×" while the modelled figure is a range (fewer than
+    race.MIN_FIT_STEPS steps without a cache), else ""."""
+    if cost.run_low is None or cost.run_measured or cost.run_high <= cost.run_low:
+        return ""
+    return f"between {fmt_ratio(cost.run_low)} and {fmt_ratio(cost.run_high)}"
+
+
+def run_basis(cost: NoCacheCost | None) -> str | None:
+    """How the whole run's figure was found: "measured" (the run without a cache wrote every
+    token), "modelled" (it was cut short: the rest is estimated), None before there is one."""
+    if cost is None or cost.run_low is None:
+        return None
+    return "measured" if cost.run_measured else "modelled"
 
 
 def no_cache_figures(sums: trace.RunSummary, cached: list[StepEvent],
@@ -130,14 +137,28 @@ def no_cache_figures(sums: trace.RunSummary, cached: list[StepEvent],
         wait = ("shown once both runs made a decode step (turn on the no-cache race)")
         return [(LAST_STEP_LABEL, "–", f"how many times slower one step is without a cache; {wait}"),
                 (RUN_LABEL, "–", f"how many times slower the whole run is without a cache; {wait}")]
+    spread = fmt_run_range(cost)
     run = ("measured: the run without a cache finished" if cost.run_measured else
-           f"modelled, {fmt_run_ratio(cost)}: each step costs a fixed time plus a share per position it "
+           f"modelled{', the middle of ' + spread if spread else ''}: the run without a cache was cut "
+           "short, and each step it did not make costs a fixed time plus a share per position it "
            "reads, fitted to both runs' measured steps, as the race caption says")
     return [(LAST_STEP_LABEL, fmt_ratio(cost.step_ratio),
              f"Step {cost.step} took {fmt_ms(cost.recompute_ms)} without a cache (it re-read all "
              f"{cost.positions:,} positions) and {fmt_ms(cost.cached_ms)} with it (measured)."),
-            (RUN_LABEL, fmt_run_card(cost),
+            (RUN_LABEL, fmt_run_ratio(cost),
              f"The time for every token of the cached run without a cache ÷ with it ({run})." + same_steps)]
+
+
+def widest_headline() -> list[tuple[str, str, str]]:
+    """The headline figures with every label in its longest form and values wider than a run
+    shows, for the figures' hidden copy: the page reserves the row's height with it before a
+    run's first figure arrives (kvviz.live.panel.metric_cards), so nothing below moves then."""
+    help_text = "?"  # a help icon's room beside the label, as every figure has
+    return [("Tokens", "9999 × 64", help_text), ("KV cache (allocated)", "1,023 MiB", help_text),
+            ("Formula (computed)", "1,023 MiB", help_text), ("Time to first token", "999.99 s", help_text),
+            ("Decode step (median)", "99.99 s", help_text), ("Tokens/s (compute)", "9999.9", help_text),
+            ("Tokens/s (wall clock)", "9999.9", help_text), (LAST_STEP_LABEL, "≈ 999.9×", help_text),
+            (RUN_LABEL, "≈ 999.9×", help_text)]
 
 
 def steps(n: int | None) -> str:
@@ -292,6 +313,41 @@ def race_captions(cached: list[StepEvent], recompute: list[StepEvent], final: bo
     return {"race": race_caption(cached, recompute, final), "positions": positions_caption(cached, recompute)}
 
 
+def run_ended(cached: list[StepEvent], max_new_tokens: int) -> bool:
+    """The cached run reached its token budget or EOS in every sequence (not a Stop or a limit)."""
+    return bool(cached) and (len(cached) >= max_new_tokens or all(cached[-1].finished))
+
+
+SAME_TIME_SHARE = 0.05  # two clocks this close are "about the same time"
+
+
+def turns_sentence(recompute: list[StepEvent], cached: list[StepEvent]) -> str:
+    """What each run's clock shows, in words that follow from the two figures the race caption
+    opens with (each run's summed step times): "about the same" only when they are."""
+    without, with_cache = sum(e.step_ms for e in recompute), sum(e.step_ms for e in cached)
+    if abs(without - with_cache) <= SAME_TIME_SHARE * with_cache:
+        return f"Both had about the same time: {fmt_ms(without)} and {fmt_ms(with_cache)}."
+    if without > with_cache:  # a run steps only while behind: its last step ran on past the other
+        return f"It had {fmt_ms(without)} to the cached run's {fmt_ms(with_cache)}: its last step ran past."
+    return f"It had {fmt_ms(without)} to the cached run's {fmt_ms(with_cache)}."
+
+
+def race_stop_note(cached: list[StepEvent], recompute: list[StepEvent], ended: bool = True,
+                   scrubbing: bool = False) -> str:
+    """Why the no-cache text ends where it does (mid-word, often): the run ended, was stopped,
+    or a replay's scrubber stands at this step; with each run's time, as measured."""
+    if len(recompute) >= len(cached) and ended:
+        return f"Finished: all {tokens(len(cached))} recomputed."
+    so_far = f"{len(recompute)} of {tokens(len(cached))}"
+    if scrubbing:
+        where = f"At this step of the replay the run without a cache had written {so_far}."
+    elif not ended:
+        where = f"Stopped before the end: the run without a cache had written {so_far}."
+    else:
+        where = f"Stopped when the cached run finished, after {so_far}."
+    return f"{where} {turns_sentence(recompute, cached)}"
+
+
 def positions_caption(cached: list[StepEvent], recompute: list[StepEvent]) -> str:
     n = len(recompute)
     pos_c, pos_r = sum(e.positions for e in cached[:n]), sum(e.positions for e in recompute)
@@ -316,12 +372,15 @@ def estimate_text(est: race.RaceEstimate) -> str:
 
 
 def estimate_sentences(n_cached: str, estimate: str, measured: str, without: str, run_ratio: str,
-                       step: str, step_ratio: str, shared: str, same_ratio: str) -> str:
+                       step: str, step_ratio: str, shared: str, same_ratio: str, spread: str = "") -> str:
     """The race caption's closing sentences; during the run the same words with "…" for the
-    figures to come, so the panel keeps its lines from the first step to the last."""
+    figures to come, so the panel keeps its lines from the first step to the last. `run_ratio`:
+    the headline's own figure (`fmt_run_ratio`); `spread`: its range while it is one."""
+    spread = f" ({spread})" if spread else ""
     return (f" Finishing all {n_cached} tokens without a cache would take {estimate} (modelled: each step "
             f"costs a fixed time plus a share per position it reads, fitted to both runs' {measured} measured "
-            f"steps, {without} of them without a cache): {run_ratio} the cached time for the whole run. "
+            f"steps, {without} of them without a cache): {run_ratio} the cached time for the whole "
+            f"run{spread}. "
             f"The last step both made, step {step}, took {step_ratio} as long without a cache (measured); "
             f"over all {shared} steps both made it is only {same_ratio}, because both start with the same "
             f"prefill.")
@@ -357,8 +416,8 @@ def race_longest() -> str:
     from a run's first step to its end, moves the panels below it."""
     wide = ["4,096 tokens", "59.99 min", "4,096 tokens", "999.9 ms"]
     return race_opening(*wide) + estimate_sentences(
-        "4,096", "between ≈ 59.9 min and 59.9 min", "8,192", "4,096", "≈ 999.9–999.9×", "4,095", "999.9×",
-        "4,096", "999.9×")
+        "4,096", "between ≈ 59.9 min and 59.9 min", "8,192", "4,096", "≈ 999.9×", "4,095", "999.9×",
+        "4,096", "999.9×", "between 999.9× and 999.9×")
 
 
 def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: bool) -> str:
@@ -381,4 +440,4 @@ def race_caption(cached: list[StepEvent], recompute: list[StepEvent], final: boo
     same = sum(e.step_ms for e in recompute[:n]) / same_ms if same_ms > 0 else None
     return text + estimate_sentences(str(len(cached)), estimate_text(est), str(len(cached) + len(recompute)),
                                      str(len(recompute)), fmt_run_ratio(cost), str(cost.step),
-                                     fmt_ratio(cost.step_ratio), str(n), fmt_ratio(same))
+                                     fmt_ratio(cost.step_ratio), str(n), fmt_ratio(same), fmt_run_range(cost))

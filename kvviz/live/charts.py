@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 
 from kvviz.core import spec
+from kvviz.engine import race
 from kvviz.live import captions, frames
 from kvviz.viz import charts
 from kvviz.core.events import StepEvent
@@ -24,7 +25,7 @@ def chart_data(meta: RunMeta, cached: list[StepEvent], recompute: list[StepEvent
     charts only when the run holds blocks (a cache)."""
     steps = frames.steps_frame(cached + recompute)
     paged = cached[-1].blocks is not None
-    return {c.name: c.data(meta, cached, steps) for c in CHARTS if paged or not c.paged}
+    return {c.name: c.data(meta, cached, recompute, steps) for c in CHARTS if paged or not c.paged}
 
 
 def reservation_data(meta: RunMeta, last: StepEvent) -> pd.DataFrame:
@@ -35,6 +36,37 @@ def reservation_data(meta: RunMeta, last: StepEvent) -> pd.DataFrame:
     labels = {frames.LAYOUT_PAGED: captions.unused_label(paged),
               frames.LAYOUT_CONTIGUOUS: captions.unused_label(contiguous)}
     return df.assign(unused_label=df["layout"].map(labels))
+
+
+def race_data(meta: RunMeta, cached: list[StepEvent], recompute: list[StepEvent],
+              steps: pd.DataFrame) -> pd.DataFrame:
+    """The race charts' frame: both runs' measured steps (series "measured"), the steps the run
+    without a cache did not make once the cached run has ended (series "modelled": its time from
+    race.modelled_remainder_ms, which ends at the whole-run figure the headline quotes; its
+    positions counted), and one "axis" row where the x axis ends: the run's token budget while it
+    goes on, the last token written once it has ended (EOS or the budget)."""
+    ended = captions.run_ended(cached, meta.setting("max_new_tokens", len(cached)))
+    measured = steps.assign(series="measured")
+    x_end = len(cached) if ended else max(meta.setting("max_new_tokens", len(cached)), len(cached))
+    axis = pd.DataFrame({"mode": ["cached"], "series": ["axis"], "new_tokens": [x_end],
+                         "elapsed_ms": [0.0], "positions_total": [0]})
+    return pd.concat([measured, remainder_frame(cached, recompute) if ended else None, axis], ignore_index=True)
+
+
+def remainder_frame(cached: list[StepEvent], recompute: list[StepEvent]) -> pd.DataFrame | None:
+    """The run without a cache from its last measured step to the cached run's last token:
+    modelled time, counted positions (series "modelled"); None when there is nothing to draw."""
+    rest_ms = race.modelled_remainder_ms(cached, recompute)
+    if not rest_ms:
+        return None
+    batch = len(recompute[0].token_ids)
+    elapsed, positions = sum(e.step_ms for e in recompute), sum(e.positions for e in recompute)
+    rows = [(len(recompute), elapsed, positions)]  # the last measured point: the dashed line joins it
+    for event, ms in zip(cached[len(recompute):], rest_ms):
+        elapsed, positions = elapsed + ms, positions + batch * (event.seq_len - 1)
+        rows.append((event.step + 1, elapsed, positions))
+    return pd.DataFrame(rows, columns=["new_tokens", "elapsed_ms", "positions_total"]).assign(
+        mode="recompute", series="modelled")
 
 
 GROUP_COLUMNS = ["group", "kind", "kv_bytes", "tokens", "layers", "group_bytes", "cap_bytes", "cap_label"]
@@ -129,7 +161,8 @@ class LiveChart:
 
     name: str  # its DataFrame's, chart's and placeholder's key
     panel: str  # the Live page panel it sits in (a key of PANELS)
-    data: Callable[[dict, list[StepEvent], pd.DataFrame], pd.DataFrame]  # (meta, cached events, steps frame)
+    data: Callable[[RunMeta, list[StepEvent], list[StepEvent], pd.DataFrame], pd.DataFrame]  # (meta, cached
+    # events, recompute events, both runs' steps frame)
     build: Callable[[dict, int, pd.DataFrame], alt.TopLevelMixin]  # (meta, max new tokens, its frame)
     report_title: str  # its section title in the HTML report
     height: int | None = None  # px on a screen; None: the chart sizes itself
@@ -148,34 +181,32 @@ PANELS = {  # panel -> its title, in the page's order, two panels a row
 }
 CHARTS = (
     LiveChart(name="layers", panel="layers", height=260, presenter_height=340,
-              data=lambda meta, cached, steps: layer_groups_frame(meta, cached[-1]), build=_layers_chart,
+              data=lambda meta, cached, recompute, steps: layer_groups_frame(meta, cached[-1]), build=_layers_chart,
               report_title="Cache bytes per layer, grouped by kind (K and V), at the last step"),
     LiveChart(name="total", panel="total", height=260, presenter_height=340,
-              data=lambda meta, cached, steps: steps[steps["mode"] == "cached"], build=_total_chart,
+              data=lambda meta, cached, recompute, steps: steps[steps["mode"] == "cached"], build=_total_chart,
               report_title="Whole cache vs the formula"),
     LiveChart(name="grid", panel="blocks", paged=True,
-              data=lambda meta, cached, steps: frames.block_grid_frame(cached[-1].blocks, meta.batch),
+              data=lambda meta, cached, recompute, steps: frames.block_grid_frame(cached[-1].blocks, meta.batch),
               build=lambda meta, n, df: charts.block_grid_chart(df),
               report_title="Blocks: the paged pool (modelled), at the last step"),
     LiveChart(name="reservation", panel="blocks", paged=True, height=130, presenter_height=190,
-              data=lambda meta, cached, steps: reservation_data(meta, cached[-1]),
+              data=lambda meta, cached, recompute, steps: reservation_data(meta, cached[-1]),
               build=lambda meta, n, df: charts.reservation_chart(df, max_bytes=contiguous_bytes(meta)),
               report_title="Paged (modelled) vs a contiguous max-length reservation"),
     LiveChart(name="steps", panel="timings", height=240, presenter_height=320,
-              data=lambda meta, cached, steps: steps,
+              data=lambda meta, cached, recompute, steps: steps,
               build=lambda meta, n, df: charts.step_time_chart(df, max_step=n),
               report_title="Time per step"),
     LiveChart(name="layer_times", panel="timings", height=200, presenter_height=280,
-              data=lambda meta, cached, steps: frames.layer_times_frame(cached),
+              data=lambda meta, cached, recompute, steps: frames.layer_times_frame(cached),
               build=lambda meta, n, df: charts.layer_time_chart(df, max_step=n),
               report_title="Time per layer and decode step (cached run)"),
     LiveChart(name="race", panel="race", race=True, height=220, presenter_height=320,
-              data=lambda meta, cached, steps: steps,
-              build=lambda meta, n, df: charts.race_chart(df, max_tokens=n),
+              data=race_data, build=lambda meta, n, df: charts.race_chart(df),
               report_title="With vs without a cache: time to generate"),
     LiveChart(name="positions", panel="positions", race=True, height=220, presenter_height=320,
-              data=lambda meta, cached, steps: steps,
-              build=lambda meta, n, df: charts.positions_chart(df, max_tokens=n),
+              data=race_data, build=lambda meta, n, df: charts.positions_chart(df),
               report_title="Token positions processed: ≈ n²/2 without a cache vs n with it"),
 )
 RACE_PANELS = frozenset(key for c in CHARTS if c.race for key in (c.panel, c.name))  # panels and charts

@@ -19,6 +19,7 @@ from kvviz.core import catalog
 from kvviz.core.events import StepEvent
 from kvviz.core.meta import RunMeta
 from kvviz.core.units import fmt_bytes, fmt_ms
+from kvviz.live import captions
 
 LONG_CONTEXT = 131_072  # "128k tokens": a long document or a long chat
 PLAN_GPU = "H100 SXM"  # a real serving GPU the planner knows (kvviz/assets/gpus.json)
@@ -94,20 +95,25 @@ def race_step(cached: list[StepEvent], recompute: list[StepEvent] | None) -> Tou
             "The no-cache race is off for this run. Turn on \"Race a no-cache run\" in the sidebar "
             "to watch a run that keeps no cache write the same text beside this one, and fall "
             "further behind with every token."), ready=any(e.phase == "decode" for e in cached))
-    decode = [e for e in recompute if e.phase == "decode"]
-    if not decode:
+    cost = captions.no_cache_cost(cached, recompute)
+    figure = None if cost is None else captions.fmt_run_ratio(cost)
+    if figure is None or figure == "–":
         return TourStep(title, "Beside it, a run that keeps no cache writes the same text.")
-    last = decode[-1]
-    same = next((e for e in cached if e.step == last.step), cached[-1])
-    positions = last.positions // max(len(last.token_ids), 1)
+    positions = recompute[-1].positions // max(len(recompute[-1].token_ids), 1)
     return TourStep(title, (
-        "The run beside it keeps no cache, so for every new token it reads the whole text again. "
-        f"Its step {last.step} just took {fmt_ms(last.step_ms)} over {positions:,} positions; "
-        f"the cached run's step {same.step} took {fmt_ms(same.step_ms)} for one new position: "
-        f"{last.step_ms / max(same.step_ms, 1e-9):.1f}× as long without the cache, and the gap grows with every token. "
-        "Given the same time, "
-        f"it has written {len(recompute):,} tokens while the cached run "
-        f"wrote {len(cached):,}."), ready=True)
+        "The run beside it keeps no cache: for each new token it reads the whole text again (its latest "
+        f"step read all {positions:,} positions; the cached run reads one). Over the whole run that takes "
+        f"{figure} the time with the cache ({whole_run_basis(cost)}). In the same time it has written "
+        f"{len(recompute):,} tokens to the cached run's {len(cached):,}."), ready=True)
+
+
+def whole_run_basis(cost: captions.NoCacheCost) -> str:
+    """How the race step's whole-run figure (the page's headline figure, `captions.fmt_run_ratio`)
+    was found, in plain words."""
+    if cost.run_measured:
+        return "measured"
+    spread = captions.fmt_run_range(cost)
+    return f"modelled: the steps it has not made are estimated from its measured ones{', ' + spread if spread else ''}"
 
 
 def long_context_step(meta: RunMeta, cached: list[StepEvent], ended: bool) -> TourStep:

@@ -323,41 +323,68 @@ def layer_time_chart(
     )
 
 
-def _mode_lines(steps_df: pd.DataFrame, x: alt.X, y: alt.Y, tooltip: list) -> alt.Chart:
-    return alt.Chart(steps_df).mark_line(point=alt.OverlayMarkDef(size=18), clip=True).encode(
-        x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), tooltip=["mode:N", *tooltip],
-    )
+MEASURED = "datum.series !== 'modelled' && datum.series !== 'axis'"  # rows without a series are measured
+
+
+def _mode_lines(x: alt.X, y: alt.Y, tooltip: list) -> alt.Chart:
+    return alt.Chart().transform_filter(MEASURED).mark_line(
+        point=alt.OverlayMarkDef(size=18), clip=True).encode(
+        x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), tooltip=["mode:N", *tooltip])
+
+
+def _remainder(x: alt.X, y: alt.Y, label: str, tooltip: list) -> alt.Chart:
+    """The unfinished no-cache run's remainder (rows of series "modelled"): a dashed line in its
+    colour, without points (nothing there was measured), named `label` in a legend of its own
+    beside the solid "measured" lines."""
+    dash = alt.StrokeDash("shown:N", title=None, scale=alt.Scale(domain=["measured", label], range=[[1, 0], [6, 4]]))
+    return alt.Chart().transform_filter("datum.series === 'modelled'").transform_calculate(
+        shown=f"'{label}'").mark_line(clip=True).encode(
+        x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), strokeDash=dash,
+        tooltip=["mode:N", alt.Tooltip("shown:N", title="series"), *tooltip])
+
+
+def _axis_end(x: alt.X, y_field: str) -> alt.Chart:
+    """An invisible mark at the "axis" row: the x axis ends there (a data-driven domain)."""
+    return alt.Chart().transform_filter("datum.series === 'axis'").mark_point(opacity=0).encode(
+        x=x, y=alt.Y(f"{y_field}:Q"))
+
+
+def _tokens_x(max_tokens: int | None) -> alt.X:
+    """Tokens generated: [0, max_tokens] when given; else from 0 to the frame's largest
+    new_tokens, the "axis" row included, unrounded (the axis ends at the last token)."""
+    scale = _domain(0, max_tokens) if max_tokens else alt.Scale(domainMin=0, nice=False)
+    return alt.X("new_tokens:Q", title="tokens generated", scale=scale)
 
 
 def race_chart(
     steps_df: pd.DataFrame, max_tokens: int | None = None, max_ms: float | None = None,
-) -> alt.Chart:
+) -> alt.LayerChart:
     """Cached vs recompute race: time since the start vs tokens generated, one line per mode.
 
-    Input columns (frames.steps_frame): mode, new_tokens, elapsed_ms. Fixed domains
+    Input columns (frames.steps_frame): mode, new_tokens, elapsed_ms; optionally series
+    (kvviz.live.charts.race_data): "modelled" rows draw the unfinished no-cache run's remainder,
+    dashed and labelled modelled, and an "axis" row sets where the x axis ends. Fixed domains
     x [0, max_tokens], y [0, max_ms] when given; y labelled in seconds.
     """
     seconds = alt.Axis(labelExpr="format(datum.value / 1000, '~g') + ' s'")
-    return _mode_lines(
-        steps_df,
-        alt.X("new_tokens:Q", title="tokens generated", scale=_domain(0, max_tokens)),
-        alt.Y("elapsed_ms:Q", title="time since start", scale=_domain(0, max_ms), axis=seconds),
-        ["new_tokens:Q", alt.Tooltip("elapsed_ms:Q", format=",.0f")],
-    )
+    x = _tokens_x(max_tokens)
+    y = alt.Y("elapsed_ms:Q", title="time since start", scale=_domain(0, max_ms), axis=seconds)
+    tooltip = ["new_tokens:Q", alt.Tooltip("elapsed_ms:Q", format=",.0f")]
+    return alt.layer(_mode_lines(x, y, tooltip), _remainder(x, y, "modelled", tooltip),
+                     _axis_end(x, "elapsed_ms"), data=steps_df)
 
 
 def positions_chart(
     steps_df: pd.DataFrame, max_tokens: int | None = None, max_positions: int | None = None,
-) -> alt.Chart:
+) -> alt.LayerChart:
     """Token positions processed so far vs tokens generated: ~n for cached, ~n²/2 recomputed.
 
-    Input columns (frames.steps_frame): mode, new_tokens, positions_total. Fixed domains
+    Input columns (frames.steps_frame): mode, new_tokens, positions_total; optionally series, as
+    race_chart (the remainder's positions are counted, not run: labelled so). Fixed domains
     x [0, max_tokens], y [0, max_positions] when given.
     """
-    return _mode_lines(
-        steps_df,
-        alt.X("new_tokens:Q", title="tokens generated", scale=_domain(0, max_tokens)),
-        alt.Y("positions_total:Q", title="positions processed (total)",
-              scale=_domain(0, max_positions)),
-        ["new_tokens:Q", alt.Tooltip("positions_total:Q", format=",")],
-    )
+    x = _tokens_x(max_tokens)
+    y = alt.Y("positions_total:Q", title="positions processed (total)", scale=_domain(0, max_positions))
+    tooltip = ["new_tokens:Q", alt.Tooltip("positions_total:Q", format=",")]
+    return alt.layer(_mode_lines(x, y, tooltip), _remainder(x, y, "counted, not run", tooltip),
+                     _axis_end(x, "positions_total"), data=steps_df)

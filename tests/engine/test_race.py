@@ -1,4 +1,6 @@
 """The no-cache race: fair interleaving and the extrapolation of an unfinished recompute run."""
+import pytest
+
 from kvviz.engine import race
 from kvviz.core.events import StepEvent
 
@@ -105,3 +107,16 @@ def test_no_estimate_before_a_recompute_step_or_after_it_finished():
     assert race.estimate_total(cached, [], seq_lens) is None
     full = [ev("recompute", i, 100.0, 3046 + i) for i in range(160)]
     assert race.estimate_total(cached, full, seq_lens) is None
+
+
+def test_the_modelled_remainder_adds_up_to_the_whole_run_estimate():
+    """The steps the no-cache run did not make, drawn dashed on the race chart: each grows with the
+    positions it reads, and with the measured steps they add up to the estimate the captions quote."""
+    cached = [ev("cached", i, 100.0 if i == 0 else 10.0, 10 + i) for i in range(8)]
+    recompute = [ev("recompute", i, 100.0 + 5 * i, 10 + i) for i in range(3)]
+    rest = race.modelled_remainder_ms(cached, recompute)
+    assert len(rest) == 5 and rest == sorted(rest) and rest[0] > 0
+    total = race.extrapolate_total_ms(recompute, [e.seq_len - 1 for e in cached], cached)
+    assert sum(e.step_ms for e in recompute) + sum(rest) == pytest.approx(total)
+    assert race.modelled_remainder_ms(cached, recompute[:1]) == []  # no decode step: nothing to fit
+    assert race.modelled_remainder_ms(cached[:3], recompute) == []  # it finished

@@ -123,7 +123,7 @@ def test_the_no_cache_figure_waits_for_a_shared_decode_step_and_a_range_for_thre
         else:
             cost = captions.no_cache_cost(cached, recompute)
             assert step == f"{60 / 50:.1f}×" and run == f"≈ {cost.run_ratio:.1f}×"
-            assert ("–" in captions.fmt_run_ratio(cost)) is (want == "range")  # the help and caption's range
+            assert bool(captions.fmt_run_range(cost)) is (want == "range")  # the help and caption's range
     no_events = {label: value for label, value, _ in captions.headline(META, summary(Trace(META, cached)), cached[-1])}
     assert no_events[captions.LAST_STEP_LABEL] == no_events[captions.RUN_LABEL] == "–"
 
@@ -181,15 +181,32 @@ def test_race_captions_name_both_race_panels():
 
 
 def test_no_cache_note_fits_a_stop_a_scrub_and_the_end():
-    from kvviz.live import panel as panels
     cached = [event(i, 32 + i, 10.0) for i in range(6)]
     recompute = [event(i, 32 + i, 20.0, "recompute", blocks=False) for i in range(3)]
-    assert panels.run_ended(cached, 6) and not panels.run_ended(cached, 8)
-    assert panels.race_stop_note(cached, recompute, ended=True).startswith("Stopped when the cached run finished")
+    assert captions.run_ended(cached, 6) and not captions.run_ended(cached, 8)
+    assert captions.race_stop_note(cached, recompute, ended=True).startswith("Stopped when the cached run finished")
     for ended, scrubbing in ((False, False), (True, True)):
-        note = panels.race_stop_note(cached, recompute, ended, scrubbing)
+        note = captions.race_stop_note(cached, recompute, ended, scrubbing)
         assert "cached run finished" not in note and "3 of 6 tokens" in note
-    assert panels.race_stop_note(cached, recompute + recompute, ended=True).startswith("Finished")
+    assert captions.race_stop_note(cached, recompute + recompute, ended=True).startswith("Finished")
+
+
+def test_the_no_cache_note_never_says_same_time_beside_two_different_times():
+    """The case on stage: a 1,984-token prompt, the cached run 38.73 s, the run without a cache
+    53.77 s (its last step, begun while it was behind, ran on past the cached run's end), and
+    the note beside the caption said "both runs get the same time". Its words now follow from
+    the very figures the race caption opens with."""
+    prompt = 1984
+    cached = [event(0, prompt + 1, 36_000.0)] + [event(i, prompt + 1 + i, 2730.0 / 28) for i in range(1, 29)]
+    recompute = [recompute_event(0, prompt + 1, 36_000.0), recompute_event(1, prompt + 2, 17_770.0)]
+    note = captions.race_stop_note(cached, recompute, ended=True)
+    caption = captions.race_caption(cached, recompute, final=True)
+    assert "2 tokens in 53.77 s" in caption and "29 tokens in 38.73 s" in caption
+    assert "same time" not in note and "53.77 s" in note and "38.73 s" in note and "ran past" in note
+    close = [recompute_event(0, prompt + 1, 36_000.0), recompute_event(1, prompt + 2, 3_800.0)]  # 39.80 s
+    assert "about the same time: 39.80 s and 38.73 s" in captions.race_stop_note(cached, close, ended=True)
+    for scrubbing in (False, True):
+        assert "same time" not in captions.race_stop_note(cached, recompute, False, scrubbing)
 
 
 def test_wall_clock_help_names_the_no_cache_runs_turns():

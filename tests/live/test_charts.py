@@ -36,7 +36,7 @@ def one_more_chart(monkeypatch):
     """A chart added the way a developer adds one: a single LiveChart entry."""
     extra = live_charts.LiveChart(
         name="tokens_per_step", panel="timings", height=111, presenter_height=222,
-        data=lambda meta, cached, steps: steps[["step", "mode", "step_ms"]],
+        data=lambda meta, cached, recompute, steps: steps[["step", "mode", "step_ms"]],
         build=lambda meta, n, df: alt.Chart(df).mark_line().encode(x="step:Q", y="step_ms:Q"),
         report_title="Tokens per step, a chart added in one place")
     monkeypatch.setattr(live_charts, "CHARTS", live_charts.CHARTS + (extra,))
@@ -58,3 +58,49 @@ def test_a_race_chart_leaves_a_report_without_a_no_cache_run():
     t = hand_trace()
     cached_only = dataclasses.replace(t, events=t.events_of("cached"))
     assert not {c.name for c in live_charts.CHARTS if c.race} & set(report.report_charts(cached_only))
+
+
+def long_prompt_run(tokens: int = 29, finished: bool = True, recompute_steps: int = 2):
+    """The case on stage: a 1,984-token prompt, 64 new tokens allowed, the answer ending at EOS
+    after `tokens`; the run without a cache cut short after `recompute_steps`."""
+    from dataclasses import replace
+
+    from tests.live.test_captions import META, event, recompute_event
+
+    from metas import meta_of
+    prompt = 1984
+    cached = [event(0, prompt + 1, 2000.0)] + [event(i, prompt + 1 + i, 20.0) for i in range(1, tokens)]
+    cached[-1] = replace(cached[-1], finished=(finished,))
+    recompute = [recompute_event(i, prompt + 1 + i, 2000.0 + 40 * i) for i in range(recompute_steps)]
+    return meta_of(META, config={"max_new_tokens": 64}), cached, recompute
+
+
+def test_the_race_axis_ends_at_the_last_token_and_the_remainder_ends_at_the_headline_figure():
+    """The answer ended at 29 (EOS) of 64 allowed: the race charts' x axis ends at 29, not 64, and
+    the no-cache run's modelled remainder runs from its last measured step to token 29, ending
+    at the whole-run ratio the headline quotes (the positions: counted at each length)."""
+    from kvviz.live import captions
+
+    meta, cached, recompute = long_prompt_run()
+    data = live_charts.chart_data(meta, cached, recompute)
+    assert data["race"] is not None and data["race"].equals(data["positions"])
+    df = data["race"]
+    assert df[df.series == "axis"].new_tokens.tolist() == [29]
+    rest = df[df.series == "modelled"]
+    assert rest.new_tokens.tolist() == list(range(2, 30)) and set(rest["mode"]) == {"recompute"}
+    cached_ms = df[(df.series == "measured") & (df["mode"] == "cached")].elapsed_ms.iloc[-1]
+    cost = captions.no_cache_cost(cached, recompute)
+    assert rest.elapsed_ms.iloc[-1] / cached_ms == pytest.approx(cost.run_ratio)
+    assert captions.fmt_run_ratio(cost) == f"≈ {rest.elapsed_ms.iloc[-1] / cached_ms:.1f}×"
+    assert rest.positions_total.iloc[-1] == sum(e.seq_len - 1 for e in cached)  # every step reads all
+    spec = live_charts.build_charts(meta, 64, data)["race"].to_dict()
+    assert spec["layer"][0]["encoding"]["x"]["scale"] == {"domainMin": 0, "nice": False}  # not [0, 64]
+
+
+def test_while_the_run_goes_on_the_race_axis_holds_the_budget_and_nothing_is_modelled():
+    meta, cached, recompute = long_prompt_run(finished=False)
+    df = live_charts.chart_data(meta, cached, recompute)["race"]
+    assert df[df.series == "axis"].new_tokens.tolist() == [64] and not (df.series == "modelled").any()
+    finished = long_prompt_run(tokens=29, recompute_steps=29)
+    df = live_charts.chart_data(*finished)["race"]  # the run without a cache wrote every token
+    assert not (df.series == "modelled").any() and df[df.series == "axis"].new_tokens.tolist() == [29]

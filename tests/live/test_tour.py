@@ -80,14 +80,42 @@ def test_bytes_per_token_counts_one_sequence_of_a_batch():
     assert tour.bytes_per_token(meta_of(META, batch=4), cached) == (PER_TOKEN, True)
 
 
-def test_the_race_step_compares_the_latest_recomputed_step_with_the_cached_one():
-    steps, cached, recompute = run(8, 3)
-    last = recompute[-1]  # step 2: 210 ms over 32 positions; the cached step 2: 42 ms
-    text = steps[2].text
-    assert f"step 2 just took {fmt_ms(last.step_ms)} over {last.positions} positions" in text
-    assert f"step 2 took {fmt_ms(cached[2].step_ms)}" in text
-    assert f"{last.step_ms / cached[2].step_ms:.1f}× as long" in text
-    assert "written 3 tokens while the cached run wrote 8" in text
+def test_the_race_step_quotes_the_pages_whole_run_figure():
+    """The tour and the page quote one figure, computed in one place: the race step's only ratio
+    is the headline's whole-run figure (captions.headline, the race caption), modelled while the
+    run without a cache is behind, measured once it wrote every token; its token counts are the
+    race caption's."""
+    from kvviz.core.trace import Trace, summary
+    from kvviz.live import captions
+    for recompute_steps, basis in ((3, "modelled"), (8, "measured")):
+        steps, cached, recompute = run(8, recompute_steps)
+        text = steps[2].text
+        figures = {label: value for label, value, _ in captions.headline(
+            META, summary(Trace(META, cached + recompute)), cached[-1], cached=cached, recompute=recompute)}
+        page = figures[captions.RUN_LABEL]
+        assert page != "–" and f"takes {page} the time with the cache ({basis}" in text
+        assert f"{page} the cached time" in captions.race_caption(cached, recompute, final=True)
+        assert re.findall(r"[\d.]+×", text) == re.findall(r"[\d.]+×", page)  # no other ratio
+        assert f"written {recompute_steps} tokens to the cached run's 8" in text
+        assert (f"{recompute_steps} tokens in" in captions.race_caption(cached, recompute, final=True))
+        assert f"read all {recompute[-1].positions} positions" in text
+
+
+def test_the_race_step_on_a_long_prompt_quotes_the_whole_run_not_the_last_step():
+    """A 1,984-token prompt cut short after two no-cache steps: the tour said "94.0× as long … the
+    gap grows" from the last step while the page said "whole run ≈ 15.8×"; it now says the page's
+    figure, with the range it is the middle of."""
+    from dataclasses import replace
+
+    from kvviz.live import captions
+    cached = [replace(event(i, 2000.0 if i == 0 else 20.0), seq_len=1985 + i) for i in range(29)]
+    recompute = [replace(event(i, 2000.0 + 40 * i, "recompute"), seq_len=1985 + i, positions=1984 + i)
+                 for i in range(2)]
+    text = tour.race_step(cached, recompute).text
+    cost = captions.no_cache_cost(cached, recompute)
+    assert cost.step_ratio > 90 and f"{cost.step_ratio:.1f}×" not in text
+    assert f"takes {captions.fmt_run_ratio(cost)} the time with the cache (modelled" in text
+    assert captions.fmt_run_range(cost) in text and "gap grows" not in text
 
 
 def test_the_race_step_says_when_the_race_is_off():

@@ -224,15 +224,22 @@ def test_layer_time_chart_heatmap_filters_mode_and_prefill():
     assert not [t for t in everything["transform"] if "filter" in t]
 
 
-@pytest.mark.parametrize("build,y", [(charts.race_chart, "elapsed_ms"),
-                                     (charts.positions_chart, "positions_total")])
-def test_race_and_positions_one_line_per_mode(build, y):
+@pytest.mark.parametrize("build,y,rest", [(charts.race_chart, "elapsed_ms", "modelled"),
+                                          (charts.positions_chart, "positions_total", "counted, not run")])
+def test_race_and_positions_one_line_per_mode_and_the_remainder_dashed(build, y, rest):
     spec = build(steps(), 32, 1000).to_dict()
-    assert marks(spec) == ["line"]
-    assert (field(spec, "x"), field(spec, "y"), field(spec, "color")) == ("new_tokens", y, "mode")
-    assert spec["encoding"]["x"]["scale"]["domain"] == [0, 32]
-    assert spec["encoding"]["y"]["scale"]["domain"] == [0, 1000]
-    assert spec["encoding"]["color"]["scale"]["range"] == list(charts.MODE_COLORS.values())
+    assert marks(spec) == ["line", "line", "point"]  # measured, the no-cache remainder, the axis end
+    measured, remainder, axis_end = spec["layer"]
+    assert (field(measured, "x"), field(measured, "y"), field(measured, "color")) == ("new_tokens", y, "mode")
+    assert measured["encoding"]["x"]["scale"]["domain"] == [0, 32]
+    assert measured["encoding"]["y"]["scale"]["domain"] == [0, 1000]
+    assert measured["encoding"]["color"]["scale"]["range"] == list(charts.MODE_COLORS.values())
+    dash = remainder["encoding"]["strokeDash"]
+    assert dash["scale"]["domain"] == ["measured", rest] and dash["scale"]["range"][1] == [6, 4]  # its legend
+    assert remainder["transform"][0] == {"filter": "datum.series === 'modelled'"}
+    assert axis_end["mark"]["opacity"] == 0 and field(axis_end, "x") == "new_tokens"
+    free = build(steps()).to_dict()["layer"][0]["encoding"]["x"]["scale"]  # the page's: the data says
+    assert free == {"domainMin": 0, "nice": False}
 
 
 @pytest.mark.slow
@@ -281,7 +288,8 @@ def test_bytes_axis_ticks_on_round_units():
 def test_charts_are_altair_objects():
     for name, (build, small, _) in builders().items():
         assert isinstance(build(small), (alt.Chart, alt.LayerChart)), name
-    assert isinstance(charts.with_data(charts.race_chart(steps()), pd.DataFrame()), alt.Chart)
+    assert isinstance(charts.with_data(charts.block_grid_chart(block_grid_frame(BLOCKS, 2)), pd.DataFrame()),
+                      alt.Chart)
 
 
 def test_the_per_layer_axis_fits_the_largest_tensor_of_any_kind():
