@@ -73,6 +73,7 @@ class ModelKV:
     weight_format: str = ""  # the checkpoint's format in words ("mxfp4 experts + bf16")
     moe: bool = False  # routed experts (the config names E and k); else dense
     shape: ModelShape = field(default_factory=ModelShape)  # widths vLLM's profile run depends on
+    config_json: str = ""  # the canonical config.json the model was read from ("" for explicit numbers)
 
     def __post_init__(self) -> None:
         if not self.specs:

@@ -26,9 +26,11 @@ the model dtype and says so. Imports only the standard library and kvviz.planner
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from kvviz.planner import params
 
@@ -226,3 +228,154 @@ def checkpoint_weights(cfg: dict) -> CheckpointWeights:
         active += params.active_share(t, num, per_token, size)
     return CheckpointWeights(total, active, format_label(qcfg, dtype_bytes), quantized,
                              sum(t.numel for t in tensors))
+
+
+# ------------------------------------------------------------------ as vLLM holds them, by part
+
+_DECODER_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_NOT_DECODER = ("vision", "visual", "audio", "image", "multi_modal", "mm_projector")
+_LM_HEAD = re.compile(r"(^|\.)lm_head(\.|$)")
+DTYPE_OVERRIDES = ("fp32", "bf16", "fp16")  # vLLM's --dtype: every parameter in that dtype
+QUANT_OVERRIDES = {"fp8": 1.0, "int8": 1.0625, "int4": 0.5625}  # bytes per value, group scales in
+# MXFP4 experts as vLLM lays them out for its MoE kernel: (hidden, intermediate) rounded up to these
+# multiples. Marlin (GPUs without native FP4: Ampere, Ada; Hopper before the Triton path) and
+# FlashInfer TRT-LLM (Blackwell) from vLLM 0.32's fused_moe/oracle/mxfp4.py:844-852; ROCm pre-CDNA4
+# Triton 128 / 128 (lines 873-888). Hopper's Triton path: hidden to 256, fitted to gpt-oss-120b's
+# 64.38 GiB ("Using Triton backend", vllm-project/vllm#33155, v0.14.1) and gpt-oss-20b's 13.64 GiB
+# (llm-d-planner v0.19.0 log); with Marlin gpt-oss-120b loads 65.97 GiB (vllm-project/vllm#23278,
+# "leveraging the Marlin kernel", v0.10). The checkpoint itself holds 60.77 / 12.82 GiB.
+MXFP4_ALIGN = {"marlin": (256, 128), "triton_hopper": (256, 1), "trtllm": (256, 128), "rocm": (128, 128)}
+MXFP4_TRITON_HOPPER_FROM = (0, 14)  # Marlin in the 0.10-0.11 logs, Triton in 0.14.1's
+
+
+def mxfp4_kernel(arch: str | None, version: tuple[int, int, int]) -> str | None:
+    """Which MXFP4 MoE kernel vLLM uses on this GPU generation (None: unknown GPU, no padding)."""
+    if arch == "hopper":
+        return "triton_hopper" if version[:2] >= MXFP4_TRITON_HOPPER_FROM else "marlin"
+    if arch == "blackwell":
+        return "trtllm"
+    if arch in ("cdna3", "cdna4"):
+        return "rocm"
+    return "marlin" if arch in ("ampere", "ada", "turing") else None
+
+
+@dataclass(frozen=True)
+class WeightParts:
+    """A model's weight bytes by where vLLM places them: the input embedding (first pipeline stage),
+    each decoder layer, the output head (last stage; 0 when tied to the embedding), a multimodal
+    model's vision tower and projector (first stage) and the final norm (last stage)."""
+
+    embedding: int
+    lm_head: int
+    layers: tuple[int, ...]
+    other: int  # a vision tower, a projector: the first stage
+    label: str
+    final: int = 0  # the final norm and anything else after the layers: the last stage
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.lm_head + sum(self.layers) + self.other + self.final
+
+    def stage_bytes(self, layer_counts: list[int]) -> list[int]:
+        """Bytes each pipeline stage holds (before the TP split), for stages of these layer counts.
+        A head tied to the embedding is a copy of its own on the last stage when there are several."""
+        out, start = [], 0
+        for i, count in enumerate(layer_counts):
+            b = sum(self.layers[start:start + count])
+            start += count
+            if i == 0:
+                b += self.embedding + self.other
+            if i == len(layer_counts) - 1:
+                b += self.final + (self.lm_head or (self.embedding if len(layer_counts) > 1 else 0))
+            out.append(b)
+        return out
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+def _mxfp4_padded(tensor: params.Tensor, cfg: dict, align: tuple[int, int] | None) -> int:
+    """MXFP4 bytes of an expert tensor padded to the kernel's alignment (one hidden dimension and
+    one intermediate dimension per expert matrix)."""
+    if not align:
+        return _mxfp4_bytes(tensor, {})
+    fields = {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
+    hidden, inter = int(fields.get("hidden_size") or 1), int(fields.get("intermediate_size") or 1)
+    scale = (_round_up(hidden, align[0]) / hidden) * (_round_up(inter, align[1]) / inter)
+    numel = math.ceil(tensor.numel * scale)
+    return numel // 2 + math.ceil(numel / 32)
+
+
+def _override_bytes(tensor: params.Tensor, override: str, dtype_bytes: int) -> int:
+    if override in DTYPE_OVERRIDES:
+        return tensor.numel * {"fp32": 4, "bf16": 2, "fp16": 2}[override]
+    if _DECODER_LAYER.search(tensor.name) and not _non_decoder(tensor.name) and is_linear_weight(tensor):
+        return math.ceil(tensor.numel * QUANT_OVERRIDES[override])
+    return tensor.numel * dtype_bytes  # embeddings, LM head, norms, routers, vision: the model's dtype
+
+
+def _non_decoder(name: str) -> bool:
+    return any(word in name for word in _NOT_DECODER)
+
+
+def _tensor_bytes(t: params.Tensor, cfg: dict, qcfg: dict | None, override: str | None,
+                  dtype_bytes: int, align: tuple[int, int] | None) -> int:
+    if override:
+        return _override_bytes(t, override, dtype_bytes)
+    method = str(qcfg.get("quant_method", "")) if qcfg else ""
+    rule = _FORMATS.get(method)
+    if rule is None or not _quantized_here(method, t, skipped_patterns(qcfg)):
+        return t.numel * dtype_bytes
+    if method == "mxfp4":
+        return _mxfp4_padded(t, cfg, align)
+    return rule(t, qcfg)
+
+
+def weight_parts(cfg: dict, override: str | None = None, arch: str | None = None) -> WeightParts:
+    """The weights by part, as the checkpoint stores them or, with `override`, as vLLM holds them
+    with `--dtype` (fp32 / bf16 / fp16: every parameter) or a load-time quantization (fp8 / int8 /
+    int4: the decoder layers' linear weights; embeddings, LM head, norms and vision tower stay in
+    the model's dtype, as vLLM's online quantization leaves them). `arch`, an MXFP4 kernel
+    ("marlin", "triton_hopper", …; mxfp4_kernel), pads MXFP4 experts as that kernel does. params.UnknownArchitecture when the
+    architecture cannot be built."""
+    tensors = params.parameter_tensors(cfg)
+    qcfg = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
+    dtype_bytes = model_dtype_bytes(cfg)
+    align = MXFP4_ALIGN.get(arch or "")  # `arch`: a kernel of MXFP4_ALIGN (mxfp4_kernel)
+    layers: dict[int, int] = {}
+    embedding = lm_head = other = final = 0
+    for t in tensors:
+        size = _tensor_bytes(t, cfg, qcfg, override, dtype_bytes, align)
+        layer = _DECODER_LAYER.search(t.name)
+        if layer and not _non_decoder(t.name):
+            layers[int(layer.group(1))] = layers.get(int(layer.group(1)), 0) + size
+        elif _LM_HEAD.search(_module_name(t)):
+            lm_head += size
+        elif _EMBEDDING.search(_module_name(t)) and not _non_decoder(t.name):
+            embedding += size
+        elif _non_decoder(t.name):
+            other += size
+        else:
+            final += size
+    label = format_label(qcfg, dtype_bytes) if not override else _override_label(override, dtype_bytes)
+    return WeightParts(embedding, lm_head, tuple(layers[i] for i in sorted(layers)), other, label, final)
+
+
+def _override_label(override: str, dtype_bytes: int) -> str:
+    if override in DTYPE_OVERRIDES:
+        return override
+    base = {4: "fp32", 2: "bf16"}.get(dtype_bytes, "bf16")
+    return f"{override} linear layers + {base} embeddings, LM head and norms"
+
+
+@lru_cache(maxsize=256)
+def cached_weight_parts(config_json: str, override: str | None, arch: str | None) -> WeightParts | None:
+    """weight_parts of a canonical config JSON, cached (a plan asks for it on every rerun); None
+    when the architecture cannot be built or the override is not a weight format."""
+    if override is not None and override not in DTYPE_OVERRIDES and override not in QUANT_OVERRIDES:
+        return None
+    try:
+        return weight_parts(json.loads(config_json), override, arch)
+    except params.UnknownArchitecture:
+        return None

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kvviz.planner import (capacity, deployment, log_compare, parallel, results, serving_plan, vllm_log,
-                           will_start, words)
+                           vllm_versions, will_start, words)
 from kvviz.planner import configs as plan_models
 from kvviz.core.errors import UserError
 from kvviz.core import catalog, units
@@ -39,7 +39,8 @@ FLAGS = {"context_tokens": "--context", "batch": "--batch", "block_size": "--blo
          "overhead_fraction": "--overhead", "prefix_tokens": "--prefix-tokens (the shared prefix)",
          "offload_bytes": "--offload-gb", "tp": "--tp", "pp": "--pp", "dp": "--dp",
          "gpu_memory_utilization": "--gpu-memory-utilization",
-         "kv_cache_memory_bytes": "--kv-cache-memory-bytes", "max_num_seqs": "--max-num-seqs"}
+         "kv_cache_memory_bytes": "--kv-cache-memory-bytes", "max_num_seqs": "--max-num-seqs",
+         "vllm_version": "--vllm-version"}
 PARAMS_REMEDY = "Give it with --params."
 
 
@@ -108,21 +109,26 @@ def _add_serving_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", type=int,
                    help="longest request vLLM admits (default: the model's max position)")
     g.add_argument("--max-num-batched-tokens", type=int,
-                   default=serving_plan.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                   help="tokens per scheduled batch (default 8192); sliding / chunked layers reserve "
-                        "for every batch in flight: two with CUDA's asynchronous scheduling (vLLM "
-                        "0.32's default), one per stage with PP or on CPU")
+                   help="tokens per scheduled batch (default: vLLM's for the GPU and release: 8,192 "
+                        "at ≥ 70 GiB except A100, 2,048 below); it sizes the profile run, and sliding / "
+                        "chunked layers reserve for every batch in flight: two with CUDA's asynchronous "
+                        "scheduling, one per stage with PP or on CPU")
+    g.add_argument("--vllm-version", metavar="V",
+                   help=f"the vLLM release planned for, 0.6 or later (default {vllm_versions.LATEST}): its "
+                        "budget rules and defaults; with --vllm-log, the version the log prints")
     g.add_argument("--gpu-memory-utilization", type=float, metavar="U",
-                   help="as vLLM's flag (vLLM 0.32's default 0.92): the budget becomes vLLM's, "
-                        "ceil(GPU memory × U) − weights − the profile run's activation peak and "
-                        "sampler (modelled); replaces --overhead")
+                   help="as vLLM's flag (default 0.92 from 0.21, 0.9 before): the budget becomes "
+                        "vLLM's, ceil(GPU memory × U) − weights − the profile run's activation peak − "
+                        "non-torch memory (− CUDA graphs from 0.21), each modelled; replaces --overhead")
+    g.add_argument("--enforce-eager", action="store_true",
+                   help="as vLLM's flag: no CUDA graphs (none to capture or budget for)")
     g.add_argument("--kv-cache-memory-bytes", type=int, metavar="N",
                    help="as vLLM's flag: N bytes of KV cache per GPU, ignoring "
                         "--gpu-memory-utilization (as in vLLM)")
     g.add_argument("--max-num-seqs", type=int, metavar="N",
                    help="as vLLM's flag: requests scheduled at once; sizes the sampler's share of "
-                        "the profile run (default: vLLM 0.32's for the GPU: 1,024 at ≥ 70 GiB "
-                        "except A100, 256 below, 128 on CPU)")
+                        "the profile run and its warm-up (default: vLLM's for the GPU and release: "
+                        "1,024 at ≥ 70 GiB except A100 from 0.8.5, 256 below, 128 on CPU)")
     g.add_argument("--platform", choices=sorted(serving_plan.PLATFORMS), default="cuda",
                    help="vLLM's platform (default cuda): hybrids' block alignment and state dtype")
     g.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
@@ -243,14 +249,15 @@ def resolve_gpu(args: argparse.Namespace) -> dict:
         if args.gpu_gb <= 0:
             raise PlanError("--gpu-gb must be > 0")
         gpu = {"name": f"custom {args.gpu_gb:g} GB", "memory_bytes": int(args.gpu_gb * 1e9),
-               "bandwidth_bytes_per_s": None}
+               "bandwidth_bytes_per_s": None, "arch": None, "p2p": False}
     else:
         gpu = capacity.find_gpu(args.gpu or DEFAULT_GPU)
         if gpu is None:
             names = ", ".join(g["name"] for g in capacity.load_gpus())
             raise PlanError(f"unknown GPU {args.gpu!r}; known: {names} (or use --gpu-gb)")
         gpu = {"name": gpu["name"], "memory_bytes": catalog.device_bytes(gpu),
-               "bandwidth_bytes_per_s": gpu["bandwidth_bytes_per_s"], "memory_source": catalog.device_note(gpu)}
+               "bandwidth_bytes_per_s": gpu["bandwidth_bytes_per_s"], "memory_source": catalog.device_note(gpu),
+               "arch": gpu.get("arch"), "p2p": bool(gpu.get("p2p"))}
     if args.bandwidth_gbs is not None:
         if args.bandwidth_gbs <= 0:
             raise PlanError("--bandwidth-gbs must be > 0")
@@ -292,7 +299,10 @@ def _setup(args: argparse.Namespace, gpu: dict, context: int) -> deployment.Setu
                             prefix_caching=args.prefix_caching,
                             gpu_memory_utilization=args.gpu_memory_utilization,
                             kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-                            max_num_seqs=args.max_num_seqs)
+                            max_num_seqs=args.max_num_seqs,
+                            vllm_version=args.vllm_version,
+                            gpu_arch=gpu.get("arch"), gpu_p2p=bool(gpu.get("p2p")),
+                            enforce_eager=args.enforce_eager)
 
 
 def _overhead(args: argparse.Namespace) -> float:
@@ -349,8 +359,9 @@ class CliPlan:
     fit_advice: str  # words.fit_advice_sentence when vLLM would refuse to start, else ""
     setup: deployment.Setup  # as asked, at the longest context (not in the JSON: its figures are)
     log_rows: tuple[log_compare.Row, ...] = ()  # --vllm-log: vLLM's figures beside kvviz's
-    refusals: tuple[will_start.Refusal, ...] = ()  # start-up refusals vLLM would make
+    refusals: tuple[will_start.Refusal, ...] = ()  # start-up failures vLLM would hit
     serve_command: str = ""  # the `vllm serve` line of the plan
+    risks: tuple[will_start.Risk, ...] = ()  # thin margins (the verdict "at risk")
 
     def to_json(self) -> dict:
         """JSON-ready data, keys as `kvviz plan --json` has always given them."""
@@ -365,7 +376,9 @@ class CliPlan:
                 "kv_budget_bytes": self.deployment.per_gpu.kv_budget_bytes,
                 "rows": [results.row_json(r) for r in self.rows],
                 "deployment": results.plan_json(self.deployment), "fit_advice": self.fit_advice,
-                "refusals": [asdict(r) for r in self.refusals], "serve_command": self.serve_command,
+                "refusals": [asdict(r) for r in self.refusals], "risks": [asdict(r) for r in self.risks],
+                "start": self.deployment.start.word, "vllm_version": self.setup.vllm_version or vllm_versions.LATEST,
+                "vllm_release": deployment.release(self.setup).name, "serve_command": self.serve_command,
                 **({"vllm_log": [asdict(r) for r in self.log_rows]} if self.log_rows else {})}
 
 
@@ -376,13 +389,16 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
     model = _apply_what_ifs(resolve_model(args), args)
     gpu = resolve_gpu(args)
     setup = _setup(args, gpu, max(contexts))  # the what-ifs are planned at the longest context
+    facts = _read_log(args.vllm_log) if args.vllm_log else None
+    if facts is not None and not args.vllm_version:  # plan for the release the log prints
+        setup = log_compare.with_log_release(facts, setup)
     try:
         deployed = deployment.plan_setup(model, setup, FLAGS)
         rows = deployment.context_rows(model, setup, contexts, FLAGS)
     except ValueError as err:
         raise PlanError(_one_line(err)) from None
     kv_dtype = capacity.normalize_dtype(args.kv_dtype)  # checked by plan_setup above
-    log_rows = tuple(_log_rows(args.vllm_log, model, setup)) if args.vllm_log else ()
+    log_rows = tuple(_log_rows(facts, model, setup)) if facts is not None else ()
     advice = deployment.fit_advice(model, setup) if deployment.refused(deployed) else ""
     return CliPlan(ModelSummary.of(model, kv_dtype), model.attention_kind, kv_dtype,
                    capacity.kv_bytes_per_element(kv_dtype), capacity.kv_bytes_per_token(model, kv_dtype),
@@ -390,8 +406,9 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
                               gpu.get("memory_source", "given with --gpu-gb")),
                    setup.overhead_fraction, rows, deployed,
                    advice, setup, log_rows,
-                   tuple(will_start.refusals(deployed, setup, advice, model.attention_kind == "MLA")),
-                   will_start.serve_command(model_id(args, model), setup, deployed))
+                   tuple(will_start.refusals(deployed, setup, advice)),
+                   will_start.serve_command(model_id(args, model), setup, deployed),
+                   tuple(will_start.risks(deployed)))
 
 
 def model_id(args: argparse.Namespace, model: capacity.ModelKV) -> str:
@@ -402,13 +419,20 @@ def model_id(args: argparse.Namespace, model: capacity.ModelKV) -> str:
     return "<your model>"
 
 
-def _log_rows(path: str, model: capacity.ModelKV, setup: deployment.Setup) -> list[log_compare.Row]:
+def _read_log(path: str) -> vllm_log.LogFacts:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(vllm_log.MAX_LOG_CHARS + 1)
-        return log_compare.compare(vllm_log.parse_log(text), model, setup, FLAGS)
+        return vllm_log.parse_log(text)
     except OSError as err:
         raise PlanError(f"--vllm-log: cannot read {path} ({err.strerror or type(err).__name__})") from None
+    except ValueError as err:
+        raise PlanError(f"--vllm-log: {_one_line(err)}") from None
+
+
+def _log_rows(facts: vllm_log.LogFacts, model: capacity.ModelKV, setup: deployment.Setup) -> list[log_compare.Row]:
+    try:
+        return log_compare.compare(facts, model, setup, FLAGS)
     except ValueError as err:
         raise PlanError(f"--vllm-log: {_one_line(err)}") from None
 
@@ -434,7 +458,8 @@ def _header_lines(plan: CliPlan) -> list[str]:
         f"{plan.kv_bytes_per_token:,} B per token ({kinds})"
         + (f" + {m.state_bytes_per_request:,} B of state per request" if m.state_bytes_per_request else ""),
         _weights_line(plan),
-        f"setup   {d.label}{_overhead_words(plan)}. {words.budget_sentence(d)} "
+        f"setup   {d.label}, planned for vLLM {plan.setup.vllm_version or vllm_versions.LATEST} "
+        f"({deployment.release(plan.setup).name} rules){_overhead_words(plan)}. {words.budget_sentence(d)} "
         f"(GPU memory {plan.gpu.memory_bytes:,} B: {plan.gpu.memory_source})",
     ]
 
@@ -445,7 +470,7 @@ def _overhead_words(plan: CliPlan) -> str:
 
 def _table_lines(plan: CliPlan) -> list[str]:
     rows = plan.rows
-    timed = rows[0].bandwidth is not None
+    timed = rows[0].bandwidth is not None and plan.deployment.start.starts  # no speed for what cannot start
     head = (f"{'context':>9} {'KV/request/GPU':>15} {'requests that fit':>18} "
             f"{'as vLLM (blocks)':>17} {'in all':>8}")
     head += f" {'step ≥ ms':>9} {'tok/s/req ≤':>11} {'tok/s all ≤':>11}" if timed else ""
@@ -469,6 +494,8 @@ def _table_lines(plan: CliPlan) -> list[str]:
     if timed:
         lines.append("step ≥: (active weights + batch's cache) / bandwidth; "
                      "tok/s all ≤: with every request that fits")
+    elif rows[0].bandwidth is not None:
+        lines.append("no decode-speed bounds: vLLM would not start this deployment (see 'will it start')")
     return lines
 
 
@@ -487,8 +514,14 @@ def _vllm_lines(plan: CliPlan) -> list[str]:
         f"group(s) of {v.group_size} layers) → KV cache size {v.num_tokens:,} tokens; "
         f"maximum concurrency for {v.max_model_len:,} tokens per request: "
         f"{v.max_concurrency:.3f}×",
-    ] + ([] if v.starts else ["  " + words.refusal_sentence(v, plan.fit_advice)]) + _in_flight_lines(plan) \
+    ] + (["  " + words.refusal_sentence(v, plan.fit_advice)] if _blocks_refused(plan) else []) + _in_flight_lines(plan) \
         + _start_lines(plan)
+
+
+def _blocks_refused(plan: CliPlan) -> bool:
+    """vLLM's first failure is too few blocks for one request (not, say, weights that do not load)."""
+    failures = plan.deployment.start.failures
+    return bool(failures) and failures[0].kind == "kv_too_small"
 
 
 def _in_flight_lines(plan: CliPlan) -> list[str]:
@@ -500,12 +533,15 @@ def _in_flight_lines(plan: CliPlan) -> list[str]:
 def _start_lines(plan: CliPlan) -> list[str]:
     if not plan.deployment.weights.params_known:
         return ["will it start: – (the weights are unknown; give --params)"]
+    release = deployment.release(plan.setup).name
     if plan.refusals:
-        lines = ["will it start: no, vLLM would refuse:"]
+        lines = [f"will it start ({release} rules): no, vLLM would fail:"]
         for r in plan.refusals:
             lines += [f"  vLLM: {r.message}", f"  smallest change: {r.fix}"]
+    elif plan.risks:
+        lines = [f"will it start ({release} rules): at risk:"] + [f"  {r.sentence}" for r in plan.risks]
     else:
-        lines = [f"will it start: no refusal kvviz foresees (not foreseen: {will_start.NOT_FORESEEN})"]
+        lines = [f"will it start ({release} rules): no failure kvviz foresees (not foreseen: {will_start.NOT_FORESEEN})"]
     return lines + [f"command: {plan.serve_command}"]
 
 

@@ -166,20 +166,30 @@ def _model_from_json(cfg_json: str, name: str, given_params: int | None, measure
                             num_attention_heads=getattr(text, "num_attention_heads", None) or 1,
                             max_position=_max_position(text), params_total=total,
                             params_active=active, params_source=source, notes=notes,
-                            moe=params.moe_counts(cfg)[0] is not None, shape=model_shape(text),
+                            moe=params.moe_counts(cfg)[0] is not None, shape=model_shape(text, cfg),
+                            config_json=json.dumps(cfg, sort_keys=True, default=str),
                             **_checkpoint(cfg, source))
 
 
-def model_shape(text) -> ModelShape:
-    """The widths vLLM's profile run depends on, from the text config (a MoE: one token's experts)."""
+def model_shape(text, cfg: dict | None = None) -> ModelShape:
+    """The widths vLLM's profile run depends on, from the text config: a dense MLP's intermediate
+    size, or one routed expert's and the experts per token (a MoE), and a shared expert's."""
     def positive(name: str) -> int | None:
         value = getattr(text, name, None)
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
-    routed = positive("moe_intermediate_size")
-    k = positive("num_experts_per_tok")
-    intermediate = routed * k if routed and k else positive("intermediate_size")
-    return ModelShape(positive("hidden_size"), intermediate, positive("vocab_size"))
+    moe = cfg is not None and params.moe_counts(cfg)[0] is not None
+    k = positive("num_experts_per_tok") or positive("experts_per_token") or positive("moe_topk")
+    expert = (positive("moe_intermediate_size") or positive("intermediate_size")) if moe else None
+    shared = None
+    if moe:
+        shared = (positive("shared_expert_intermediate_size")
+                  or ((positive("n_shared_experts") or 0) * (positive("moe_intermediate_size") or 0)) or None)
+        if shared is None and getattr(text, "model_type", "") in ("llama4_text", "llama4"):
+            shared = positive("intermediate_size")  # Llama 4's shared expert has the routed one's width
+    dense = positive("intermediate_size") if not moe else positive("intermediate_size_mlp")
+    return ModelShape(positive("hidden_size"), dense, positive("vocab_size"), expert, k if moe else None,
+                      shared, str(getattr(text, "model_type", "") or ""))
 
 
 def _layer_specs(config, measured: bool) -> tuple[tuple, str]:

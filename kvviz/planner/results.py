@@ -25,8 +25,9 @@ class Weights:
     weight_dtype: str  # the format in words: "bf16", "mxfp4 experts + bf16", …
     bytes_total: int
     bytes_active: int  # read per decode step
-    bytes_per_gpu: int
+    bytes_per_gpu: int  # the heaviest GPU's (pipeline stages differ: embedding first, LM head last)
     moe: bool = False  # routed experts (the config names E and k); else dense
+    checkpoint_bytes: int | None = None  # as the checkpoint stores them (bytes_total: as vLLM holds them)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class VllmPlan:
     """vLLM's allocation on one GPU, as its start-up log reports it."""
 
     error: ClassVar[None] = None  # as VllmUnavailable: `if plan.vllm.error` reads the same on both
-    starts: bool  # False: vLLM refuses one request of max_model_len
+    starts: bool  # False: vLLM would not start (any failure in SetupPlan.start, or too few blocks)
     longest_max_model_len: int  # the longest that fits (= max_model_len when it starts)
     platform: str  # "CUDA" / "CPU"
     prefix_caching: bool
@@ -75,6 +76,40 @@ class VllmPlan:
     layout: str  # "uniform", "uniform type", "hybrid"
     requests_at_context_per_replica: int
     requests_at_context_total: int
+    fits_max_model_len: bool = True  # one request of max_model_len fits in the blocks (vLLM's block check)
+
+
+@dataclass(frozen=True)
+class StartCheck:
+    """One reason vLLM would not start (a failure) or might not (a risk), with the bytes that decide
+    it: `needed` against `available` (a risk's margin is available − needed)."""
+
+    kind: str  # one of START_CHECKS
+    needed_bytes: int = 0
+    available_bytes: int = 0
+    count: int = 0  # kind-specific: max_num_seqs (warm-up), block size (block_size), tokens (kv_too_small)
+
+
+# Failures vLLM hits at start-up, in the order it hits them, and risks on a thin margin.
+START_CHECKS = ("weights_load", "free_memory", "kv_given_too_large", "no_kv_memory", "kv_too_small",
+                "block_size", "warmup", "warmup_margin", "kv_margin", "kv_given_margin")
+
+
+@dataclass(frozen=True)
+class StartVerdict:
+    """Will vLLM start? Failures it would hit, and risks where kvviz's margin is thin."""
+
+    failures: tuple[StartCheck, ...] = ()
+    risks: tuple[StartCheck, ...] = ()
+
+    @property
+    def starts(self) -> bool:
+        return not self.failures
+
+    @property
+    def word(self) -> str:
+        """"refused", "at risk" or "starts"."""
+        return "refused" if self.failures else "at risk" if self.risks else "starts"
 
 
 @dataclass(frozen=True)
@@ -134,6 +169,7 @@ class SetupPlan:
     prefix: PrefixWhatIf | None = None  # only when a shared prompt was asked about
     offload: OffloadWhatIf | None = None  # only when a CPU tier was asked about
     vllm_budget: VllmBudget | None = None  # vLLM's own budget, when its flags were given
+    start: StartVerdict = StartVerdict()  # will it start (kvviz.planner.deployment.start_checks)
 
 
 @dataclass(frozen=True)

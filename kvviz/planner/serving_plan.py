@@ -368,12 +368,12 @@ def min_over_stages(allocs: list[Allocation]) -> Allocation:
 
 
 def longest_model_len(pages: list[PageSpec], available_bytes: int, max_model_len: int,
-                      in_flight: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
+                      in_flight: int = DEFAULT_MAX_NUM_BATCHED_TOKENS, null_block: bool = True) -> int:
     """The longest max_model_len whose one request fits in the blocks (vLLM refuses to start
     otherwise and suggests this length; its binary search over `_max_memory_usage_bytes`).
     0 when not even one token fits."""
     def fits(length: int) -> bool:
-        return starts(allocate(pages, available_bytes, length, in_flight))
+        return starts(allocate(pages, available_bytes, length, in_flight), null_block)
 
     low, high, best = 1, max_model_len, 0
     while low <= high:
@@ -385,7 +385,8 @@ def longest_model_len(pages: list[PageSpec], available_bytes: int, max_model_len
     return best
 
 
-def starts(alloc: Allocation) -> bool:
+def starts(alloc: Allocation, null_block: bool = True) -> bool:
     """Whether vLLM starts: one request of max_model_len must fit in the blocks left after the
-    null block its BlockPool keeps back (vLLM 0.32's `check_memory`)."""
-    return alloc.blocks_per_request <= alloc.num_blocks - 1
+    null block its BlockPool keeps back (vLLM 0.32's `check_memory`); V0 (null_block False) asks
+    only `max_model_len <= block_size × num_gpu_blocks` (worker.py raise_if_cache_size_invalid)."""
+    return alloc.blocks_per_request <= alloc.num_blocks - (1 if null_block else 0)

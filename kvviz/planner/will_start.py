@@ -1,22 +1,29 @@
-"""Will it start? The start-up refusals of vLLM 0.32 the planner can foresee, in vLLM's own
-words, each with the smallest change that starts it; and the `vllm serve` line of the plan.
+"""Will it start? The start-up failures of vLLM the planner foresees, in vLLM's own words where it
+has words for them, each with the smallest change that starts it; the risks where kvviz's margin is
+thin; and the `vllm serve` line of the plan.
 
-Foreseen (vLLM's source, .venv-vllm):
+The checks themselves are kvviz.planner.deployment.start_checks' (a plan carries its verdict, so a
+suggested change is re-planned under the same rules on every rank); this module words them:
 
-* **no common block size** (`v1/worker/utils.select_common_block_size`): the CPU attention
-  backend (CPU_ATTN) takes block sizes that are multiples of 32, so full-attention layers left at
-  `--block-size 16` refuse to start with "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."
-  vLLM itself raises the block size where it can, and kvviz.planner.serving_plan the same way:
-  Mamba hybrids are realigned to whole kernel blocks, sliding-window layers take their kernel's
-  block (32) and full layers beside them scale up to the same page; the refusal is left for the
-  block size vLLM ends with;
-* **too little KV for one request** (`v1/core/kv_cache_utils._check_enough_kv_cache_memory`):
-  "To serve at least one request with the model's max seq len (L), (X GiB KV cache is needed,
-  which is larger than the available KV cache memory (Y GiB)."; and "No available memory for the
-  cache blocks." when nothing is left.
+* **the weights do not load** — one GPU's weights and the CUDA context exceed the device: torch
+  runs out of memory while vLLM loads the weights, before any KV-cache message;
+* **the requested memory is not free** (V1, `v1/worker/utils.request_memory`): "Free memory on
+  device … on startup is less than desired GPU memory utilization …";
+* **a given KV cache does not fit** (`--kv-cache-memory-bytes`): the weights and it exceed the
+  device, so allocating the KV cache runs out of memory;
+* **no memory for the cache** (`v1/core/kv_cache_utils._check_enough_kv_cache_memory`, V0's
+  `raise_if_cache_size_invalid`): "No available memory for the cache blocks. …";
+* **too little KV for one request** — V1: "To serve at least one request with the model's max seq
+  len (L), (X GiB KV cache is needed, …"; V0: "The model's max seq len (L) is larger than the
+  maximum number of tokens that can be stored in KV cache (N). …";
+* **no common block size** (`v1/worker/utils.select_common_block_size`): the CPU attention backend
+  takes multiples of 32;
+* **the warm-up after the KV allocation** (V1's `_dummy_sampler_run`): "CUDA out of memory
+  occurred when warming up sampler with N dummy requests. …", foreseen from the headroom the
+  budget leaves (kvviz.planner.vllm_memory.WARMUP_*).
 
-Not foreseen, said so: out-of-memory while loading or profiling (vLLM measures), a quantization
-or attention backend the GPU lacks, a model architecture vLLM does not implement.
+Not foreseen, and said so: a quantization or attention kernel the GPU lacks, an architecture vLLM
+does not implement, memory other processes hold on the GPU.
 """
 from __future__ import annotations
 
@@ -25,52 +32,38 @@ import shlex
 from dataclasses import dataclass
 
 from kvviz.planner import deployment, serving_plan
-from kvviz.planner.results import SetupPlan, VllmPlan
+from kvviz.planner.results import SetupPlan, StartCheck, VllmPlan
 
 GIB = 2**30
 CPU_KERNEL_BLOCK = serving_plan.CPU.kernel_block  # CPU_ATTN's MultipleOf(32), one figure for both
-NOT_FORESEEN = ("out-of-memory while loading weights or profiling (vLLM measures it), a quantization "
-                "or attention kernel the GPU lacks, an architecture vLLM does not implement")
+NOT_FORESEEN = ("a quantization or attention kernel the GPU lacks, an architecture vLLM does not "
+                "implement, memory other processes hold on the GPU")
+NO_MEMORY = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+             "when initializing the engine.")
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """One start-up refusal: vLLM's message, and the smallest change that starts it."""
+    """One start-up failure: what vLLM says (or, where it has no sentence of its own, what happens),
+    and the smallest change that starts it."""
 
-    message: str  # in vLLM's words
+    message: str
     fix: str
+    kind: str = ""  # results.START_CHECKS
+
+
+@dataclass(frozen=True)
+class Risk:
+    """A thin margin: which term, by how much, in words."""
+
+    kind: str
+    margin_bytes: int
+    sentence: str
 
 
 def _format_gib(b: int) -> str:
     """vLLM's format_gib: GiB rounded to 2 decimals, Python's repr of the float."""
     return f"{round(b / GIB, 2)}"
-
-
-def block_size_refusal(plan: VllmPlan, setup: deployment.Setup, mla: bool = False) -> Refusal | None:
-    """CPU_ATTN refuses the block size vLLM ends with (after its own adjustments, `plan.block_size`)
-    when it is not a multiple of 32 (an MLA model has its own CPU backends: CPU_MLA forces 16,
-    AMX_MLA takes any)."""
-    if mla or setup.platform != "cpu" or plan.block_size % CPU_KERNEL_BLOCK == 0:
-        return None
-    fixed = CPU_KERNEL_BLOCK * math.ceil(plan.block_size / CPU_KERNEL_BLOCK)
-    return Refusal(f"No common block size for {plan.block_size} (CPU_ATTN: [MultipleOf(32)]).",
-                   f"--block-size {fixed} (the CPU kernel takes multiples of 32; vLLM's CPU default is 128)")
-
-
-def memory_refusal(plan: SetupPlan, advice: str) -> Refusal | None:
-    """Too little KV for one request of max_model_len, as vLLM words it."""
-    v = plan.vllm
-    if not isinstance(v, VllmPlan) or v.starts:
-        return None
-    available = plan.per_gpu.kv_budget_bytes
-    if available <= 0:
-        return Refusal("No available memory for the cache blocks. Try increasing "
-                       "`gpu_memory_utilization` when initializing the engine.", advice or "more memory per GPU")
-    needed = v.blocks_per_request * v.page_bytes * max(1, v.group_size)
-    message = memory_message(needed, available, v.max_model_len, v.longest_max_model_len)
-    fix = (f"--max-model-len {v.longest_max_model_len}" if v.longest_max_model_len else "")
-    fix = "; or ".join(part for part in (fix, advice) if part)
-    return Refusal(message, fix or "a GPU with more memory")
 
 
 def memory_message(needed: int, available: int, max_model_len: int, estimate: int) -> str:
@@ -82,12 +75,114 @@ def memory_message(needed: int, available: int, max_model_len: int, estimate: in
             f"KV cache memory ({_format_gib(available)} GiB). {estimated}").strip()
 
 
+def v0_memory_message(max_model_len: int, tokens: int) -> str:
+    """V0's sentence (worker.py raise_if_cache_size_invalid)."""
+    return (f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens "
+            f"that can be stored in KV cache ({tokens}). Try increasing `gpu_memory_utilization` or "
+            "decreasing `max_model_len` when initializing the engine.")
+
+
+def _gib(b: int) -> str:
+    return f"{b / GIB:,.2f} GiB"
+
+
+def _kv_too_small(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, advice: str) -> Refusal:
+    v = plan.vllm
+    if deployment.release(setup).v0:
+        message = v0_memory_message(v.max_model_len, v.num_blocks * v.block_size)
+    else:
+        message = memory_message(check.needed_bytes, check.available_bytes, v.max_model_len, check.count)
+    fix = f"--max-model-len {check.count}" if check.count else ""
+    return Refusal(message, "; or ".join(p for p in (fix, advice) if p) or "a GPU with more memory", check.kind)
+
+
+def _refusal(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, advice: str) -> Refusal:
+    """One failure in vLLM's words (or what happens, where vLLM has no sentence), with its fix."""
+    more = advice or "more GPUs (a larger TP) or a smaller weight format"
+    if check.kind == "kv_too_small":
+        return _kv_too_small(plan, setup, check, advice)
+    if check.kind == "weights_load":
+        return Refusal(f"CUDA out of memory while loading the weights: {_gib(plan.weights.bytes_per_gpu)} of "
+                       f"weights per GPU and the CUDA context ({_gib(check.needed_bytes - plan.weights.bytes_per_gpu)}) "
+                       f"on a GPU of {_gib(check.available_bytes)}, before vLLM sizes any KV cache.",
+                       more, check.kind)
+    if check.kind == "free_memory":
+        util = deployment.utilization(setup)
+        return Refusal(f"Free memory on device ({_format_gib(check.available_bytes)}/{_format_gib(setup.gpu_bytes)} "
+                       f"GiB) on startup is less than desired GPU memory utilization ({util}, "
+                       f"{_format_gib(check.needed_bytes)} GiB). Decrease GPU memory utilization or reduce "
+                       "GPU memory used by other processes.",
+                       f"--gpu-memory-utilization {math.floor(check.available_bytes / setup.gpu_bytes * 100) / 100}",
+                       check.kind)
+    if check.kind == "kv_given_too_large":
+        return Refusal(f"CUDA out of memory allocating the KV cache: {_gib(check.needed_bytes)} of weights and "
+                       f"--kv-cache-memory-bytes on a GPU with {_gib(check.available_bytes)} free after the CUDA "
+                       "context (vLLM does not check the figure it is given).",
+                       f"--kv-cache-memory-bytes {max(0, check.available_bytes - plan.weights.bytes_per_gpu) * 9 // 10}",
+                       check.kind)
+    if check.kind == "no_kv_memory":
+        return Refusal(NO_MEMORY, more, check.kind)
+    if check.kind == "block_size":
+        return _refusal_words(check)
+    return Refusal(f"CUDA out of memory occurred when warming up sampler with {check.count} dummy requests. "
+                   "Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
+                   f"--max-num-seqs {max(1, check.count // 4)}, or a lower --gpu-memory-utilization (the warm-up "
+                   f"runs in the {_gib(check.available_bytes)} left outside the budget; the published failures "
+                   f"had under {_gib(check.needed_bytes)})", check.kind)
+
+
+def block_size_refusal(plan: VllmPlan, setup: deployment.Setup, mla: bool = False) -> Refusal | None:
+    """CPU_ATTN refuses the block size vLLM ends with (after its own adjustments, `plan.block_size`)
+    when it is not a multiple of 32 (an MLA model has its own CPU backends)."""
+    if mla or setup.platform != "cpu" or plan.block_size % CPU_KERNEL_BLOCK == 0:
+        return None
+    return _refusal_words(StartCheck("block_size", count=plan.block_size))
+
+
+def memory_refusal(plan: SetupPlan, setup: deployment.Setup, advice: str = "") -> Refusal | None:
+    """The memory failure among the plan's (no memory for the cache, or too little for one request)."""
+    check = next((c for c in plan.start.failures if c.kind in ("no_kv_memory", "kv_too_small")), None)
+    return None if check is None else _refusal(plan, setup, check, advice)
+
+
+def _refusal_words(check: StartCheck) -> Refusal:
+    fixed = CPU_KERNEL_BLOCK * math.ceil(check.count / CPU_KERNEL_BLOCK)
+    return Refusal(f"No common block size for {check.count} (CPU_ATTN: [MultipleOf(32)]).",
+                   f"--block-size {fixed} (the CPU kernel takes multiples of 32; vLLM's CPU default is 128)",
+                   check.kind)
+
+
 def refusals(plan: SetupPlan, setup: deployment.Setup, advice: str = "", mla: bool = False) -> list[Refusal]:
-    """Every refusal the planner foresees for this setup (empty: it should start)."""
-    if not isinstance(plan.vllm, VllmPlan):
-        return []
-    found = [block_size_refusal(plan.vllm, setup, mla), memory_refusal(plan, advice)]
-    return [r for r in found if r is not None]
+    """Every failure the planner foresees for this plan (empty: it should start). `mla` is kept for
+    callers; the plan's own checks know the model."""
+    del mla
+    return [_refusal(plan, setup, c, advice) for c in plan.start.failures]
+
+
+def risks(plan: SetupPlan) -> list[Risk]:
+    """The thin margins, each naming its term and the margin."""
+    out = []
+    for c in plan.start.risks:
+        margin = c.available_bytes - c.needed_bytes
+        if c.kind == "kv_margin":
+            text = (f"The KV cache holds one request of max_model_len with {_gib(margin)} to spare, within "
+                    f"kvviz's modelled error on the budget ({_gib(c.available_bytes)}): vLLM may refuse it.")
+        elif c.kind == "kv_given_margin":
+            text = (f"--kv-cache-memory-bytes leaves {_gib(c.available_bytes)} for the profile run's peak, "
+                    f"non-torch memory and CUDA graphs, which kvviz models at {_gib(c.needed_bytes)}: "
+                    "the first large batches may run out of memory (vLLM does not check it).")
+        else:
+            text = (f"After the KV cache, {_gib(c.available_bytes)} is left outside gpu_memory_utilization for "
+                    f"CUDA graphs and the warm-up of {c.count:,} sampler rows; published start-ups failed "
+                    f"there with under {_gib(round(2.25 * GIB))}: a lower --gpu-memory-utilization or "
+                    "--max-num-seqs is safer.")
+        out.append(Risk(c.kind, margin, text))
+    return out
+
+
+def fit_advice(plan: SetupPlan, model, setup: deployment.Setup) -> str:
+    """What would start it, re-planned under the same rules (deployment.fit_advice), when it fails."""
+    return deployment.fit_advice(model, setup) if plan.start.failures else ""
 
 
 def serve_command(model_id: str, setup: deployment.Setup, plan: SetupPlan) -> str:
@@ -111,7 +206,10 @@ def serve_command(model_id: str, setup: deployment.Setup, plan: SetupPlan) -> st
     if setup.kv_cache_memory_bytes:
         add("--kv-cache-memory-bytes", setup.kv_cache_memory_bytes)
     else:
-        add("--gpu-memory-utilization", deployment.utilization(setup), 0.92)
+        add("--gpu-memory-utilization", deployment.utilization(setup),
+            deployment.release(setup).default_gpu_memory_utilization)
+    if setup.enforce_eager:
+        flags.append("--enforce-eager")
     if not setup.prefix_caching:
         flags.append("--no-enable-prefix-caching")
     return " ".join(["vllm", "serve", shlex.quote(model_id), *flags])

@@ -41,24 +41,40 @@ def budget_sentence(plan: SetupPlan) -> str:
 
 
 def vllm_budget_sentence(b: VllmBudget, weight_dtype: str) -> str:
-    """vLLM's budget, term by term, modelled terms labelled and the unknown ones named."""
+    """vLLM's budget, term by term, each modelled term labelled, for the release planned for."""
+    release = f"vLLM {b.vllm_version} ({b.release} rules)"
     if b.given:
         return (f"Per GPU: kv_cache_memory_bytes {b.kv_bytes:,} B ({gb(b.kv_bytes)}) for KV caches, "
-                f"as given: vLLM then ignores gpu_memory_utilization and profiles nothing for the "
-                f"budget (weights {gb(b.weight_bytes)} ({weight_dtype}) of {gb(b.total_bytes)}).")
-    return (f"Per GPU, as vLLM computes it: {gb(b.total_bytes)} × gpu_memory_utilization "
+                f"as given: {release} then ignores gpu_memory_utilization and checks nothing (weights "
+                f"{gb(b.weight_bytes)} ({weight_dtype}) of {gb(b.total_bytes)}).")
+    stage = f" on pipeline stage {b.stage + 1} of {len(b.stages)} (the smallest)" if len(b.stages) > 1 else ""
+    graphs = (f" − CUDA graphs {gb(b.cuda_graph_bytes)} (modelled: estimated before the KV cache, as from 0.21)"
+              if b.cuda_graph_deducted else "")
+    if b.kv_bytes_signed > 0:
+        result = f"{gb(b.kv_bytes)} ({b.kv_bytes / 2**30:,.2f} GiB, vLLM's unit) for KV caches"
+    else:
+        result = f"no memory for KV caches ({b.kv_bytes_signed / 2**30:,.2f} GiB, as vLLM's log would print it)"
+    outside = ("" if b.cuda_graph_deducted else
+               f" CUDA graphs ({gb(b.cuda_graph_bytes)}, modelled) are captured outside the budget afterwards.")
+    sampler = (f", or a sampler pass over max_num_seqs {b.max_num_seqs:,} rows of logits, {gb(b.sampler_bytes)}"
+               if b.sampler_bytes else "")
+    return (f"Per GPU{stage}, as {release} computes it: {gb(b.total_bytes)} × gpu_memory_utilization "
             f"{b.gpu_memory_utilization:g} = {gb(b.requested_bytes)} − weights {gb(b.weight_bytes)} "
-            f"({weight_dtype}) − activation peak {gb(b.activation_peak_bytes)} (modelled: a forward pass "
-            f"of max_num_batched_tokens {b.max_num_batched_tokens:,}) − sampler {gb(b.sampler_bytes)} "
-            f"(modelled: max_num_seqs {b.max_num_seqs:,} rows of logits) → {gb(b.kv_bytes)} "
-            f"({b.kv_bytes / 2**30:,.2f} GiB, vLLM's unit) for KV caches. Not known to kvviz, so not deducted (vLLM's figure is lower by them): "
-            f"{'; '.join(b.unknown)}.")
+            f"({weight_dtype}) − activation peak {gb(b.activation_peak_bytes)} (modelled: the larger of a "
+            f"forward pass of max_num_batched_tokens {b.max_num_batched_tokens:,}, {gb(b.forward_bytes)}"
+            f"{sampler}) − non-torch memory {gb(b.non_torch_bytes)} (modelled: CUDA runtime, NCCL and "
+            f"all-reduce buffers){graphs} → {result}.{outside}")
 
 
 def weights_sentence(w: Weights) -> str:
     """The parameter count, its source, the stored format and size, and what a token reads."""
+    stored = w.checkpoint_bytes if w.checkpoint_bytes and "linear layers" not in w.weight_dtype and \
+        w.weight_dtype not in ("fp32", "fp16") else w.bytes_total
     text = (f"{w.params_total:,} parameters ({w.params_source}) stored as {w.weight_dtype} = "
-            f"{gb(w.bytes_total)}")
+            f"{gb(stored)}")
+    if abs(stored - w.bytes_total) > stored // 1000:
+        text += (f"; vLLM holds {gb(w.bytes_total)} of them on this GPU (MXFP4 experts laid out for its "
+                 "kernel, modelled)")
     if w.params_active != w.params_total:
         text += (f"; {w.params_active:,} active per token = {gb(w.bytes_active)} read per decode "
                  f"step ({ACTIVE_CONVENTION if w.moe else DENSE_ACTIVE})")
@@ -124,8 +140,9 @@ def fit_advice_sentence(change: FitChange | None, length: int, label: str,
                 f"max_model_len.")
     if change.tp:
         return (f"No request of {length:,} tokens fits on {label}; TP {change.tp} ({change.gpus} GPUs) "
-                f"is the smallest that fits it.")
-    return f"No request of {length:,} tokens fits on {label}; with {change.weight_dtype} weights it does."
+                f"is the smallest that fits it (re-planned under the same rules, on every rank).")
+    return (f"No request of {length:,} tokens fits on {label}; with {change.weight_dtype} weights it does "
+            "(re-planned under the same rules, on every rank).")
 
 
 def in_flight_sentence(vllm: VllmPlan, plain_requests: int, windowed: bool) -> str | None:

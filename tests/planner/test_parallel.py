@@ -89,7 +89,21 @@ def test_dp_multiplies_and_pp_splits_layers():
     assert pp.per_gpu.layers == 40
     # 2 KV heads per rank × 40 layers: 40 × 2 × 2 × 128 × 2 B = 40,960 B per token per GPU
     assert pp.per_gpu.kv_bytes_per_token == 40_960
-    assert pp.per_gpu.weight_bytes == 17_638_426_624
+    # each stage: 40 layers (1,710,399,488 parameters each ... ) and the embedding (first) or the
+    # LM head (last), 128,256 × 8,192 each: the same bytes on both, split over 4 TP ranks
+    layer = (model.params_total - 2 * 128_256 * 8_192 - 8_192) // 80  # the final norm aside
+    assert pp.per_gpu.weight_bytes == -(-(40 * layer + 128_256 * 8_192 + 8_192) * 2 // 4)  # the last stage
+
+
+def test_pipeline_stages_hold_the_embedding_first_and_the_head_last():
+    """vLLM places the embedding on the first stage and the LM head on the last (get_pp_indices
+    splits only the decoder layers): PP 4 of Llama-3.1-8B puts 8 layers and 1.05 GB of embedding on
+    rank 0, 4.23 GiB where vLLM's log prints 4.26 (llm-d-planner v0.19.0 run, PP 4)."""
+    model = plan_models.catalog_model("Llama-3.1-8B")
+    stages = deployment.stage_weight_bytes(model, setup(par=Parallel(1, 4)), 0)
+    assert stages[-1] - stages[0] == 4_096 * 2  # the final norm sits with the head
+    assert stages[0] > stages[1] == stages[2]
+    assert abs(stages[0] / 2**30 - 4.26) < 0.05
 
 
 def test_deepseek_v3_does_not_fit_on_one_h100_any_more():

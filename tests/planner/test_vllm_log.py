@@ -71,7 +71,9 @@ def test_qwen3_14b_log_agrees_with_kvvizs_blocks():
     # 6.505 / 6.515 GiB (the log's rounding) → 2,664 / 2,668 blocks; 6.51 GiB itself → 2,666 blocks
     assert rows["KV cache size (tokens)"].kvviz == "42,624–42,688"
     assert rows["Maximum concurrency at 32,768 tokens"].verdict.startswith("agrees")
-    assert "vLLM has" in rows["KV cache memory per GPU"].verdict  # its budget, not the log's, differs
+    # the run's GPU and utilization are not in these lines: kvviz's budget for an H100 at vLLM's
+    # default differs, and says by how much
+    assert rows["KV cache memory per GPU"].verdict.startswith("kvviz has +")
 
 
 def test_a_log_that_disagrees_is_named_with_the_difference():

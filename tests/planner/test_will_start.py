@@ -144,15 +144,16 @@ def test_cli_says_whether_it_starts_and_prints_the_command(capsys):
                                            "--max-model-len", "8192", "--json"])) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["refusals"] == []
+    # vLLM's defaults (max_num_batched_tokens, gpu_memory_utilization 0.92) are left out
     assert out["serve_command"] == ("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 "
-                                    "--block-size 128 --max-num-batched-tokens 8192 --gpu-memory-utilization 0.9")
+                                    "--block-size 128 --gpu-memory-utilization 0.9")
 
 
 def test_too_little_memory_is_refused_with_the_longest_that_fits():
     model = configs.catalog_model("Llama-3.1-8B")
     setup = deployment.Setup(gpu_bytes=24 * 10**9, gpu_name="L4", max_model_len=131_072)
     plan = deployment.plan_setup(model, setup)
-    refusal = will_start.memory_refusal(plan, "")
+    refusal = will_start.memory_refusal(plan, setup, "")
     v = plan.vllm
     assert refusal.message.startswith("To serve at least one request with the model's max seq len (131072), (16.0 GiB")
     assert f"estimated maximum model length is {v.longest_max_model_len}" in refusal.message
