@@ -58,7 +58,7 @@ def shrink_modes(lm, s: Settings, prompt: str | None = None) -> tuple[list[Resul
     every, missing = modes()
     rows, notes, full_tokens = [], [], []
     for mode in every:
-        result = shrink.compare(lm, ids, new, mode)
+        result = shrink.compare(lm, ids, new, mode, eos=set())  # a fixed length: EOS not a stop
         full, shrunk = result.full, result.shrunk
         full_tokens.append(full.tokens)
         label = mode.label()

@@ -29,7 +29,7 @@ from kvviz.core.blocks import BlockPool, cdiv
 from kvviz.core.config import RunConfig
 from kvviz.core.events import BlockStat, StepEvent
 from kvviz.engine.hooks import attention_rows, device_sync, find_decoder_layers, timed_layers
-from kvviz.engine.models import LoadedModel
+from kvviz.engine.models import LoadedModel, stop_token_ids
 from kvviz.core.errors import UserError
 
 MODES = ("cached", "recompute")
@@ -262,9 +262,9 @@ def new_text(batch: Batch, i: int, tokenizer, last: bool) -> str:
 
 
 def eos_token_ids(lm: LoadedModel) -> set[int]:
-    ids = lm.model.generation_config.eos_token_id if lm.model.generation_config else None
-    ids = ids if ids is not None else lm.tokenizer.eos_token_id
-    return set(ids) if isinstance(ids, (list, tuple)) else ({ids} if ids is not None else set())
+    """The ids that end an answer (kvviz.engine.models.stop_token_ids): the generation config's and
+    the tokenizer's EOS and the chat template's end-of-turn token."""
+    return set(stop_token_ids(lm.model, lm.tokenizer))
 
 
 def block_stat(pool: BlockPool, seq_len: int, batch: int, bytes_per_token: int,

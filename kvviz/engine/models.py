@@ -261,6 +261,44 @@ def load_model(spec: ModelSpec, progress: Progress | None = None) -> LoadedModel
     return LoadedModel(model, tok, spec.name, label, device, dtype, time.perf_counter() - start, fallback)
 
 
+def stop_token_ids(model, tokenizer) -> frozenset[int]:
+    """Every token id that ends the model's answer: the generation config's EOS (an id or a list),
+    the tokenizer's EOS, and the end-of-turn token the chat template writes after an assistant
+    message (Llama 3's `<|eot_id|>`, Gemma's `<end_of_turn>`, ChatML's `<|im_end|>`), so a chat
+    answer stops where its turn ends even when a model's configs name another EOS."""
+    config = getattr(model, "generation_config", None)
+    ids = as_ids(getattr(config, "eos_token_id", None)) | as_ids(getattr(tokenizer, "eos_token_id", None))
+    turn = end_of_turn_id(tokenizer)
+    return frozenset(ids | ({turn} if turn is not None else set()))
+
+
+def as_ids(value) -> set[int]:
+    """An id, a list of ids or None, as a set."""
+    if value is None:
+        return set()
+    return {int(v) for v in value} if isinstance(value, (list, tuple, set, frozenset)) else {int(value)}
+
+
+TURN_MARK = "kvviz-turn-mark"  # an assistant message's text, found again in the rendered template
+
+
+def end_of_turn_id(tokenizer) -> int | None:
+    """The special token the chat template writes right after an assistant message's text, or None
+    (no template, a template that refuses the conversation, or plain text after the message)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"},
+                                              {"role": "assistant", "content": TURN_MARK}], tokenize=False)
+    except Exception:  # noqa: BLE001 - a model's own template (it may raise on any conversation)
+        return None
+    after = text.rpartition(TURN_MARK)[2] if TURN_MARK in text else ""
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+    special = set(getattr(tokenizer, "all_special_ids", ()))
+    special |= {i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if getattr(t, "special", False)}
+    return int(ids[0]) if ids and ids[0] in special else None
+
+
 FALLBACK_ATTENTION = "eager"
 
 

@@ -20,6 +20,7 @@ import torch
 from transformers import DynamicCache
 
 from kvviz.engine import loop as engine
+from kvviz.engine.models import stop_token_ids
 from kvviz.shrink import peak, presses, quant_cache, support
 from kvviz.core.errors import UserError
 
@@ -66,6 +67,21 @@ class ShrinkMode:
         if self.press != presses.NONE:
             return f"{self.press} press, evicting {self.ratio:.0%}"
         return "full cache"
+
+
+# The Shrink page's default press and ratio: one whose answer to DEFAULT_PROMPT visibly differs
+# from the full cache's. Measured on the default model (fp32, greedy, answers stopped at the end of
+# the turn; scripts/shrink_demo_candidates.py prints the whole table). The full cache answers
+# "The lighthouse got an electric lamp in 1952." (14 tokens); so do StreamingLLM, SnapKV and TOVA
+# at 0.25 and 0.5 (the old default, StreamingLLM 0.5, showed nothing) and ExpectedAttention at
+# 0.25. What changes it: StreamingLLM 0.75 and 0.9 "… in 2022."; TOVA 0.75 "… electric light in
+# 2022."; ExpectedAttention 0.5 "… in 1958."; SnapKV 0.75 keeps 1952 but repeats itself; Knorm at
+# every ratio and everything at 0.9 lose the thread. Chosen: StreamingLLM 0.75, because its
+# change is a plain wrong fact and its cause is visible on the kept map: it keeps the first 4
+# positions and the newest 50 of 219 (169-218), so "1952" (positions 160-163) is evicted from every
+# layer and head. SnapKV at the same ratio, which scores positions by the question's attention,
+# keeps all four in every layer: the page offers it as the comparison (panel.suggestion).
+DEMO_MODE = ShrinkMode(press="StreamingLLM", ratio=0.75)
 
 
 @dataclass(frozen=True)
@@ -152,9 +168,16 @@ def record(step: int, token: int, cache, ms: float, memory: dict | None = None) 
     return StepRecord(step, token, dynamic_bytes(cache), ms, **peaks)
 
 
+def stop_ids(lm) -> set[int]:
+    """The tokens that end the model's answer (its EOS and the chat template's end of turn): a run
+    stops after writing one, as the Live page's does (kvviz.engine.models.stop_token_ids)."""
+    return set(stop_token_ids(lm.model, lm.tokenizer))
+
+
 def greedy_run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[int] | None = None):
     """Prefill (under the press, if any), then greedy decode steps; yields a StepRecord per step
-    (bytes after the step, its time, its peak memory: kvviz.shrink.peak)."""
+    (bytes after the step, its time, its peak memory: kvviz.shrink.peak). The step that writes a
+    token in `eos` is the last (empty or None: only max_new_tokens stops it)."""
     model, tracker = lm.model, peak.PeakTracker()
     prompt_len = ids.shape[1]
     with tracker.step(lm.device) as memory:
@@ -185,9 +208,10 @@ def prefill(model, ids: torch.Tensor, cache, mode: ShrinkMode):
 
 
 def run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos: set[int] | None = None) -> ShrinkRun:
+    """One greedy run, stopped at the end of the answer (`eos`; None: the model's `stop_ids`)."""
     check_run(lm, ids.shape[1], max_new_tokens, mode)
     out = ShrinkRun(mode.label())
-    for step, kept in greedy_run(lm, ids, max_new_tokens, mode, eos):
+    for step, kept in greedy_run(lm, ids, max_new_tokens, mode, stop_ids(lm) if eos is None else eos):
         out.steps.append(step)
         out.kept = kept
     out.text = lm.tokenizer.decode(out.tokens, skip_special_tokens=True)
@@ -222,8 +246,14 @@ class Comparison:
             return f"identical: the {self.shrunk.label} gave the same {len(self.full.steps)} tokens"
         return f"diverged at token {self.diverged_at + 1}: from there the {self.shrunk.label} answers differently"
 
+    def common_step(self) -> int:
+        """The last step both runs made (one may end its answer before the other)."""
+        return min(len(self.full.steps), len(self.shrunk.steps)) - 1
+
     def bytes_ratio(self) -> float:
-        full, shrunk = self.full.steps[-1].kv_bytes, self.shrunk.steps[-1].kv_bytes
+        """Shrunk ÷ full cache bytes at the last step both made: the same number of tokens."""
+        step = self.common_step()
+        full, shrunk = self.full.steps[step].kv_bytes, self.shrunk.steps[step].kv_bytes
         return shrunk / full if full else 0.0
 
     def step_time_ratio(self) -> float:
@@ -283,21 +313,32 @@ class Turn:
 
 
 def take_turns(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
-               should_stop: Callable[[], bool] | None = None) -> Iterator[Turn]:
+               should_stop: Callable[[], bool] | None = None, eos: set[int] | None = None) -> Iterator[Turn]:
     """The full and the shrunk runs, one step each in turn: full 0, shrunk 0, full 1, shrunk 1, ...
 
-    `should_stop` is asked before every pair after the first (both prompts always run): when it
-    says so, both sides stop after the same number of steps. EOS is not a stop. UserError before
-    any step for a request `check_run` refuses."""
+    Each side stops after the token that ends its answer (`eos`; None: `stop_ids`, the model's EOS
+    and its chat template's end of turn), so neither runs on into a turn the model invents
+    ("system", "user"); the other goes on alone. An empty `eos` runs both to max_new_tokens (a
+    benchmark's fixed length). `should_stop` is asked before every step after the first (both prompts always
+    run): when it says so, both sides stop. UserError before any step for a request `check_run`
+    refuses."""
     check_run(lm, ids.shape[1], max_new_tokens, mode)
-    sides = {FULL: greedy_run(lm, ids, max_new_tokens, ShrinkMode()), SHRUNK: greedy_run(lm, ids, max_new_tokens, mode)}
+    eos = stop_ids(lm) if eos is None else eos
+    sides = {FULL: greedy_run(lm, ids, max_new_tokens, ShrinkMode(), eos),
+             SHRUNK: greedy_run(lm, ids, max_new_tokens, mode, eos)}
+    running = dict(sides)
     try:
         for step in range(max_new_tokens):
             if step and should_stop is not None and should_stop():
                 return
-            for side, steps in sides.items():
-                record_, kept = next(steps)
-                yield Turn(side, record_, kept)
+            for side, steps in list(running.items()):
+                turn = next(steps, None)
+                if turn is None:  # this side wrote its end of turn last step
+                    del running[side]
+                    continue
+                yield Turn(side, *turn)
+            if not running:
+                return
     finally:
         for steps in sides.values():
             steps.close()
@@ -323,9 +364,9 @@ def comparison(runs: dict[str, ShrinkRun]) -> Comparison:
 
 
 def compare(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode,
-            should_stop: Callable[[], bool] | None = None) -> Comparison:
-    """Both runs, taking turns step by step (`take_turns`); both have the same number of steps."""
+            should_stop: Callable[[], bool] | None = None, eos: set[int] | None = None) -> Comparison:
+    """Both runs, taking turns step by step (`take_turns`), each to the end of its answer."""
     runs = new_pair(mode)
-    for turn in take_turns(lm, ids, max_new_tokens, mode, should_stop):
+    for turn in take_turns(lm, ids, max_new_tokens, mode, should_stop, eos):
         add_turn(runs, turn, lm.tokenizer)
     return comparison(runs)

@@ -21,7 +21,7 @@ def figures(result: Comparison) -> list[tuple[str, str]]:
     full, shrunk = result.full.steps[-1], result.shrunk.steps[-1]
     rows = [("KV cache at the end, full (measured)", f"{fmt_bytes(full.kv_bytes)} ({full.kv_bytes:,} B)"),
             ("KV cache at the end, shrunk (measured)", f"{fmt_bytes(shrunk.kv_bytes)} ({shrunk.kv_bytes:,} B)"),
-            ("Shrunk ÷ full bytes", f"{result.bytes_ratio():.2f}"),
+            ("Shrunk ÷ full bytes (at the last step both made)", f"{result.bytes_ratio():.2f}"),
             ("Median decode step, full / shrunk", f"{result.full.decode_ms():.1f} ms / {result.shrunk.decode_ms():.1f} ms"),
             ("Shrunk ÷ full decode step time (paired steps)", result.timing_words() or "no decode step")]
     peaks = [max(s.peak_bytes for s in run.steps) for run in (result.full, result.shrunk)]
@@ -55,13 +55,16 @@ def charts(result: Comparison, prompt_pieces: list[str], svg) -> list[dict]:
 
 def steps_table(result: Comparison) -> Markup:
     """Both runs step by step, side by side, escaped by pandas (hence Markup)."""
-    rows = [{"step": a.step, "full token": report.utf8_safe(pa), "shrunk token": report.utf8_safe(pb),
-             "full bytes": a.kv_bytes, "shrunk bytes": b.kv_bytes, "full ms": a.step_ms, "shrunk ms": b.step_ms}
-            for a, b, pa, pb in zip(result.full.steps, result.shrunk.steps,
-                                    result.full.pieces or [""] * len(result.full.steps),
-                                    result.shrunk.pieces or [""] * len(result.shrunk.steps))]
-    return Markup(pd.DataFrame(rows).to_html(index=False, escape=True, border=0, classes="steps",
-                                             float_format=lambda x: f"{x:,.1f}"))
+    def side(run, step: int, name: str) -> dict:  # blank where this run had already ended its answer
+        if step >= len(run.steps):
+            return {f"{name} token": "", f"{name} bytes": "", f"{name} ms": ""}
+        s, piece = run.steps[step], run.pieces[step] if run.pieces else ""
+        return {f"{name} token": report.utf8_safe(piece), f"{name} bytes": s.kv_bytes, f"{name} ms": f"{s.step_ms:,.1f}"}
+    rows = [{"step": step, **side(result.full, step, "full"), **side(result.shrunk, step, "shrunk")}
+            for step in range(max(len(result.full.steps), len(result.shrunk.steps)))]
+    order = ["step", "full token", "shrunk token", "full bytes", "shrunk bytes", "full ms", "shrunk ms"]
+    rows = [{k: r[k] for k in order} for r in rows]
+    return Markup(pd.DataFrame(rows).to_html(index=False, escape=True, border=0, classes="steps"))
 
 
 def html_report(result: Comparison, prompt_pieces: list[str], model: str = "", svg=None) -> str:

@@ -126,3 +126,28 @@ def test_work_folders_a_killed_conversion_left_are_removed_but_not_a_running_one
     os.utime(other, (now - STALE_WORK_S - 1, now - STALE_WORK_S - 1))
     assert remove_stale_work(tmp_path, now=now) == [old]
     assert not old.exists() and young.exists() and other.exists()
+
+
+def turn_tokenizer(template: str):
+    """The tiny tokenizer with `<|end|>` as a special token and `template` as its chat template."""
+    import copy
+    from tiny import tiny_tokenizer
+    tok = copy.deepcopy(tiny_tokenizer())
+    tok.add_special_tokens({"additional_special_tokens": ["<|end|>"]})
+    tok.chat_template = template
+    return tok
+
+
+def test_the_chat_templates_end_of_turn_token_is_a_stop():
+    """A template that ends an assistant turn with a special token other than EOS (Llama 3's
+    <|eot_id|>, Gemma's <end_of_turn>): that token stops an answer beside the configs' EOS."""
+    from tiny import CHAT, tiny_lm, tiny_tokenizer
+    tok, model = turn_tokenizer(CHAT), tiny_lm().model
+    end = tok.convert_tokens_to_ids("<|end|>")
+    assert models.end_of_turn_id(tok) == end and end != tok.eos_token_id
+    assert models.stop_token_ids(model, tok) == {0, end}
+    assert models.end_of_turn_id(tiny_tokenizer()) is None  # its "<|end|>" is plain text there
+    model.generation_config.eos_token_id = [0, 7]
+    assert models.stop_token_ids(model, tiny_tokenizer()) == {0, 7}
+    refusing = turn_tokenizer("{{ raise_exception('user and assistant must alternate') }}")
+    assert models.end_of_turn_id(refusing) is None
