@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from kvviz.app import links, ui
+from kvviz.app import links, ui, uploads
 from kvviz.core.units import fmt_bytes, fmt_ms
 from kvviz.shrink import presses, quant_cache, record, support, sweep, task
 from kvviz.shrink import charts as shrink_charts
@@ -64,15 +64,20 @@ def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_
     peaks, the step-time ratio with its spread, charts, kept map."""
     stage.heading.subheader(ui.inert(result.caption()))
     draw_answers(stage, [result.full, result.shrunk], final=True, texts=result.first_difference_marked())
+    if result.diverged_at is None:
+        st.caption(identical_words(result, len(prompt_pieces)))
     if result.diverged_at is not None:
-        st.caption(f"⟦ ⟧ marks token {result.diverged_at + 1}, the first where the two answers differ.")
+        st.caption(f"⟦ ⟧ marks token {result.diverged_at + 1}, the first where the two answers differ "
+                   "(an empty ⟦⟧: that answer ended there).")
     last = result.shrunk.steps[-1]
     if last.payload_bytes:
         st.caption(f"Quantized cache: payload {fmt_bytes(last.payload_bytes)} + scales and zero points "
                    f"{fmt_bytes(last.scale_bytes)} + full-precision residual {fmt_bytes(last.residual_bytes)} "
                    f"({last.payload_bytes:,} + {last.scale_bytes:,} + {last.residual_bytes:,} B)")
     timing = result.timing_words()
-    st.caption(f"Shrunk ÷ full: bytes {result.bytes_ratio():.2f}"
+    same_length = len(result.full.steps) == len(result.shrunk.steps)
+    at = "" if same_length else f" (at step {result.common_step()}, the last both runs made)"
+    st.caption(f"Shrunk ÷ full: bytes {result.bytes_ratio():.2f}{at}"
                + (f"; decode step time {timing}" if timing else "; no decode step yet"))
     frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
     a, b = st.columns(2)
@@ -93,6 +98,40 @@ def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_
                       "'Kept map per KV head' for each head's own."))
         kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces, per_head)
         st.altair_chart(shrink_charts.kept_map_chart(kept), key=f"{key}_map")
+
+
+def identical_words(result: Comparison, prompt_tokens: int) -> str:
+    """Why two identical answers are no failure of the page: what the shrunk cache still held, and
+    where to see one that changes the answer."""
+    if result.shrunk.kept:
+        kept = next(iter(result.shrunk.kept.values()))
+        n_kept = kept.shape[-1] if hasattr(kept, "shape") else len(kept[0])
+        held = (f"each KV head kept {n_kept} of the {prompt_tokens} prompt positions (the map below), and those "
+                "were enough for every greedy choice of this answer")
+    else:
+        held = "its rounding changed none of the greedy choices of this answer"
+    demo = shrink.DEMO_MODE
+    return (f"Why identical: {held}. A shrunk cache costs an answer only once it loses what the answer reads: "
+            f"on the default model and question, {demo.press} evicting {demo.ratio:.0%} changes the answer.")
+
+
+def suggestion(result: Comparison, mode: shrink.ShrinkMode) -> tuple[str, shrink.ShrinkMode] | None:
+    """(button label, mode) of the one setting worth trying next, or None: after identical answers
+    the demo setting (shrink.DEMO_MODE), after StreamingLLM (which keeps by position) SnapKV at
+    the same ratio (which keeps what the question attends to)."""
+    if result.diverged_at is None and mode != shrink.DEMO_MODE:
+        return f"Try {shrink.DEMO_MODE.press} evicting {shrink.DEMO_MODE.ratio:.0%}", shrink.DEMO_MODE
+    if mode.press == "StreamingLLM" and not mode.backend:
+        snap = shrink.ShrinkMode(press="SnapKV", ratio=mode.ratio)
+        return "Compare: SnapKV at the same ratio (keeps what the question attends to)", snap
+    return None
+
+
+def use_mode(mode: shrink.ShrinkMode) -> None:
+    """A button's callback: the sidebar's press and ratio become `mode` (nothing runs)."""
+    st.session_state["shrink_kind"] = PRESS
+    st.session_state["shrink_press"] = mode.press
+    st.session_state["shrink_ratio"] = mode.ratio
 
 
 def downloads(result: Comparison, prompt_pieces: list[str], model: str, key: str) -> None:
@@ -124,9 +163,9 @@ def read_record(path, upload) -> record.ShrinkRecord | None:
 def replay_page(rec: record.ShrinkRecord) -> None:
     """Replay's controls for a kvviz-shrink file: a step scrubber and Play, then the panels."""
     result = rec.result
+    steps = total_steps(result)
     st.caption(f"A shrink comparison{' of ' + ui.inert(rec.model) if rec.model else ''}: "
-               f"{ui.inert(result.shrunk.label)} against the full cache, {len(result.full.steps)} steps each.")
-    steps = len(result.full.steps)
+               f"{ui.inert(result.shrunk.label)} against the full cache, {steps_words(result)}.")
     upto = st.slider("Step", 1, steps, steps, key="replay_shrink_step", bind="query-params") if steps > 1 else 1
     speed = ui.SPEEDS[st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_shrink_speed", bind="query-params",
                                        help="How fast the recorded steps play back")]
@@ -141,14 +180,26 @@ def replay_page(rec: record.ShrinkRecord) -> None:
     downloads(result, rec.prompt_pieces, rec.model, key="replay_shrink")
 
 
+def total_steps(result: Comparison) -> int:
+    """Steps of the longer run (each run ends at its own end of answer)."""
+    return max(len(result.full.steps), len(result.shrunk.steps))
+
+
+def steps_words(result: Comparison) -> str:
+    """"24 steps each", or "12 steps (full) and 24 (shrunk)" when one answer ended first."""
+    full, shrunk = len(result.full.steps), len(result.shrunk.steps)
+    return f"{full} steps each" if full == shrunk else f"{full} steps (full) and {shrunk} (shrunk)"
+
+
 def play_steps(stage: Stage, result: Comparison, speed: float) -> None:
-    """Both answers grow step by step, each step held for the time the two runs took (÷ speed)."""
-    for n in range(1, len(result.full.steps) + 1):
+    """Both answers grow step by step, each step held for the time the runs took (÷ speed)."""
+    steps = total_steps(result)
+    for n in range(1, steps + 1):
         now = result.upto(n)
-        stage.heading.caption(f"Step {n} of {len(result.full.steps)}")
+        stage.heading.caption(f"Step {n} of {steps}")
         draw_answers(stage, [now.full, now.shrunk], final=False)
         if speed:
-            step_s = (now.full.steps[-1].step_ms + now.shrunk.steps[-1].step_ms) / 1000
+            step_s = sum(run.steps[n - 1].step_ms for run in (result.full, result.shrunk) if n <= len(run.steps)) / 1000
             time.sleep(min(step_s / speed, 2.0))
 
 
@@ -176,10 +227,12 @@ def mode_settings(model) -> tuple[shrink.ShrinkMode, str]:
         st.sidebar.caption(f"{what} not offered for this model: {why}.")
         return shrink.ShrinkMode(), f"{what} not offered for this model: {why}."
     if kind == PRESS:
-        name = st.sidebar.selectbox("Press", list(offered), key="shrink_press", bind=URL)
-        ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, 0.5, 0.1, key="shrink_ratio",
-                                  bind=URL)
-        mode = shrink.ShrinkMode(press=name, ratio=ratio) if name else shrink.ShrinkMode()
+        names = list(offered)
+        first = names.index(shrink.DEMO_MODE.press) if shrink.DEMO_MODE.press in names else 0
+        name = st.sidebar.selectbox("Press", names, index=first, key="shrink_press", bind=URL)
+        ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, shrink.DEMO_MODE.ratio, 0.05,
+                                  key="shrink_ratio", bind=URL)
+        mode = shrink.ShrinkMode(press=name, ratio=round(ratio, 2)) if name else shrink.ShrinkMode()
         if name:
             st.sidebar.caption(offered[name])
         for why_name, why_not in refused.items():
@@ -283,6 +336,10 @@ def page() -> None:
             status.warning("These results are from the previous settings (model, shrink mode, prompt or "
                            "tokens changed since): press **Run full and shrunk** to run the current ones.")
         draw_result(stage, result, prompt_pieces, asked.per_head, key="shrink")
+        offer = suggestion(result, was[1])
+        if offer is not None and offer[1].press in presses.offered()[0]:
+            st.button(offer[0], key="shrink_suggestion", on_click=use_mode, args=(offer[1],),
+                      help="Sets the press and ratio in the sidebar; then press Run full and shrunk.")
         downloads(result, prompt_pieces, lm.label, key="shrink")
     sweep_section(lm, rules, spec.name)
 
@@ -318,8 +375,8 @@ def sweep_section(lm, rules, spec_name: str) -> None:
     st.caption(SWEEP_INTRO)
     items = task.load()
     modes, n = sweep_settings(lm, rules, items)
-    upload = st.file_uploader("Or show a saved sweep (kvviz-shrink-sweep JSON)", type=["json"],
-                              key="shrink_sweep_upload", max_upload_size=ui.uploader_limit_mb(ui.upload_limit_bytes()))
+    upload = uploads.upload_box("Or show a saved sweep (kvviz-shrink-sweep JSON)", type=["json"],
+                                key="shrink_sweep_upload", max_upload_size=ui.uploader_limit_mb(ui.upload_limit_bytes()))
     left, right = st.columns(2)
     clicked = left.button(f"Run the sweep ({n} items × {len(modes)} settings)", key="shrink_sweep_run")
     shipped = right.button("Show the sweep measured on the default model", key="shrink_sweep_shipped",

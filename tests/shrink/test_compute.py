@@ -254,3 +254,39 @@ def test_progress_line_shows_elapsed_time_and_a_slow_step():
     slow = shrink.StepRecord(0, 5, 100, 120_000.0)
     assert panel.progress_words(slow, 24, 121.0) == ("Both runs take turns on the device: step 1 of 24… 121 s so far; "
                                                      "that step took 120.0 s")
+
+
+def test_identical_answers_say_why_and_offer_the_demo():
+    from kvviz.shrink import panel
+
+    def side(label, kept=None):
+        return shrink.ShrinkRun(label, [shrink.StepRecord(0, 5, 100, 1.0)], kept or {}, "x", ["x"])
+    pressed = shrink.Comparison(side("full"), side("SnapKV", {0: torch.zeros(3, 54, dtype=torch.long)}), None)
+    words = panel.identical_words(pressed, 219)
+    assert words.startswith("Why identical: each KV head kept 54 of the 219 prompt positions")
+    assert "StreamingLLM evicting 75% changes the answer" in words
+    quant = shrink.Comparison(side("full"), side("quantized"), None)
+    assert "rounding changed none of the greedy choices" in panel.identical_words(quant, 219)
+    snap = shrink.ShrinkMode(press="SnapKV", ratio=0.5)
+    assert panel.suggestion(pressed, snap) == ("Try StreamingLLM evicting 75%", shrink.DEMO_MODE)
+    differs = shrink.Comparison(side("full"), side("s"), 0)
+    assert panel.suggestion(differs, snap) is None
+    label, mode = panel.suggestion(differs, shrink.DEMO_MODE)
+    assert label.startswith("Compare: SnapKV") and mode == shrink.ShrinkMode(press="SnapKV", ratio=0.75)
+
+
+@pytest.mark.slow
+def test_the_default_demo_changes_the_answer_on_the_default_model(default_lm):
+    """shrink.DEMO_MODE on DEFAULT_PROMPT: the full cache answers 1952 and stops at its turn; the
+    press evicts "1952" from every layer and head and the answer changes. SnapKV at the same ratio
+    keeps those positions in every layer (the comparison the page offers)."""
+    ids = shrink.prompt_ids(default_lm.tokenizer, shrink.DEFAULT_PROMPT)
+    pieces = default_lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()])
+    year = next(i for i in range(len(pieces)) if pieces[i:i + 4] == ["1", "9", "5", "2"])
+    result = shrink.compare(default_lm, ids, 24, shrink.DEMO_MODE)
+    assert result.diverged_at is not None and "1952" in result.full.text and "1952" not in result.shrunk.text
+    held = {pos for positions in result.shrunk.kept.values() for head in positions.tolist() for pos in head}
+    assert not held & set(range(year, year + 4))
+    snap = shrink.run(default_lm, ids, 2, shrink.ShrinkMode(press="SnapKV", ratio=shrink.DEMO_MODE.ratio))
+    assert all(any(set(range(year, year + 4)) <= set(head) for head in positions.tolist())
+               for positions in snap.kept.values())

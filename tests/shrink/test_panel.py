@@ -107,3 +107,19 @@ def test_hosted_sweep_from_a_crafted_link_is_refused_in_a_sentence(default_lm, m
     app.button(key="shrink_sweep_run").click().run()
     assert not app.exception and not app.dataframe
     assert any("sweep points is 21; this hosted kvviz allows 8" in e.value for e in app.error)
+
+
+def test_the_default_is_the_demo_and_its_suggestion_sets_the_sidebar(at):
+    """The page opens on shrink.DEMO_MODE; after its run a button offers SnapKV at the same ratio
+    and, clicked, sets the sidebar to it (nothing runs); identical answers say why."""
+    from kvviz.shrink import compute as shrink
+    assert at.selectbox(key="shrink_press").value == shrink.DEMO_MODE.press
+    assert at.slider(key="shrink_ratio").value == shrink.DEMO_MODE.ratio
+    at.button(key="shrink_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    identical = at.subheader[0].value.startswith("identical")
+    assert any(c.value.startswith("Why identical") for c in at.caption) == identical
+    at.button(key="shrink_suggestion").click().run()
+    assert at.selectbox(key="shrink_press").value == "SnapKV"
+    assert at.slider(key="shrink_ratio").value == shrink.DEMO_MODE.ratio
+    assert any("previous settings" in w.value for w in at.warning)
