@@ -190,7 +190,7 @@ CHARTS = (
               data=lambda meta, cached, recompute, steps: frames.block_grid_frame(cached[-1].blocks, meta.batch),
               build=lambda meta, n, df: charts.block_grid_chart(df),
               report_title="Blocks: the paged pool (modelled), at the last step"),
-    LiveChart(name="reservation", panel="blocks", paged=True, height=130, presenter_height=190,
+    LiveChart(name="reservation", panel="blocks", paged=True,  # its rows set its height
               data=lambda meta, cached, recompute, steps: reservation_data(meta, cached[-1]),
               build=lambda meta, n, df: charts.reservation_chart(df, max_bytes=contiguous_bytes(meta)),
               report_title="Paged (modelled) vs a contiguous max-length reservation"),

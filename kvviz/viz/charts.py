@@ -230,7 +230,8 @@ def block_grid_chart(grid_df: pd.DataFrame, columns: int = 32) -> alt.Chart:
     ).properties(height=alt.Step(18))
 
 
-LABEL_ROOM = 1.45  # the blocks chart's x extent over its largest bar: "100% unused" in 1.5x text fits
+ROW_STEP_PX = 46  # the blocks chart's rows: its label on top, its bar below (presenter mode's 1.5x text fits)
+BAR_PX = 14  # each bar's thickness
 
 
 def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt.LayerChart:
@@ -238,19 +239,22 @@ def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt
 
     Input columns (frames.reservation_frame): layout, part ("used"/"unused"), bytes,
     wasted_fraction, and optionally unused_label (kvviz.live.charts.reservation_data: the
-    caption's own "NN% unused"; without it Vega formats wasted_fraction). Each bar ends in its
-    label. x domain: [0, LABEL_ROOM x max_bytes], room for the label (presenter mode's too); by default max_bytes is the
-    largest reservation in res_df (stable across a run: the contiguous reservation does not
-    change). The legend sits below the bars: on the right, in presenter mode's larger text, the
-    labels ran into it.
+    caption's own "NN% unused"; without it Vega formats wasted_fraction). Each row is
+    ROW_STEP_PX high whatever the chart's width or text size: its label ("paged (modelled): 5%
+    unused") written on top, from the left edge, and its bar below. The chart's height follows
+    from its rows, its axis and its legend; give it no fixed height (a fixed 130 px left the bars
+    no room: they collapsed into one hairline with both labels printed over each other). x domain:
+    [0, max_bytes], by default the largest reservation in res_df (stable across a run: the
+    contiguous reservation does not change).
     """
     if max_bytes is None and len(res_df):
         max_bytes = int(res_df.groupby("layout")["bytes"].sum().max())
-    top = LABEL_ROOM * max_bytes if max_bytes else None
-    y = alt.Y("layout:N", title=None, sort=LAYOUTS, axis=alt.Axis(labelLimit=220))
-    bars = alt.Chart().transform_calculate(size=bytes_expr("datum.bytes")).mark_bar().encode(
-        x=alt.X("bytes:Q", title="bytes reserved", stack="zero", scale=_domain(0, top),
-                axis=_bytes_axis(top)),
+    y = alt.Y("layout:N", title=None, sort=LAYOUTS, axis=None, scale=alt.Scale(paddingInner=0, paddingOuter=0))
+    bars = alt.Chart().transform_calculate(size=bytes_expr("datum.bytes")).mark_bar(
+        size=BAR_PX, yOffset=ROW_STEP_PX / 2 - BAR_PX / 2 - 4,
+    ).encode(
+        x=alt.X("bytes:Q", title="bytes reserved", stack="zero", scale=_domain(0, max_bytes or None),
+                axis=_bytes_axis(max_bytes or None)),
         y=y,
         color=_color("part:N", PART_COLORS, "bytes", legend=alt.Legend(orient="bottom", direction="horizontal")),
         order=alt.Order("part_rank:Q"),
@@ -261,8 +265,11 @@ def reservation_chart(res_df: pd.DataFrame, max_bytes: int | None = None) -> alt
         total="sum(bytes)", wasted="max(wasted_fraction)", groupby=["layout", "unused_label"] if labelled else ["layout"],
     ).transform_calculate(
         label="datum.unused_label" if labelled else "format(datum.wasted, '.0%') + ' unused'",
-    ).mark_text(align="left", dx=4, color="#555555").encode(x="total:Q", y=y, text="label:N")
-    return alt.layer(bars, labels, data=res_df)
+    ).transform_calculate(row="datum.layout + ': ' + datum.label").mark_text(
+        align="left", baseline="top", dy=4, color="#555555",
+    ).encode(x=alt.value(0), y=alt.Y("layout:N", sort=LAYOUTS, bandPosition=0), text="row:N",
+             tooltip=["layout:N", alt.Tooltip("total:Q", title="total"), "label:N"])  # "total: 57344", read by tests
+    return alt.layer(bars, labels, data=res_df).properties(height=alt.Step(ROW_STEP_PX))
 
 
 def step_time_chart(

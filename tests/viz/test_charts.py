@@ -159,16 +159,31 @@ def test_block_grid_chart_rect_grid_coloured_by_state():
     assert [r["state"] for r in rows(spec)].count("free") == BLOCKS.num_free_blocks
 
 
-def test_reservation_chart_stacked_horizontal_bars_with_labels():
+def test_reservation_chart_stacked_horizontal_bars_each_row_labelled_above_its_bar():
     spec = charts.reservation_chart(reservation_frame(BLOCKS, 3000)).to_dict()
     assert marks(spec) == ["bar", "text"]
     bars, labels = spec["layer"]
     assert (field(bars, "x"), field(bars, "y"), field(bars, "color")) == ("bytes", "layout", "part")
     assert bars["encoding"]["x"]["stack"] == "zero"
     assert bars["encoding"]["y"]["sort"] == ["paged (modelled)", "contiguous max-length"]
-    assert bars["encoding"]["x"]["scale"]["domain"] == [0, pytest.approx(charts.LABEL_ROOM * 12288)]
-    assert field(labels, "text") == "label"
-    assert bars["encoding"]["color"]["legend"]["orient"] == "bottom"  # not beside the labels
+    assert bars["encoding"]["x"]["scale"]["domain"] == [0, 12288]  # the labels no longer need room on the right
+    assert bars["encoding"]["y"]["axis"] is None  # each row's label names its layout
+    assert field(labels, "text") == "row" and labels["encoding"]["x"] == {"value": 0}
+    assert labels["encoding"]["y"]["bandPosition"] == 0 and labels["mark"]["baseline"] == "top"
+    assert labels["transform"][-1] == {"calculate": "datum.layout + ': ' + datum.label", "as": "row"}
+    assert bars["mark"]["size"] == charts.BAR_PX and bars["mark"]["yOffset"] > 0  # below the label
+    assert bars["encoding"]["color"]["legend"]["orient"] == "bottom"
+
+
+def test_the_blocks_chart_takes_its_height_from_its_rows_not_a_fixed_box():
+    """Issue 37: at a fixed 130 px (190 on stage) the legend and the axis took all the height and
+    both bars collapsed into one hairline, both labels printed over each other. Each row now has
+    ROW_STEP_PX and the chart grows to hold its axis and legend, on a screen and on stage."""
+    spec = charts.reservation_chart(reservation_frame(BLOCKS, 3000)).to_dict()
+    assert spec["height"] == {"step": charts.ROW_STEP_PX}
+    assert charts.ROW_STEP_PX >= charts.BAR_PX + 1.5 * charts.FONT_PX[("text", "fontSize")] + 8
+    assert "reservation" not in live_charts.heights(presenting=False)
+    assert "reservation" not in live_charts.heights(presenting=True)
 
 
 def test_blocks_caption_and_chart_say_the_same_unused_share():
@@ -192,7 +207,7 @@ def test_blocks_caption_and_chart_say_the_same_unused_share():
         if tokens == 14:
             assert df.unused_label.iloc[0] == "13% unused" and "leaves 13% unused" in captions.blocks_caption(meta, last)
         spec = charts.reservation_chart(df).to_dict()
-        assert spec["layer"][1]["transform"][-1] == {"calculate": "datum.unused_label", "as": "label"}
+        assert spec["layer"][1]["transform"][-2] == {"calculate": "datum.unused_label", "as": "label"}
 
 
 def test_step_time_chart_prefill_points_and_decode_lines_by_mode():
