@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Callable
 
 import streamlit as st
 
@@ -59,9 +60,11 @@ def draw_answers(stage: Stage, runs: list[ShrinkRun], final: bool, texts: tuple[
                 a.metric("Decode step (median)", fmt_ms(run.decode_ms()))
 
 
-def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_head: bool, key: str) -> None:
+def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_head: bool, key: str,
+                next_step: Callable[[], None] | None = None) -> None:
     """The finished comparison: heading, both answers (the first difference marked), bytes and
-    peaks, the step-time ratio with its spread, charts, kept map."""
+    peaks, the step-time ratio with its spread, `next_step` (the Shrink page's suggestion), charts,
+    kept map."""
     stage.heading.subheader(ui.inert(result.caption()))
     draw_answers(stage, [result.full, result.shrunk], final=True, texts=result.first_difference_marked())
     if result.diverged_at is None:
@@ -79,6 +82,8 @@ def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_
     at = "" if same_length else f" (at step {result.common_step()}, the last both runs made)"
     st.caption(f"Shrunk ÷ full: bytes {result.bytes_ratio():.2f}{at}"
                + (f"; decode step time {timing}" if timing else "; no decode step yet"))
+    if next_step is not None:
+        next_step()
     frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
     a, b = st.columns(2)
     a.altair_chart(shrink_charts.steps_chart(frame, "kv_mib", "cache (MiB, measured)"), key=f"{key}_bytes")
@@ -125,6 +130,14 @@ def suggestion(result: Comparison, mode: shrink.ShrinkMode) -> tuple[str, shrink
         snap = shrink.ShrinkMode(press="SnapKV", ratio=mode.ratio)
         return "Compare: SnapKV at the same ratio (keeps what the question attends to)", snap
     return None
+
+
+def suggestion_button(result: Comparison, mode: shrink.ShrinkMode) -> None:
+    """The one-click next setting (`suggestion`), when its press can run here."""
+    offer = suggestion(result, mode)
+    if offer is not None and offer[1].press in presses.offered()[0]:
+        st.button(offer[0], key="shrink_suggestion", on_click=use_mode, args=(offer[1],),
+                  help="Sets the press and ratio in the sidebar; then press Run full and shrunk.")
 
 
 def use_mode(mode: shrink.ShrinkMode) -> None:
@@ -335,11 +348,8 @@ def page() -> None:
         if was != ran_with:
             status.warning("These results are from the previous settings (model, shrink mode, prompt or "
                            "tokens changed since): press **Run full and shrunk** to run the current ones.")
-        draw_result(stage, result, prompt_pieces, asked.per_head, key="shrink")
-        offer = suggestion(result, was[1])
-        if offer is not None and offer[1].press in presses.offered()[0]:
-            st.button(offer[0], key="shrink_suggestion", on_click=use_mode, args=(offer[1],),
-                      help="Sets the press and ratio in the sidebar; then press Run full and shrunk.")
+        draw_result(stage, result, prompt_pieces, asked.per_head, key="shrink",
+                    next_step=lambda: suggestion_button(result, was[1]))
         downloads(result, prompt_pieces, lm.label, key="shrink")
     sweep_section(lm, rules, spec.name)
 
