@@ -57,6 +57,11 @@ ENV STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=none
 # Visitors never see a traceback: an uncaught exception shows a generic message, and its type, text
 # and traceback go to the container log only (hosted mode also sets this at start-up, kvviz/app/ui.py).
 ENV STREAMLIT_CLIENT_SHOW_ERROR_DETAILS=none
+# Uploads are held per visitor, by address (kvviz/app/uploads.py). Behind a Space's proxy every
+# request comes from the proxy: trust its X-Forwarded-For, or all visitors share one budget (a client
+# that forges the header can pose as several visitors; the server-wide ceiling still holds). Serving
+# this image straight to the internet, run it with -e FORWARDED_ALLOW_IPS=127.0.0.1.
+ENV FORWARDED_ALLOW_IPS=*
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \

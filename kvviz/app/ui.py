@@ -379,9 +379,9 @@ def trace_uploader():
     enforces in bytes before reading. Streamlit's own box limit is set above it
     (`uploader_limit_mb`) so a file over the cap gets kvviz's sentence, never Streamlit's."""
     limit = upload_limit_bytes()
-    return st.file_uploader(f"A kvviz trace (JSON, at most {limit / 2**20:g} MiB = {limit:,} bytes)",
-                            type=["json"], key="replay_upload",
-                            max_upload_size=uploader_limit_mb(limit))
+    return uploads.upload_box(f"A kvviz trace (JSON, at most {limit / 2**20:g} MiB = {limit:,} bytes)",
+                              type=["json"], key="replay_upload",
+                              max_upload_size=uploader_limit_mb(limit))
 
 
 SERVER_MAX_UPLOAD_MIB = hosted.UNHOSTED_UPLOAD_MIB  # .streamlit/config.toml; hosted: Policy.server_upload_mib

@@ -1,9 +1,10 @@
 """The hosted server as kvviz starts it (`python -m kvviz.app.launch`, KVVIZ_HOSTED=1, one server for
 the module): Streamlit's own upload endpoint, reached straight over HTTP as a crafted client would
 (not through a page's box), refuses a request over the policy's size, and what it holds is bounded
-per session and per server (kvviz.app.uploads); a tab open across a restart is told so in a
+per session, per visitor and per server, shared fairly (kvviz.app.uploads); a tab open across a restart is told so in a
 sentence and reloads, in Chromium (kvviz.app.restart)."""
 import asyncio
+import concurrent.futures
 import http.cookiejar
 import subprocess
 import sys
@@ -17,9 +18,8 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
 from streamlit.runtime.uploaded_file_manager import UploadedFileRec
-from starlette.exceptions import HTTPException
 
-from bench.app_server import ROOT, free_port, server_env
+from bench.app_server import IDLE, ROOT, free_port, server_env
 from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, require_chromium, tiny_as_default
 from kvviz.app import hosted, launch, ui, uploads
 
@@ -46,29 +46,59 @@ def rec(size: int) -> UploadedFileRec:
     return UploadedFileRec(file_id=uuid.uuid4().hex, name="x.json", type="application/json", data=b"0" * size)
 
 
-def test_a_session_keeps_only_its_newest_uploads_within_two_caps():
+def bounded_manager(clients: dict[str, str] | None = None, cap_bytes: int = 1000) -> MemoryUploadedFileManager:
+    """A manager bounded as in hosted mode; `clients`: session -> client address (else its own)."""
     manager = MemoryUploadedFileManager("/upload")
-    uploads.bound(manager, cap_bytes=1000)
+    uploads.bound(manager, cap_bytes=cap_bytes, client_of=lambda s: (clients or {}).get(s, s))
+    return manager
+
+
+def held(manager) -> dict[str, int]:
+    return {s: sum(len(f.data) for f in files.values()) for s, files in manager.file_storage.items() if files}
+
+
+def test_a_session_keeps_only_its_newest_uploads_within_two_caps():
+    manager = bounded_manager()
     uploads.bound(manager, cap_bytes=1000)  # idempotent: wrapped once
     files = [rec(900) for _ in range(5)]
     for f in files:
         manager.add_file("s1", f)
-    held = manager.file_storage["s1"]
-    assert list(held) == [f.file_id for f in files[-2:]]  # the newest two: 1,800 <= 2 × 1,000
+    assert list(manager.file_storage["s1"]) == [f.file_id for f in files[-2:]]  # the newest two: 1,800 <= 2 × 1,000
+    assert uploads.notice("s1", manager) is None  # its own box's older file: nothing to tell
     manager.add_file("s2", rec(900))
     assert len(manager.file_storage["s2"]) == 1  # another session's files are its own
 
 
-def test_the_server_refuses_uploads_past_its_total():
-    manager = MemoryUploadedFileManager("/upload")
-    uploads.bound(manager, cap_bytes=1000)
-    for session in range(uploads.SERVER_FILES):
-        manager.add_file(f"s{session}", rec(1000))
-    with pytest.raises(HTTPException) as refused:
-        manager.add_file("one more", rec(10))
-    assert refused.value.status_code == 413
-    manager.remove_session_files("s0")  # a session ends: room again
-    manager.add_file("one more", rec(10))
+def test_one_visitor_s_tabs_share_one_budget_and_a_tab_refused_is_told_why():
+    """Issue 41: four tabs of one visitor, two full uploads each, filled the whole server."""
+    tabs = {f"tab{i}": "203.0.113.7" for i in range(4)}
+    manager = bounded_manager({**tabs, "other": "198.51.100.2"})
+    for tab in tabs:
+        for _ in range(2):
+            manager.add_file(tab, rec(1000))  # never an HTTP error
+    assert held(manager) == {"tab0": 2000, "tab1": 1000}  # CLIENT_FILES uploads' worth, the first kept
+    told = uploads.notice("tab3", manager)
+    assert told.startswith("This upload was not kept: your open kvviz tabs hold 0.0 MiB of uploads already")
+    assert uploads.notice("tab0", manager) is None  # the tab whose uploads were kept
+    manager.add_file("other", rec(1000))  # another visitor is never refused for it
+    assert held(manager)["other"] == 1000 and uploads.notice("other", manager) is None
+    manager.remove_session_files("tab0")  # a tab closes: its visitor has room again
+    manager.add_file("tab3", rec(1000))
+    assert held(manager)["tab3"] == 1000 and uploads.notice("tab3", manager) is None
+
+
+def test_the_server_ceiling_refuses_in_a_sentence_and_makes_room_when_a_tab_closes():
+    manager = bounded_manager()  # every session its own client
+    for i in range(uploads.SERVER_FILES // 2):
+        manager.add_file(f"v{i}", rec(1000))
+        manager.add_file(f"v{i}", rec(1000))
+    manager.add_file("late", rec(10))  # the ceiling: not an HTTPException, a sentence for the tab
+    assert "late" not in held(manager)
+    assert uploads.notice("late", manager).startswith("This upload was not kept: this server keeps at most")
+    manager.remove_session_files("v1")  # a tab closes: room again, its notes and address forgotten
+    manager.add_file("late", rec(10))
+    assert held(manager)["late"] == 10 and uploads.notice("late", manager) is None
+    assert "v1" not in manager.kvviz_shares.clients
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +145,15 @@ def xsrf_token(url: str) -> str:
     return next(c.value for c in jar if c.name == "_streamlit_xsrf")
 
 
-async def upload_statuses(url: str, sizes: list[int]) -> list[int]:
+async def upload_statuses(url: str, sizes: list[int], forwarded: str | None = None) -> list[int]:
     """Open a session as a browser would (websocket, one script run), then PUT files of `sizes` bytes
-    straight to Streamlit's upload endpoint; their HTTP statuses."""
+    straight to Streamlit's upload endpoint; their HTTP statuses. `forwarded`: the visitor's address
+    as a trusted proxy on loopback forwards it (X-Forwarded-For)."""
     import websockets
     xsrf = xsrf_token(url)
+    headers = {"Cookie": f"_streamlit_xsrf={xsrf}", "Origin": url, **({"X-Forwarded-For": forwarded} if forwarded else {})}
     async with websockets.connect(url.replace("http", "ws") + "/_stcore/stream", subprotocols=["streamlit", xsrf],
-                                  additional_headers={"Cookie": f"_streamlit_xsrf={xsrf}", "Origin": url},
+                                  additional_headers=headers,
                                   max_size=None, open_timeout=10) as ws:
         hello = BackMsg()
         hello.rerun_script.query_string = ""
@@ -196,4 +228,45 @@ def test_a_tab_open_across_a_restart_is_told_and_reloads_once(launched, browser)
         page.wait_for_timeout(1500)  # past the reload delay: no second reload within 30 s
         assert page.evaluate("window.afterReload") is True
     finally:
+        page.close()
+
+
+EXAMPLE = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json"
+
+
+def uploaded(url: str, sizes: list[int], forwarded: str | None = None) -> list[int]:
+    """`upload_statuses` on a thread of its own (playwright's sync API holds this thread's loop)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, upload_statuses(url, sizes, forwarded)).result(timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_another_visitor_cannot_fill_the_uploads_and_a_refused_tab_is_told_under_its_box(launched, browser, tmp_path):
+    """Issue 41: another visitor's four tabs, two full uploads each, took the whole server and this
+    visitor's upload got HTTP 413 ("AxiosError ..." in the box); now that visitor holds its own
+    share only, and this visitor's tab past its own share is told why in a sentence."""
+    url, _ = launched
+    full = CAPS.max_upload_bytes
+    for _ in range(4):
+        assert uploaded(url, [full, full], forwarded="203.0.113.7") == [204, 204]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(url + "/replay?replay_source=Upload+a+file", timeout=60_000)
+        page.wait_for_selector(IDLE, timeout=60_000)
+        page.locator("input[type=file]").set_input_files(str(EXAMPLE))
+        page.get_by_text("Recorded with", exact=False).first.wait_for(timeout=60_000)  # kept and replayed
+        assert "AxiosError" not in page.inner_text("body")
+        assert uploaded(url, [full, full]) == [204, 204]  # this visitor's other tabs: 20 MiB
+        assert uploaded(url, [4 * MIB]) == [204]
+        bigger = tmp_path / "bigger.json"  # the box lets its first file go: 20 + 4.5 MiB, past 24
+        bigger.write_bytes(b"{" + b" " * (4 * MIB + MIB // 2) + b"}")
+        page.locator("input[type=file]").set_input_files(str(bigger))
+        warning = page.get_by_text("This upload was not kept: your open kvviz tabs hold", exact=False)
+        warning.wait_for(timeout=30_000)
+        box, told = page.get_by_test_id("stFileUploader").bounding_box(), warning.bounding_box()
+        assert told["y"] >= box["y"] + box["height"] - 1 and told["height"] > 0  # under the box, on screen
+        assert "AxiosError" not in page.inner_text("body")
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "uploads-shared.png"))
         page.close()
