@@ -46,5 +46,6 @@ uploads.apply(rules)  # hosted: Streamlit's upload endpoint sized and bounded fr
 st.set_page_config(page_title="kvviz", page_icon=FAVICON, layout="wide", initial_sidebar_state=sidebar_state(rules))
 ui = import_ui()
 ui.configure_server()
-ui.presenter_style()
-st.navigation(pages(rules)).run()
+page = st.navigation(pages(rules))
+ui.presenter_style(page.title)
+page.run()

@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app import keys, ui
 from kvviz.live import panel as panels
 from kvviz.live import cache_map_panel
 from kvviz.live import tour_panel
@@ -24,8 +24,8 @@ panels.preload_charts()
 lm = ui.load_model_with_progress(spec)
 go, stop, *rest = st.columns([1, 1, 2, 4] if presenting else [1, 1, 6], vertical_alignment="center")
 info = rest[-1]
-generate = go.button("Generate", type="primary", disabled=lm is None, key="generate")
-stopped = stop.button("Stop", key="stop")
+generate = go.button("Generate", type="primary", disabled=lm is None, key="generate", shortcut=keys.GENERATE)
+stopped = stop.button("Stop", key="stop", shortcut=keys.STOP)
 if presenting:  # the sidebar is closed on stage: slow motion sits beside Generate
     names = list(ui.PACES)
     opts = replace(opts, pace=ui.PACES[rest[0].selectbox(
@@ -35,6 +35,7 @@ if presenting:  # the sidebar is closed on stage: slow motion sits beside Genera
 if not presenting:  # what Generate will send, and the explainer one click away below it
     ui.prompt_line(cfg, info)
 status = st.empty()
+keys.pace_key(list(ui.PACES), ui.pace_name(opts.pace), ("pace", "stage_pace"))  # P: hidden, takes no room
 tour = tour_panel.TourPanel.placed(st, st.session_state, st.fragment) if tour_on else None
 if not presenting:
     ui.explainer()

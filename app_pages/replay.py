@@ -1,7 +1,7 @@
 """Replay: play a recorded run through the live panels. Needs no model and no GPU."""
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app import player, ui
 from kvviz.live import panel as panels
 from kvviz.shrink import panel as shrink_panels
 from kvviz.vllm import panel as vllm_panels
@@ -10,7 +10,7 @@ from kvviz.core.trace import TraceError
 presenting = ui.presenter_mode()
 if presenting:  # on stage: title and controls in one row, the trace choice tucked in a popover,
     # so the figures, both texts and the cache map start above the fold at 1280 x 720
-    title_col, pick_col, speed_col, step_col, play_col = st.columns([1.4, 1.3, 2, 4, 1],
+    title_col, pick_col, speed_col, step_col, play_col = st.columns([1.4, 1.3, 2, 3.4, 1.9],
                                                                     vertical_alignment="bottom")
     title_col.title("Replay")
     options = pick_col.popover("Trace", icon=":material/tune:", width="stretch", key="replay_options")
@@ -43,7 +43,7 @@ if trace is None:
     st.stop()
 (options if presenting else st).caption(ui.trace_origin(trace))
 if not presenting:
-    speed_col, step_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
+    speed_col, step_col, play_col = st.columns([2, 4, 2], vertical_alignment="bottom")
 with speed_col:
     speed = st.select_slider("Speed", list(ui.SPEEDS), value="1×", key="replay_speed", bind="query-params",
                              help="How fast the recorded steps play back: ¼× takes four times as long as the "
@@ -52,22 +52,12 @@ with speed_col:
         slow_end, fast_end = st.columns(2)
         slow_end.caption("◀ slower")
         fast_end.caption("faster ▶", text_alignment="right")
-steps = len(trace.events_of("cached"))
-upto = step_col.slider("Step", 1, steps, steps, key="replay_step", bind="query-params") if steps > 1 else 1
-
-
-def play_from_scrubber() -> None:
-    """Play starts where the scrubber stands (from the start when it is at the end), and the
-    scrubber moves to the end, where the playback finishes."""
-    st.session_state["replay_from"] = upto if upto < steps else 1
-    st.session_state["replay_step"] = steps
-
-
-play_col.button("Play", type="primary", key="replay_play", on_click=play_from_scrubber)
-start = st.session_state.pop("replay_from", None)
+playback = ui.replay_player(trace, ui.SPEEDS[speed])
+playback.advance()  # playing: the step due now, set on the slider before it is drawn
+shown = step_col.slider("Step", 1, playback.steps, playback.steps, key=player.STEP,
+                        bind="query-params") if playback.steps > 1 else 1
+ui.replay_buttons(play_col, playback)
 show_tokens = (options if presenting else st).toggle("Token boundaries", key="replay_tokens", bind="query-params")
 link()  # again, with every setting drawn
-if start is None:
-    panels.replay(trace, ui.SPEEDS[speed], show_tokens, upto_step=upto - 1)
-else:
-    panels.replay(trace, ui.SPEEDS[speed], show_tokens, from_step=start - 1)
+panels.replay(trace, show_tokens, upto_step=shown - 1, downloadable=not playback.playing)
+playback.next_step(shown, st.rerun)  # playing: the next step's script run, when it is due

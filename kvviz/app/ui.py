@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.core import errors
-from kvviz.app import hosted, links, restart, threads, uploads
+from kvviz.app import hosted, keys, links, player, restart, threads, uploads
 from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
@@ -338,15 +338,31 @@ h1 { font-size: 2rem !important; padding: 0 0 0.25rem 0 !important; }
 </style>"""  # rem follows the root size, so the whole page scales with the screen: 16 px at 1280, 21 at 1920
 
 
-def presenter_style() -> None:
+def presenter_style(page_title: str = "") -> None:
     """Wrapping labels always; large type for a projector in presenter mode; a tab open across a
-    server restart reloads (kvviz.app.restart). Fixed stylesheets and script: no user text ever
-    goes through them."""
-    st.html(PAGE_CSS + (PRESENTER_CSS if presenter_mode() else "") + restart.RELOAD_SCRIPT,
-            unsafe_allow_javascript=True)
+    server restart reloads (kvviz.app.restart); the page's keys listed when "?" is pressed
+    (kvviz.app.keys). Fixed stylesheets and scripts: no user text ever goes through them."""
+    st.html(PAGE_CSS + (PRESENTER_CSS if presenter_mode() else "") + restart.RELOAD_SCRIPT
+            + keys.help_overlay(page_title), unsafe_allow_javascript=True)
 
 
 SPEEDS = {"¼×": 0.25, "½×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0, "instant": 0.0}
+
+
+def replay_player(trace: Trace, speed: float) -> player.Player:
+    """The Replay page's playback of `trace`'s cached steps at `speed` (kvviz.app.player)."""
+    return player.Player(st.session_state, [e.step_ms for e in trace.events_of("cached")], speed)
+
+
+def replay_buttons(column, playback: player.Player) -> None:
+    """Back a step, Play / Pause, forward a step, in one row, each with its key (kvviz.app.keys)."""
+    with column.container(horizontal=True, gap="small", key="replay-buttons"):
+        st.button("", icon=":material/chevron_left:", key="replay_back", shortcut=keys.STEP_BACK,
+                  help="One step back", on_click=playback.step, args=(-1,), disabled=playback.steps < 2)
+        st.button("Pause" if playback.playing else "Play", type="primary", key="replay_play", shortcut=keys.PLAY,
+                  on_click=playback.toggle)
+        st.button("", icon=":material/chevron_right:", key="replay_forward", shortcut=keys.STEP_FORWARD,
+                  help="One step forward", on_click=playback.step, args=(1,), disabled=playback.steps < 2)
 
 
 def example_traces() -> dict[str, Path]:

@@ -615,27 +615,15 @@ def downloads(trace: Trace, wall_tokens_per_s: float | None = None) -> None:
                             "kvviz-layers.csv", "text/csv", key="dl-layers", on_click="ignore")
 
 
-def replay(trace: Trace, speed: float, show_tokens: bool, upto_step: int | None = None,
-           from_step: int = 0) -> None:
-    """Play a recorded run through the live panels; cached steps keep their measured pace / speed.
-
-    With `upto_step`, draw the state at that cached step at once (the scrubber). Otherwise play:
-    the state at cached step `from_step` at once, then every later step in turn.
-    """
-    order = race.race_order(trace.events_of("cached"), trace.events_of("recompute"))
-    if upto_step is not None:
-        order = race.through_step(order, upto_step)
-    view = prompt_and_view(None, trace.meta, len(trace.events_of("cached")), "recompute" in trace.modes,
-                           show_tokens)
-    view.scrubbing = upto_step is not None and upto_step < len(trace.events_of("cached")) - 1
-    head = len(order) if upto_step is not None else len(race.through_step(order, from_step))
-    shown = Trace(trace.meta, order[:head])
-    if upto_step is None:
-        view.update(shown)
-    for event in order[head:]:
-        shown.append(event)
-        view.update(shown)
-        if event.mode == "cached" and speed > 0:
-            time.sleep(event.step_ms / 1000 / speed)
-    view.update(shown, final=True)
-    downloads(trace)
+def replay(trace: Trace, show_tokens: bool, upto_step: int | None = None, downloadable: bool = True) -> None:
+    """A recorded run's panels at one cached step (`upto_step`, 0 = the prefill; None: the last):
+    the texts, the figures, the map and every chart drawn from the same events, so they all show
+    that one step. Playback draws one step per script run (kvviz.app.player)."""
+    cached = trace.events_of("cached")
+    last = len(cached) - 1 if upto_step is None else min(max(upto_step, 0), len(cached) - 1)
+    order = race.through_step(race.race_order(cached, trace.events_of("recompute")), last)
+    view = prompt_and_view(None, trace.meta, len(cached), "recompute" in trace.modes, show_tokens)
+    view.scrubbing = last < len(cached) - 1
+    view.update(Trace(trace.meta, order), final=True)
+    if downloadable:  # not while playing: a download built for every step would slow each one
+        downloads(trace)

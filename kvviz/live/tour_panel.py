@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import time
 
+from kvviz.app import keys
 from kvviz.app.slots import Slot
 from kvviz.app.ui import inert
 from kvviz.core.trace import Trace
 from kvviz.live import tour
 
 BOX_PX = 170  # the step's box: a title row and three lines of text, the longest step at 1280 px wide
-NEXT_KEY, BACK_KEY = "PageDown", "PageUp"  # a presentation clicker's forward and back keys
+NEXT_KEY, BACK_KEY = keys.TOUR_NEXT, keys.TOUR_BACK  # a presentation clicker's forward and back keys
 # session state: the trace the tour follows, the step shown, since when, a pending press, and
 # whether a presenter took over (Next / Back) from the automatic pace
 FOR, SHOWN, SINCE, MOVE, MANUAL = "tour_for", "tour_shown", "tour_since", "tour_move", "tour_manual"

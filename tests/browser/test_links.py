@@ -5,19 +5,25 @@
   and its result tables need no horizontal scrolling;
 * no page load requests anything from a host other than the app's (favicon, fonts, icons);
 * Replay in presenter mode fits the screen at 1280 x 720 and 1920 x 1080: its headline figures,
-  both texts and the cache map start above the fold.
+  both texts and the cache map start above the fold;
+* Replay shows one step at a time: while it plays (started, paused and stepped with its keys K,
+  Right and Left), whenever the page is drawn the Step slider, the figures, the text, the cache
+  map and every chart show the same recorded step (read off the rendered charts: their marks'
+  data and where their lines end on their axes). Uses the session's tiny server.
 
 Uses Debian's /usr/bin/chromium; without it the module skips, except under CI (env CI set).
 """
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import time
+from urllib.parse import quote, urlsplit
 
 import pytest
 from browser_kit import ARTIFACTS, launched_chromium, served_tiny_app
 
 from kvviz.app import links
-from bench.app_server import IDLE
+from kvviz.core.trace import Trace
+from bench.app_server import IDLE, ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -127,5 +133,125 @@ def test_replay_in_presenter_mode_fits_the_screen(server, browser, width, height
             assert box and box["y"] >= 0 and box["y"] + min(box["height"], seen_px) <= height, (key, box)
         assert page.get_by_test_id("stMetric").first.bounding_box()["y"] < height / 3
         assert page.get_by_role("button", name="Play").bounding_box()["y"] < height / 4  # controls: one row
+    finally:
+        page.context.close()
+
+
+EXAMPLE = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json"  # Replay's first example
+FRAME = r"""() => {
+  const q = (s) => document.querySelector(s);
+  const labels = (el) => [...el.querySelectorAll('[aria-label]')].map((e) => e.getAttribute('aria-label'));
+  const field = (ls, name, where = () => true) => ls.filter(where).map((l) => {
+    const m = l.match(new RegExp('(?:^|; )' + name.replace(/[()]/g, '\\$&') + ': (-?[\\d.]+)'));
+    return m ? +m[1] : null; }).filter((v) => v !== null);
+  const lineEnd = (chart) => {  // the x value where the chart's lines end, read off its x axis
+    const axis = [...chart.querySelectorAll('g.role-axis')].find((g) => (g.getAttribute('aria-label') || '').startsWith('X-axis'));
+    const ticks = [...axis.querySelectorAll('g.role-axis-label text')].map((t) => {
+      const r = t.getBoundingClientRect(); return [+t.textContent.replace(/,/g, ''), r.x + r.width / 2]; });
+    const [[v0, x0], [v1, x1]] = [ticks[1], ticks[ticks.length - 2]];  // inner labels: the outer two sit flush
+    const right = Math.max(...[...chart.querySelectorAll('g.mark-line path')].map((p) =>  // the line's end, not its stroke's
+      p.getBoundingClientRect().right - (+getComputedStyle(p).strokeWidth.replace('px', '') || 0) / 2));
+    return v0 + (right - x0) * (v1 - v0) / (x1 - x0);
+  };
+  const chart = (panel, i = 0) => q(`.st-key-${panel}`).querySelectorAll('[data-testid=stVegaLiteChart]')[i];
+  const max = (xs) => xs.length ? Math.max(...xs) : null;
+  const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+  const mapLabels = labels(chart('cache-map-panel'));
+  const parts = ['.st-key-replay_step', '.st-key-headline-line', '.st-key-cached-panel [data-testid=stCode]',
+                 '.st-key-cache-map-panel [data-testid=stCaptionContainer]', '[data-testid=stVegaLiteChart]'];
+  const stale = parts.some((s) => [...document.querySelectorAll(s)].some((e) => e.closest('[data-stale=true]')));
+  return {
+    stale,  // some part not yet redrawn by the script run under way: the page is between two steps
+    slider: +q('.st-key-replay_step input[type=range]').value,
+    headline: +q('.st-key-headline-line').innerText.match(/Tokens (\d+) ×/)[1],
+    text: q('.st-key-cached-panel [data-testid=stCode]').innerText,
+    map_caption: +q('.st-key-cache-map-panel').innerText.match(/after step (\d+)/)[1],
+    map_pos_end: max(field(mapLabels, 'pos_end')),
+    layers_tokens_held: max(field(labels(chart('panel-layers')), 'tokens held')),
+    total_line_end: lineEnd(chart('panel-total')),
+    blocks_filled: sum(field(labels(chart('panel-blocks', 0)), 'filled slots')),
+    reservation_paged: sum(field(labels(chart('panel-blocks', 1)), 'bytes reserved', (l) => l.includes('layout: paged'))),
+    timings_line_end: lineEnd(chart('panel-timings', 0)),
+    layer_times_step: max(field(labels(chart('panel-timings', 1)), 'step')),
+    race_cached: max(field(labels(chart('panel-race')), 'tokens generated', (l) => l.includes('mode: cached'))),
+    positions_cached: max(field(labels(chart('panel-positions')), 'tokens generated', (l) => l.includes('mode: cached'))),
+  };
+}"""
+
+
+def frame(page) -> dict | None:
+    """The step each part of the Replay page shows, read in one go; None while a script run is
+    drawing the next step: it draws the page top to bottom (Streamlit marks what it has not yet
+    redrawn stale), and the slider's thumb follows its new value a render later, so a step counts
+    once two reads 50 ms apart agree and neither saw a stale part."""
+    first = page.evaluate(FRAME)
+    page.wait_for_timeout(50)
+    second = page.evaluate(FRAME)
+    return first if first == second and not first.pop("stale") else None
+
+
+def settled(page) -> dict:
+    deadline = time.monotonic() + 10
+    while (shown := frame(page)) is None and time.monotonic() < deadline:
+        pass
+    assert shown is not None, "the Replay page was still drawing after 10 s"
+    return shown
+
+
+def disagreements(shown: dict, trace: Trace) -> list[str]:
+    """What in `shown` is not at the step the slider reads."""
+    step = shown["slider"]
+    cached = trace.events_of("cached")
+    held = trace.meta.prompt_tokens + step - 1  # positions in the cache after cached step `step`
+    wanted = {"headline": step, "map_caption": step - 1, "map_pos_end": held, "layers_tokens_held": held,
+              "blocks_filled": held, "reservation_paged": cached[step - 1].blocks.paged_bytes,
+              "layer_times_step": step - 1, "race_cached": step, "positions_cached": step}
+    wrong = [f"{name} {shown[name]} (want {value})" for name, value in wanted.items() if shown[name] != value]
+    for name, value in (("total_line_end", held), ("timings_line_end", step - 1)):  # read off an axis: ± 1
+        if abs(shown[name] - value) >= 1:
+            wrong.append(f"{name} {shown[name]:.2f} (want {value})")
+    text = "".join(e.texts[0] for e in cached[:step])
+    if shown["text"].strip() != text.strip():
+        wrong.append(f"text of {len(shown['text'])} characters (want {len(text)})")
+    return wrong
+
+
+def test_replay_shows_one_step_everywhere_while_it_plays(tiny_app, chromium):
+    trace = Trace.load(EXAMPLE)
+    page = chromium.new_context(viewport={"width": 1280, "height": 720}).new_page()
+    try:
+        page.goto(f"{tiny_app}/replay?replay_speed={quote('¼×')}&replay_step=2")
+        settle(page, ready="[data-testid=stVegaLiteChart]")
+        seen = {}  # step -> what the page showed at it
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and 2 not in seen:
+            if (shown := frame(page)) is not None and shown["slider"] == 2:
+                seen[2] = shown
+        page.keyboard.press("k")  # Play
+        deadline = time.monotonic() + 60  # 48 steps of ≈ 58 ms at a quarter of the speed: ≈ 11 s
+        while time.monotonic() < deadline and len(seen) < 6 and max(seen) < 50:
+            if (shown := frame(page)) is not None:
+                seen.setdefault(shown["slider"], shown)
+        page.keyboard.press("k")  # Pause, before the end (where it would stop by itself)
+        page.wait_for_selector(IDLE, timeout=30_000)
+        paused = settled(page)
+        seen.setdefault(paused["slider"], paused)
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"() => document.querySelector('.st-key-replay_step input').value == {paused['slider'] + 1}",
+                               timeout=30_000)
+        page.wait_for_selector(IDLE, timeout=30_000)
+        for wanted in (paused["slider"], paused["slider"] - 1):  # each press once the step before it is drawn
+            page.keyboard.press("ArrowLeft")
+            page.wait_for_function(f"() => document.querySelector('.st-key-replay_step input').value == {wanted}",
+                                   timeout=30_000)
+            page.wait_for_selector(IDLE, timeout=30_000)
+        page.wait_for_timeout(500)
+        stepped = settled(page)
+        page.screenshot(path=str(ARTIFACTS / "replay-stepped.png"))
+        print("steps read while playing:", sorted(seen), "paused at", paused["slider"], "stepped to", stepped["slider"])
+        assert stepped["slider"] == paused["slider"] - 1 and not disagreements(stepped, trace), stepped
+        assert 2 < paused["slider"] < 64 and len([s for s in seen if 2 < s < paused["slider"]]) >= 3, sorted(seen)
+        wrong = {step: disagreements(shown, trace) for step, shown in seen.items()}
+        assert not any(wrong.values()), {step: w for step, w in wrong.items() if w}
     finally:
         page.context.close()

@@ -18,14 +18,22 @@ def page():
     return AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120)
 
 
+def metrics(at) -> dict:
+    """The headline cards' figures (the first of each label: a hidden copy of the row may follow)."""
+    shown: dict = {}
+    for m in at.metric:
+        shown.setdefault(m.label, m.value)
+    return shown
+
+
 def test_example_trace_draws_every_panel(page):
     at = page.run()
     assert not at.exception and not at.error
-    metrics = {m.label: m.value for m in at.metric}
+    figures = metrics(at)
     trace = Trace.load(EXAMPLE)
-    assert metrics["Tokens"] == f"{len(trace.events_of('cached'))} × {trace.meta.batch}"
-    assert metrics["KV cache (measured)"] == metrics["Formula (computed)"]
-    assert metrics["Tokens/s (wall clock)"] == "–"  # a replay's pace is not the run's
+    assert figures["Tokens"] == f"{len(trace.events_of('cached'))} × {trace.meta.batch}"
+    assert figures["KV cache (measured)"] == figures["Formula (computed)"]
+    assert figures["Tokens/s (wall clock)"] == "–"  # a replay's pace is not the run's
     assert len(at.get("vega_lite_chart")) >= 6
     # the answer box ends on its last visible character (the example's answer ends in a newline)
     assert "".join(e.texts[0] for e in trace.events_of("cached")).rstrip() in [c.value for c in at.code]
@@ -34,7 +42,7 @@ def test_example_trace_draws_every_panel(page):
 def test_scrubber_shows_an_earlier_step(page):
     at = page.run()
     at.slider(key="replay_step").set_value(5).run()
-    assert {m.label: m.value for m in at.metric}["Tokens"].startswith("5 ×")
+    assert metrics(at)["Tokens"].startswith("5 ×")
 
 
 def test_play_instantly_ends_on_the_last_step(page):
@@ -42,15 +50,17 @@ def test_play_instantly_ends_on_the_last_step(page):
     at.select_slider(key="replay_speed").set_value("instant").run()
     at.button(key="replay_play").click().run()
     assert not at.exception
-    assert {m.label: m.value for m in at.metric}["Tokens"].startswith(str(len(Trace.load(EXAMPLE).events_of("cached"))))
+    assert metrics(at)["Tokens"].startswith(str(len(Trace.load(EXAMPLE).events_of("cached"))))
 
 
-def test_play_starts_from_the_scrubbed_step(page, monkeypatch):
+def test_play_draws_each_step_whole_from_the_scrubbed_step(page, monkeypatch):
+    """Every script run of a playback draws one step, and the slider reads it: the panels get the
+    events through the slider's step, all at once (final), never a partial redraw."""
     from kvviz.live import panel as panels
-    drawn = []  # cached steps shown by each redraw of the text, in order
+    drawn = []  # (cached steps shown, final) for each redraw of the panels
     update = panels.LiveView.update
     monkeypatch.setattr(panels.LiveView, "update", lambda self, trace, final=False: (
-        drawn.append(len(trace.events_of("cached"))), update(self, trace, final))[1])
+        drawn.append((len(trace.events_of("cached")), final)), update(self, trace, final))[1])
     at = page.run()
     at.select_slider(key="replay_speed").set_value("instant").run()
     at.slider(key="replay_step").set_value(20).run()
@@ -58,12 +68,23 @@ def test_play_starts_from_the_scrubbed_step(page, monkeypatch):
     at.button(key="replay_play").click().run()
     assert not at.exception
     steps = len(Trace.load(EXAMPLE).events_of("cached"))
-    assert drawn[0] == 20 and drawn[-1] == steps  # from the scrubber's step to the end
-    assert at.slider(key="replay_step").value == steps  # the scrubber follows to where play ended
+    assert drawn == [(step, True) for step in range(20, steps + 1)]  # one whole step per script run
+    assert at.slider(key="replay_step").value == steps  # the scrubber followed to where play ended
+    assert at.button(key="replay_play").label == "Play"  # ended: paused
     drawn.clear()
     at.button(key="replay_play").click().run()  # at the end: play from the start
-    assert drawn[0] == 1 and drawn[-1] == steps
+    assert drawn[0] == (1, True) and drawn[-1] == (steps, True)
     assert "◀ slower" in [c.value for c in at.caption] and "faster ▶" in [c.value for c in at.caption]
+
+
+def test_the_step_buttons_move_the_scrubber_one_step(page):
+    at = page.run()
+    at.slider(key="replay_step").set_value(10).run()
+    at.button(key="replay_back").click().run()
+    assert at.slider(key="replay_step").value == 9 and metrics(at)["Tokens"].startswith("9 ×")
+    at.button(key="replay_forward").click().run()
+    at.button(key="replay_forward").click().run()
+    assert at.slider(key="replay_step").value == 11 and metrics(at)["Tokens"].startswith("11 ×")
 
 
 def hostile_trace() -> str:
@@ -84,7 +105,7 @@ def test_trace_text_is_shown_inert():
 def _replay_text(text):
     from kvviz.live import panel as panels
     from kvviz.core.trace import Trace
-    panels.replay(Trace.from_json(text), 0.0, False)
+    panels.replay(Trace.from_json(text), False)
 
 
 class Upload:
