@@ -49,11 +49,14 @@ def _requests_axis(df: pd.DataFrame, folded: list[str]) -> alt.Y:
     span = positive.max() / positive.min() if len(positive) else 1
     log = span >= LOG_Y_SPAN
     if not log:
-        return alt.Y("requests:Q", title="requests that fit at once (per replica)",
+        return alt.Y("requests:Q", title=["requests that fit at once", "(per replica)"],
                      scale=alt.Scale(zero=True), axis=alt.Axis(format=",d", tickMinStep=1))
     decades = [0] + [10 ** k for k in range(len(str(int(positive.max()))))]  # 0, 1, 10, 100, … ≤ max
-    return alt.Y("requests:Q", title="requests that fit at once (per replica, log scale)",
+    return alt.Y("requests:Q", title=["requests that fit at once", "(per replica, log scale)"],
                  scale=alt.Scale(type="symlog"), axis=alt.Axis(format=",d", values=decades))
+
+
+CURVE_PLOT_PX = 240
 
 
 def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
@@ -68,7 +71,7 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
     top = max_tokens or (int(df["context_tokens"].max()) if len(df) else 4 * min_tokens)
     x = alt.X("context_tokens:Q", title="context per request (tokens, log scale)",
               scale=alt.Scale(type="log", domain=[min_tokens, top], nice=False),
-              axis=alt.Axis(values=_log_ticks(min_tokens, top),
+              axis=alt.Axis(values=_log_ticks(min_tokens, top), labelFlush=True,  # "128K" inside the edge
                             labelExpr=_tokens_label("datum.value")))
     folded = ["max_concurrent_requests"] + (
         ["vllm_requests_per_replica"] if "vllm_requests_per_replica" in df.columns
@@ -79,7 +82,8 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
     ).mark_line(point=alt.OverlayMarkDef(size=20), clip=True).encode(
         x=x,
         y=_requests_axis(df, folded),
-        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="top", labelLimit=0), scale=alt.Scale(
+        color=alt.Color("series:N", title=None, legend=alt.Legend(  # one entry a row where both do not fit
+            orient="top", labelLimit=0, columns=alt.ExprRef("width < 420 ? 1 : 2")), scale=alt.Scale(
             domain=[PLAIN_LABEL, VLLM_LABEL], range=[CURVE_COLOR, VLLM_COLOR])),
         strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
             domain=[PLAIN_LABEL, VLLM_LABEL], range=[[1, 0], [5, 3]])),
@@ -100,8 +104,11 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
                              dx=-4 if right_half else 4, y=4, color=LABEL_COLOR).encode(
                 x=alt.X("context_tokens:Q"), text="label:N"),
         ]
+    # The plot keeps CURVE_PLOT_PX and the chart grows around it (fit the width only): given no
+    # height, its title, legend and axes in presenter mode's larger text left the plot no room.
     return alt.layer(*layers, data=df).properties(title=alt.Title(
-        "Requests that fit vs context", subtitle="quadruple the context, quarter the users"))
+        "Requests that fit vs context", subtitle="quadruple the context, quarter the users"),
+        height=CURVE_PLOT_PX, autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
 def _what_if_bars(field: str, title: str, label_expr: str, axis: alt.Axis,

@@ -406,7 +406,7 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
                               gpu.get("memory_source", "given with --gpu-gb")),
                    setup.overhead_fraction, rows, deployed,
                    advice, setup, log_rows,
-                   tuple(will_start.refusals(deployed, setup, advice)),
+                   tuple(will_start.refusals(deployed, setup, advice, model=model)),
                    will_start.serve_command(model_id(args, model), setup, deployed),
                    tuple(will_start.risks(deployed)))
 

@@ -51,7 +51,7 @@ class Setup:
     max_num_seqs: int | None = None  # None: vLLM's default for this GPU and release (vllm_versions)
     vllm_version: str | None = None  # the release planned for (vllm_versions); None: the latest modelled
     vllm_engine: str | None = None  # "V0" for a 0.8-0.10 release run with VLLM_USE_V1=0 (a log says so)
-    gpu_arch: str | None = None  # "hopper", "ampere", …: how vLLM lays out MXFP4 experts (gpus.json)
+    gpu_arch: str | None = "hopper"  # the default GPU's; how vLLM lays out MXFP4 experts (gpus.json); None: unknown
     gpu_p2p: bool = True  # peer-to-peer links between the GPUs (NVLink / SXM): NCCL's buffers under TP
     enforce_eager: bool = False  # vLLM's --enforce-eager: no CUDA graphs
 
@@ -199,6 +199,10 @@ def _vllm(stages: list[ModelKV], budgets: list[int], model: ModelKV, s: Setup) -
     fits = serving_plan.starts(a, null_block)  # vLLM refuses to start otherwise
     longest = length if fits else min(serving_plan.longest_model_len(
         p, b, length, in_flight, null_block) for p, b in zip(pages, budgets))
+    # where the budget is vLLM's (modelled), a suggestion keeps kvviz's margin on every stage
+    keep = 1 - vllm_memory.KV_MARGIN_FRACTION if s.vllm_flags else 1
+    suggested = length if fits else min(serving_plan.longest_model_len(
+        p, int(b * keep), length, in_flight, null_block) for p, b in zip(pages, budgets))
     return VllmPlan(
         starts=fits, fits_max_model_len=fits, longest_max_model_len=longest, platform=platform.name,
         prefix_caching=s.prefix_caching, gpu_memory_utilization=utilization(s),
@@ -206,7 +210,8 @@ def _vllm(stages: list[ModelKV], budgets: list[int], model: ModelKV, s: Setup) -
         in_flight_tokens=in_flight, num_blocks=a.num_blocks, num_tokens=a.num_tokens,
         max_concurrency=a.max_concurrency, blocks_per_request=a.blocks_per_request,
         page_bytes=a.page_bytes, num_groups=a.num_groups, group_size=a.group_size, layout=a.layout,
-        requests_at_context_per_replica=at_t, requests_at_context_total=at_t * s.par.dp)
+        requests_at_context_per_replica=at_t, requests_at_context_total=at_t * s.par.dp,
+        suggested_max_model_len=min(suggested, longest))
 
 
 def _prefix(stages: list[ModelKV], budgets: list[int], s: Setup) -> PrefixWhatIf:
@@ -455,20 +460,55 @@ def _starts(model: ModelKV, s: Setup) -> bool:
     return isinstance(plan.vllm, VllmPlan) and plan.vllm.starts
 
 
+def _with_fewer_seqs(model: ModelKV, s: Setup) -> int | None:
+    """None when `s` starts as it is; else the most sequences (halving vLLM's count) with which it
+    starts, or 0 when the failure is not the warm-up's or fewer sequences do not cure it."""
+    try:
+        plan = plan_setup(model, s)
+    except ValueError:
+        return 0
+    if plan.start.starts:
+        return None
+    if plan.start.failures[0].kind != "warmup":
+        return 0
+    seqs = plan.vllm_budget.max_num_seqs if plan.vllm_budget else 256
+    for n in (seqs // 2**k for k in range(1, 11)):
+        if n >= 1 and _starts(model, replace(s, max_num_seqs=n)):
+            return n
+    return 0
+
+
 def what_would_fit(model: ModelKV, s: Setup) -> FitChange | None:
     """The smallest change that lets one request of max_model_len start: a larger TP (same GPU,
-    same PP / DP), else a smaller weight format at this TP. None when the setup starts already
-    or nothing tried fits."""
+    same PP / DP), else a smaller weight format at this TP, each re-planned under the same rules
+    (every rank and stage; with fewer sequences where only the sampler's warm-up fails). None when
+    the setup starts already or nothing tried does."""
     if _starts(model, s):
         return None
     for tp in (t for t in _TP_TRIES if t > s.par.tp):
         par = parallel.Parallel(tp, s.par.pp, s.par.dp)
-        if _starts(model, replace(s, par=par)):
-            return FitChange(tp=tp, gpus=par.gpus)
+        seqs = _with_fewer_seqs(model, replace(s, par=par))
+        if seqs != 0:
+            return FitChange(tp=tp, gpus=par.gpus, max_num_seqs=seqs)
     current = weight_format(model, s.weight_dtype)
     for dtype in _WEIGHT_TRIES:
-        if dtype != current and _starts(model, replace(s, weight_dtype=dtype)):
-            return FitChange(weight_dtype=dtype)
+        if dtype != current:
+            seqs = _with_fewer_seqs(model, replace(s, weight_dtype=dtype))
+            if seqs != 0:
+                return FitChange(weight_dtype=dtype, max_num_seqs=seqs)
+    return None
+
+
+def first_that_starts(model: ModelKV, s: Setup, changes) -> dict | None:
+    """The first change (a dict of Setup fields) that, re-planned under the same rules on every
+    rank and stage, starts without a thin KV margin; None when none does."""
+    for change in changes:
+        try:
+            plan = plan_setup(model, replace(s, **change))
+        except ValueError:
+            continue
+        if plan.start.starts and not any(r.kind == "kv_margin" for r in plan.start.risks):
+            return change
     return None
 
 

@@ -237,7 +237,8 @@ def vllm_metrics(plan: Plan) -> list[Metric]:
                "Blocks ÷ blocks one request of max_model_len needs, as vLLM logs it."),
         Metric(f"Requests of {t:,} tokens (whole blocks)",
                fmt_count(v.requests_at_context_per_replica),
-               in_flight_note(plan) or "Per replica, each request rounded up to whole blocks in every layer group."),
+               "Per replica, each request rounded up to whole blocks in every layer group"
+               + (" (and the in-flight reservation the note below explains)." if in_flight_note(plan) else ".")),
     ]
 
 
@@ -250,7 +251,7 @@ def in_flight_note(plan: Plan) -> str | None:
 def speed_metrics(plan: Plan) -> list[Metric]:
     """The decode-step floor and token-rate ceilings, when the GPU's bandwidth is known."""
     b = plan.result.bandwidth
-    if not b:
+    if not b or not plan.result.start.starts:  # no decode speed for a deployment that cannot start
         return []
     batch = plan.setup.batch
     return [
@@ -317,7 +318,7 @@ def context_table_frame(plan: Plan, contexts: Sequence[int] = TABLE_CONTEXTS) ->
     rows = _rows(plan, sorted({*contexts, plan.context_tokens}))
     cols = ["context_tokens", "kv_bytes_per_request", "max_concurrent_requests",
             "vllm_requests_per_replica", "requests_total"]
-    if rows and "decode_step_floor_s" in rows[0]:
+    if rows and "decode_step_floor_s" in rows[0] and plan.result.start.starts:  # none for what cannot start
         cols += ["decode_step_floor_ms", "tokens_per_s_per_request_ceiling",
                  "tokens_per_s_aggregate_ceiling_at_max"]
         rows = [{**r, "decode_step_floor_ms": r["decode_step_floor_s"] * 1e3} for r in rows]

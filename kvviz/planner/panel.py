@@ -24,8 +24,8 @@ from kvviz.app.tables import draw_altair, people_table
 from kvviz.app.ui import inert
 from kvviz.core import catalog, units
 from kvviz.core.errors import UserError
-from kvviz.planner import (capacity, deployment, log_compare, parallel, vllm_log, vllm_memory, will_start,
-                           words)
+from kvviz.planner import (capacity, deployment, log_compare, parallel, vllm_log, vllm_versions,
+                           will_start, words)
 from kvviz.planner import charts as planner_charts
 from kvviz.planner import configs as plan_models
 from kvviz.planner import frames as planner_frames
@@ -35,6 +35,9 @@ GPUS = {g["name"]: g for g in capacity.load_gpus()}
 CUSTOM_GPU = "Custom"
 SOURCES = ("Catalog", "Paste config.json")
 URL = "query-params"
+AS_LOG = "as the pasted log says"  # the vLLM version option that follows a pasted log (else the latest)
+# vLLM's flags a link may carry: any of them turns "Budget as vLLM computes it" on, never ignored
+VLLM_FLAG_PARAMS = ("plan_gpu_memory_utilization", "plan_kv_cache_gib", "plan_max_num_seqs", "plan_enforce_eager")
 MAX_CONFIG_CHARS = 200_000  # a config.json box (the largest real ones are ~20 KB)
 WHY_TEXT = {  # chosen by this model's own bound, not always the small-model story
     "kernel launches": (
@@ -74,9 +77,9 @@ def page() -> None:
     """The whole planner page, top to bottom."""
     rules = ui.policy()
     header(rules)
-    choice = inputs()
-    texts = [links.Text("plan_config", "pasted config.json", choice.pasted)] if choice.source == SOURCES[1] else []
     log = pasted_log()
+    choice = inputs(log)
+    texts = [links.Text("plan_config", "pasted config.json", choice.pasted)] if choice.source == SOURCES[1] else []
     ui.share_link(texts + ([links.Text("plan_vllm_log", "pasted vLLM log", log)] if log else []))
     within_caps(rules, plan_tokens={"context T": choice.setup.context_tokens,
                                     "max_model_len": choice.setup.max_model_len or 0,
@@ -152,8 +155,9 @@ def header(rules) -> None:
                    f"{rules.max_plan_requests:,} requests at once and {rules.max_plan_gpus:,} GPUs.")
 
 
-def inputs() -> Choice:
-    """The four columns of inputs and the serving-setup expander."""
+def inputs(log: str = "") -> Choice:
+    """The four columns of inputs and the serving-setup expander (`log`: the pasted vLLM log,
+    whose release the plan follows when the version is left to it)."""
     model_col, gpu_col, dtype_col, load_col = st.columns(4)
     with model_col:
         source, name, pasted = model_inputs()
@@ -164,8 +168,10 @@ def inputs() -> Choice:
     with load_col:
         overhead, context, batch = load_inputs()
     with st.expander("Serving setup: parallelism, vLLM's settings, what-ifs", expanded=True):
-        serving = serving_inputs()
-    setup = deployment.Setup(gpu_name=gpu_name, gpu_bytes=gpu_bytes,
+        serving = serving_inputs(log)
+    gpu = GPUS.get(gpu_name, {})  # a custom GPU: its MXFP4 layout unknown, no peer-to-peer assumed
+    setup = deployment.Setup(gpu_name=gpu_name, gpu_bytes=gpu_bytes, gpu_arch=gpu.get("arch"),
+                             gpu_p2p=bool(gpu.get("p2p")),
                              bandwidth_bytes_per_s=bandwidth or None, kv_dtype=kv_dtype,
                              weight_dtype=weight_dtype, overhead_fraction=overhead,
                              context_tokens=int(context), batch=int(batch), **serving)
@@ -227,7 +233,7 @@ def load_inputs() -> tuple[float, int, int]:
     return overhead, context, batch
 
 
-def serving_inputs() -> dict:
+def serving_inputs(log: str = "") -> dict:
     """Parallelism, vLLM's block size / max_model_len / platform / prefix caching, the what-ifs."""
     tp_col, pp_col, dp_col, block_col, len_col, prefix_col, offload_col = st.columns(7)
     tp = tp_col.number_input("TP (GPUs per stage)", 1, 64, 1, key="plan_tp", bind=URL)
@@ -255,29 +261,57 @@ def serving_inputs() -> dict:
     return dict(par=parallel.Parallel(int(tp), int(pp), int(dp)), block_size=int(block_size),
                 max_model_len=int(max_len) or None, prefix_tokens=int(prefix),
                 offload_bytes=int(offload_gb * 1e9), platform=platform,
-                prefix_caching=bool(prefix_caching), **vllm_flag_inputs())
+                prefix_caching=bool(prefix_caching), **vllm_flag_inputs(log))
 
 
-def vllm_flag_inputs() -> dict:
-    """vLLM's own flags, by vLLM's names and defaults; off: the overhead slider's simple budget."""
-    on_col, util_col, kv_col, seqs_col = st.columns([2, 2, 2, 2])
-    on = on_col.toggle("Budget as vLLM computes it", False, key="plan_vllm_budget", bind=URL,
+def log_release(log: str) -> tuple[str | None, str | None]:
+    """(version, engine) a pasted log prints, where it prints a version kvviz models."""
+    try:
+        facts = vllm_log.parse_log(log) if log.strip() else None
+        if facts and facts.vllm_version:
+            vllm_versions.parse_version(facts.vllm_version)
+            return facts.vllm_version, facts.vllm_engine
+    except ValueError:  # an unreadable log is said so in its own section
+        pass
+    return None, None
+
+
+def vllm_flag_inputs(log: str = "") -> dict:
+    """The vLLM release planned for, and vLLM's own flags by vLLM's names and defaults; the flags
+    off: the overhead slider's simple budget. A link carrying any flag turns them on."""
+    version_col, on_col, util_col, kv_col, seqs_col, eager_col = st.columns([3, 2, 2, 2, 2, 2])
+    choice = version_col.selectbox(
+        "vLLM version", (AS_LOG, *vllm_versions.PAGE_VERSIONS), key="plan_vllm_version", bind=URL,
+        help=f"Each release family budgets the KV cache by its own rules (docs/planner.md). “{AS_LOG}”: "
+             f"the release a pasted start-up log prints, else {vllm_versions.LATEST}.")
+    version, engine = log_release(log) if choice == AS_LOG else (choice, None)
+    release = vllm_versions.release_for(version, engine)
+    version_col.caption(f"Planned for vLLM {version or vllm_versions.LATEST}"
+                        + (" (the pasted log's)" if choice == AS_LOG and version else "")
+                        + f": {release.name} rules.")
+    linked = any(k in st.query_params for k in VLLM_FLAG_PARAMS)
+    on = on_col.toggle("Budget as vLLM computes it", linked, key="plan_vllm_budget", bind=URL,
                        help="ceil(GPU memory × gpu_memory_utilization) − weights − the profile run's "
-                            "activation peak and sampler (both modelled), instead of the overhead slider.")
+                            "activation peak and sampler − non-torch memory (− CUDA graphs from 0.21), "
+                            "all modelled, instead of the overhead slider.")
+    out = dict(vllm_version=version, vllm_engine=engine)
     if not on:
-        return {}
-    util = util_col.number_input("--gpu-memory-utilization", 0.01, 1.0,
-                                 vllm_memory.DEFAULT_GPU_MEMORY_UTILIZATION, 0.01,
-                                 key="plan_gpu_memory_utilization", bind=URL, help="vLLM 0.32's default: 0.92")
+        return out
+    util = util_col.number_input("--gpu-memory-utilization", 0.01, 1.0, release.default_gpu_memory_utilization,
+                                 0.01, key="plan_gpu_memory_utilization", bind=URL,
+                                 help=f"vLLM's default in this release: {release.default_gpu_memory_utilization}")
     kv_gib = kv_col.number_input("--kv-cache-memory-bytes (GiB; 0 = not set)", 0.0, 100_000.0, 0.0, 1.0,
                                  key="plan_kv_cache_gib", bind=URL,
                                  help="Set: vLLM takes this many bytes of KV cache per GPU and ignores "
-                                      "gpu_memory_utilization.")
+                                      "gpu_memory_utilization (the page then plans without it too).")
     seqs = seqs_col.number_input("--max-num-seqs (0 = vLLM's default)", 0, 100_000, 0, 64,
                                  key="plan_max_num_seqs", bind=URL,
-                                 help="vLLM 0.32: 1,024 on a GPU of ≥ 70 GiB (not A100), 256 below, 128 on CPU.")
-    return dict(gpu_memory_utilization=float(util), kv_cache_memory_bytes=int(kv_gib * 2**30) or None,
-                max_num_seqs=int(seqs) or None)
+                                 help="V1 from 0.8.5: 1,024 on a GPU of ≥ 70 GiB (not A100), 256 below, "
+                                      "128 on CPU; V0 and earlier V1: 256. It sizes the sampler's warm-up.")
+    eager = eager_col.toggle("--enforce-eager", False, key="plan_enforce_eager", bind=URL,
+                             help="No CUDA graphs: nothing captured, nothing deducted for them.")
+    return dict(out, gpu_memory_utilization=float(util), kv_cache_memory_bytes=int(kv_gib * 2**30) or None,
+                max_num_seqs=int(seqs) or None, enforce_eager=bool(eager))
 
 
 # ---------------------------------------------------------------- the model
@@ -342,7 +376,7 @@ def vllm_section(plan, result) -> None:
                              "state page (conv kernel − 1 columns), block alignment and, with prefix "
                              "caching, its 2–3 state pages per request — checked against a real vLLM "
                              "0.32 on tiny Granite-4, Qwen3-Next and LFM2 hybrids (docs/planner.md)."))
-        if deployment.refused(result):
+        if deployment.blocks_refused(result):  # other failures: "Will it start?" below says which
             st.warning(words.refusal_sentence(result.vllm, deployment.fit_advice(plan.model, plan.setup)))
         if note := planner_frames.in_flight_note(plan):
             st.info(note)
@@ -357,14 +391,18 @@ def vllm_section(plan, result) -> None:
 def start_section(plan, result, model_id: str) -> None:
     """Will it start? vLLM's own refusals foreseen, the smallest change, and the command line."""
     st.subheader("Will it start?")
+    release = deployment.release(plan.setup).name
     advice = deployment.fit_advice(plan.model, plan.setup) if deployment.refused(result) else ""
-    found = will_start.refusals(result, plan.setup, advice, plan.model.attention_kind == "MLA")
+    found = will_start.refusals(result, plan.setup, advice, model=plan.model)
     for refusal in found:
-        st.error("vLLM would refuse to start. In its words:")
+        st.error(f"vLLM would not start ({release} rules). In its words:")
         st.code(refusal.message, language=None, wrap_lines=True)
         st.caption(inert(f"Smallest change that starts it: {refusal.fix}"))
-    if not found:
-        st.success("No start-up refusal kvviz foresees for these settings.")
+    risks = [] if found else will_start.risks(result)
+    for risk in risks:
+        st.warning(inert(f"At risk ({release} rules): {risk.sentence}"))
+    if not found and not risks:
+        st.success(f"No start-up failure kvviz foresees for these settings ({release} rules).")
     st.caption(inert(f"Not foreseen: {will_start.NOT_FORESEEN}."))
     st.code(will_start.serve_command(model_id, plan.setup, result), language="bash", wrap_lines=True)
 
@@ -388,23 +426,28 @@ def log_section(plan) -> None:
                             placeholder="… Available KV cache memory: 53.57 GiB\n… GPU KV cache size: "
                                         "438,880 tokens, Maximum concurrency for 131,072 tokens per request: 3.35x")
         if not text.strip():
-            st.caption("Paste the lines vLLM prints at start-up: kvviz reads the KV memory, the KV cache "
-                       "size in tokens, the maximum concurrency, the block size and the per-group lines.")
+            st.caption("Paste the lines vLLM prints at start-up (any release from 0.6, several workers, a "
+                       "failed start-up): kvviz reads its release, settings, memory terms, KV memory, KV "
+                       "cache size, concurrency, blocks and how it ended.")
             return
         try:
             rows = log_compare.compare(vllm_log.parse_log(text), plan.model, plan.setup)
         except ValueError as err:  # kvviz's own sentences: numbers only, never the pasted text
             st.warning(inert(f"Cannot compare: {err}."))
             return
-        st.dataframe(pd.DataFrame([vars(r) for r in rows]).rename(columns={
-            "figure": "figure", "vllm": "vLLM's log", "kvviz": "kvviz", "verdict": "difference"}),
-            hide_index=True, key="plan_log_table")
-        st.caption("KV memory: kvviz's budget for these settings. The other rows: kvviz planned with the "
-                   "KV memory the log printed (± its 0.01 GiB rounding), at the log's max_model_len "
-                   "and block size, so they test the block arithmetic alone.")
+        # st.table wraps its cells: the "difference" sentences are read whole, never cut
+        st.table(pd.DataFrame([vars(r) for r in rows]).rename(columns={
+            "figure": "figure", "vllm": "vLLM's log", "kvviz": "kvviz", "verdict": "difference"}).set_index("figure"))
+        st.caption("Start-up, KV memory and its terms: kvviz's plan with every setting the log states "
+                   "(release, max_model_len, TP/PP, gpu_memory_utilization, …), vLLM's budget rules. "
+                   "Tokens, concurrency and blocks: kvviz planned with the KV memory the log printed "
+                   "(± its 0.01 GiB rounding), so they test the block arithmetic alone.")
 
 
 def speed_section(plan) -> None:
+    if plan.result.bandwidth and not plan.result.start.starts:
+        st.info("No decode-speed bounds: vLLM would not start this deployment (see “Will it start?”).")
+        return
     speed = planner_frames.speed_metrics(plan)
     if speed:
         st.subheader("Decode speed bounds")
@@ -473,6 +516,9 @@ def what_if_section(rules, plan) -> None:
 def time_section(plan) -> None:
     st.subheader("Where the time goes")
     bound = planner_frames.launch_bound(plan)
+    if bound is not None and not plan.result.start.starts:
+        st.write("vLLM would not start this deployment, so there is no decode step to bound.")
+        return
     if bound is None:
         st.write("Give the GPU's bandwidth to see the decode-step bound.")
         return

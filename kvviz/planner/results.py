@@ -77,6 +77,9 @@ class VllmPlan:
     requests_at_context_per_replica: int
     requests_at_context_total: int
     fits_max_model_len: bool = True  # one request of max_model_len fits in the blocks (vLLM's block check)
+    # the longest max_model_len kvviz suggests: one that fits with kvviz's margin for its modelled
+    # budget to spare (vllm_memory.KV_MARGIN_FRACTION; the smallest rank's, on every stage); 0: none
+    suggested_max_model_len: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,11 +192,13 @@ class ContextRow:
 
 @dataclass(frozen=True)
 class FitChange:
-    """The smallest change that lets vLLM start: a larger TP (with its GPU count) or a weight format."""
+    """The smallest change that lets vLLM start: a larger TP (with its GPU count) or a weight format,
+    with fewer sequences where the sampler's warm-up needs them."""
 
     tp: int | None = None
     gpus: int | None = None
     weight_dtype: str | None = None
+    max_num_seqs: int | None = None  # with it: the TP or format starts only with fewer sequences
 
 
 _LEFT_OUT_WHEN_NONE = ("prefix", "offload", "vllm_budget")

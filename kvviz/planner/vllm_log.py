@@ -34,15 +34,22 @@ graphs, or after the KV cache was sized).
 
 A log of several workers prints the memory lines once per worker: kvviz takes the smallest, as vLLM
 does (every worker keeps the smallest worker's block count). Otherwise the first value of each wins.
+
+Every figure is bounded before it is used (a log travels in share links): at most MAX_FIGURE_CHARS
+characters before it is converted (no 400-digit GiB becoming infinity, no 5,000-digit count), each
+field within `BOUNDS`, and on a hosted kvviz the log's max_model_len and TP × PP within the page's
+own caps (kvviz.app.hosted). Each refusal is one LogError sentence.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
 
+from kvviz.app import hosted
 from kvviz.core.errors import UserError
 
 MAX_LOG_CHARS = 200_000  # a start-up log is a few hundred lines; the page's box and --vllm-log
+MAX_FIGURE_CHARS = 24  # "1,234,567,890,123,456" or "-12345.678": longer is no figure vLLM prints
 GIB = 2**30
 MIB = 2**20
 _NUM = r"([0-9][0-9,]*)"
@@ -143,6 +150,47 @@ class LogError(UserError):
     """A pasted log kvviz cannot read; its message is one sentence for the reader."""
 
 
+TIB = 2**40
+BOUNDS = {  # LogFacts field -> (lowest, highest) kvviz plans with; past them the log is refused
+    "kv_memory_bytes": (-1024 * TIB, 1024 * TIB), "kv_cache_tokens": (0, 10**12),
+    "concurrency_tokens": (1, 10**9), "max_concurrency": (0, 10**9), "num_blocks": (0, 10**10),
+    "block_size": (1, 2**16), "max_model_len": (1, 10**9), "tensor_parallel_size": (1, 64),
+    "pipeline_parallel_size": (1, 64), "total_gpu_bytes": (1, 1024 * TIB), "gpu_memory_utilization": (0, 1),
+    "weights_bytes": (0, 1024 * TIB), "non_torch_bytes": (-1024 * TIB, 1024 * TIB),
+    "activation_peak_bytes": (-1024 * TIB, 1024 * TIB), "cuda_graph_bytes": (0, 1024 * TIB),
+    "max_num_seqs": (1, 10**6), "max_num_batched_tokens": (1, 10**9), "refused_tokens": (0, 10**12),
+    "needed_kv_bytes": (0, 1024 * TIB), "estimated_max_model_len": (0, 10**9), "oom_bytes": (0, 1024 * TIB),
+}
+
+
+def _figure(text: str) -> str:
+    """`text` if it is short enough to be a figure vLLM printed, else LogError."""
+    if len(text) > MAX_FIGURE_CHARS:
+        raise LogError(f"the log holds a figure {len(text):,} characters long; kvviz reads figures of "
+                       f"at most {MAX_FIGURE_CHARS} characters")
+    return text
+
+
+def _check_bounds(facts: LogFacts) -> None:
+    for name, (low, high) in BOUNDS.items():
+        value = getattr(facts, name)
+        if value is not None and not low <= value <= high:
+            raise LogError(f"the log gives {name} = {value:,}; kvviz plans with {name} from {low:,} "
+                           f"to {high:,}")
+    if any(not 1 <= g <= 2**16 for g in facts.group_block_sizes):
+        raise LogError(f"the log gives kv cache group sizes past what kvviz plans with (1 to {2**16:,})")
+
+
+def _within_hosted_caps(facts: LogFacts) -> None:
+    """On a hosted kvviz: the log's settings under the caps the page's own boxes have."""
+    gpus = (facts.tensor_parallel_size or 1) * (facts.pipeline_parallel_size or 1)
+    try:
+        hosted.policy_from_env().check_limits(
+            None, plan_tokens={"the log's max_model_len": facts.max_model_len or 0}, plan_gpus=gpus)
+    except UserError as err:
+        raise LogError(f"{err}: kvviz plans the pasted log's settings under the same caps") from None
+
+
 def _first(text: str, name: str) -> str | None:
     match = _COMPILED[name].search(text)
     return match.group(1) if match else None
@@ -153,17 +201,17 @@ def _all(text: str, name: str) -> list[str]:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text.replace(",", "")) if text else None
+    return int(_figure(text).replace(",", "")) if text else None
 
 
 def _gib(text: str | None) -> int | None:
-    return round(float(text) * GIB) if text else None
+    return round(float(_figure(text)) * GIB) if text else None
 
 
 def _worker_kv(text: str) -> tuple[int | None, int]:
     """The smallest worker's KV memory (every worker keeps the smallest count) and the workers."""
     for name in _WORKER_KV:
-        values = [float(v) for v in _all(text, name)]
+        values = [float(_figure(v)) for v in _all(text, name)]
         if values:
             return round(min(values) * GIB), len(values)
     return None, 0
@@ -173,14 +221,14 @@ def _oom_bytes(text: str) -> int | None:
     match = _COMPILED["oom_tried"].search(text)
     if not match:
         return None
-    return round(float(match.group(1)) * (GIB if match.group(2) == "GiB" else MIB))
+    return round(float(_figure(match.group(1))) * (GIB if match.group(2) == "GiB" else MIB))
 
 
 def _failure(text: str) -> str | None:
     """How the start-up ended, when it did not finish (kvviz's name for it)."""
     if _first(text, "refused_tokens") or _first(text, "needed_kv_gib") or "To serve at least one request" in text:
         return "kv_too_small"
-    if "No available memory for the cache blocks" in text:
+    if "No available memory for the cache blocks" in text or _nothing_for_kv(text):
         return "no_kv_memory"
     if "is less than desired GPU memory utilization" in text:
         return "free_memory"
@@ -189,6 +237,8 @@ def _failure(text: str) -> str | None:
     if "CUDA out of memory" not in text and "OutOfMemoryError" not in text:
         return None
     oom_at = min(i for i in (text.find("CUDA out of memory"), text.find("OutOfMemoryError")) if i >= 0)
+    if re.search(r"sample/sampler\.py|_dummy_sampler_run", text[max(0, oom_at - 4000):oom_at]):
+        return "warmup"  # the traceback runs through vLLM's sampler (its warm-up or profile pass)
     if "capture_model" in text[oom_at - 4000:oom_at + 4000] or "Capturing CUDA graph" in text[max(0, oom_at - 2000):oom_at]:
         return "cuda_graphs"
     sized = [text.find(k) for k in ("Available KV cache memory", "reserved for KV Cache", "kv_cache_size=")]
@@ -196,6 +246,14 @@ def _failure(text: str) -> str | None:
         return "oom_after_kv"
     loaded = [text.find(k) for k in ("Model loading took", "Loading model weights took")]
     return "oom" if any(0 <= i < oom_at for i in loaded) else "weights_load"
+
+
+def _nothing_for_kv(text: str) -> bool:
+    """A budget of zero or less: vLLM raises "No available memory for the cache blocks" next
+    (kv_cache_utils._check_enough_kv_cache_memory; V0's raise_if_cache_size_invalid), a log cut
+    before that line included."""
+    return any(float(v) <= 0 for name in _WORKER_KV for v in _all(text, name)) or \
+        any(_int(v) == 0 for v in _all(text, "num_blocks"))
 
 
 def _engine(text: str) -> str | None:
@@ -217,7 +275,7 @@ def _activation(text: str, weights: int | None) -> int | None:
 
 
 def _float(text: str | None) -> float | None:
-    return float(text) if text else None
+    return float(_figure(text)) if text else None
 
 
 def parse_log(text: str) -> LogFacts:
@@ -261,4 +319,6 @@ def parse_log(text: str) -> LogFacts:
             and facts.failure is None and facts.weights_bytes is None:
         raise LogError("no KV cache figures found: paste the lines vLLM prints at start-up, "
                        "'Available KV cache memory: … GiB' and 'GPU KV cache size: … tokens'")
+    _check_bounds(facts)
+    _within_hosted_caps(facts)
     return facts

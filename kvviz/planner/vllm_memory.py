@@ -16,8 +16,9 @@ start-up logs (tests/planner/data/vllm_startups.json):
   for the GPU's kernel;
 * **activation peak** — V1's profile run (gpu_model_runner.py `profile_run`, lines 6193-6200 in
   0.32) is a forward pass of `max_num_batched_tokens` tokens and then, on the last stage, a
-  sampler pass over `max_num_seqs` rows of logits; the peak is the larger of the two. V0's is the
-  forward pass alone. The forward pass per token: the residual, the normed input and the MLP's
+  sampler pass over `max_num_seqs` rows of logits; the peak is the larger of the two. V0 from
+  0.6.5 runs the same sampler pass on its driver worker (rank 0 of the last stage), whose budget is
+  then the smallest and so every worker's; 0.6.0-0.6.4's logs show none. The forward pass per token: the residual, the normed input and the MLP's
   output (3 × hidden), a dense MLP's gate/up output and activation (3 × intermediate / TP) — 110 kB
   per token for Llama-3.1-8B, as vllm-project/vllm#10517 measured between 20k and 29k tokens — or, for a mixture of experts,
   vLLM's fused-MoE caches (`fused_experts_impl`: top-k × (max(2 × expert intermediate / TP,
@@ -76,7 +77,7 @@ class StageBudget:
     stage: int
     weight_bytes: int
     forward_bytes: int  # the profile run's forward pass
-    sampler_bytes: int  # its sampler pass (last stage, V1); 0 elsewhere
+    sampler_bytes: int  # its sampler pass (last stage); 0 elsewhere
     activation_peak_bytes: int
     non_torch_bytes: int
     cuda_graph_bytes: int  # estimated; in the budget only when deducted
@@ -139,7 +140,7 @@ def forward_bytes_per_token(shape: ModelShape, tp: int) -> int:
 
 def sampler_bytes(shape: ModelShape, max_num_seqs: int, release: Release) -> int:
     """Modelled: the profile run's sampler pass over max_num_seqs rows of logits, bytes per logit
-    fitted per release family (vllm_versions); 0 for V0, where it is not measurable."""
+    fitted per release family (vllm_versions); 0 before 0.6.5, where the logs show none."""
     return math.ceil(max_num_seqs * (shape.vocab_size or 0) * release.sampler_bytes_per_logit)
 
 
@@ -189,7 +190,9 @@ class BudgetInputs:
 def _stage(shape: ModelShape, x: BudgetInputs, stage: int, requested: int) -> StageBudget:
     last = stage == len(x.stage_weight_bytes) - 1
     forward = x.profile_tokens * forward_bytes_per_token(shape, x.tp)
-    sampler = sampler_bytes(shape, x.max_num_seqs, x.release) if last and not x.release.v0 else 0
+    # V1: every TP rank samples; V0: the driver (rank 0 of the last stage) alone, and the KV cache of
+    # every worker is the smallest worker's, so the driver's budget is the deployment's
+    sampler = sampler_bytes(shape, x.max_num_seqs, x.release) if last else 0
     peak = max(forward, sampler)
     non_torch = non_torch_bytes(x.release, x.tp, x.pp, x.p2p)
     graphs = cuda_graph_bytes(shape, x.max_num_seqs, x.enforce_eager)

@@ -79,12 +79,15 @@ RELEASES = (
     Release("V0 0.6.0–0.6.4", (0, 6, 0), V0, 0.9, 0.0, _gib(0.35), False, 512, False, False,
             ("vllm-project/vllm#10517: RTX 3090, non_torch_memory=0.35GiB, 20k/29k/35k profiles",
              "a 0.6.4.dev log: 'Chunked prefill is enabled with max_num_batched_tokens=512'")),
-    Release("V0 0.6.5–0.6.6", (0, 6, 5), V0, 0.9, 0.0, _gib(1.79), True, 512, False, False,
-            ("vllm-project/vllm#10511 sanity checks: H100, non_torch_memory 1.79 GiB (TP 1), 3.58 (TP 2)",
+    Release("V0 0.6.5–0.6.6", (0, 6, 5), V0, 0.9, 39.0, _gib(1.79), True, 512, False, False,
+            ("vllm-project/vllm#10511 sanity checks: H100, non_torch_memory 1.79 GiB (TP 1), 3.58 (TP 2); "
+             "activation 1.26 GiB at TP 1 and TP 2 alike: the sampler's 256 × 128,256 logits, not the forward",
              "vllm-project/vllm#11809 (0.7.0): non-torch measured against torch's reserved memory")),
-    Release("V0 0.7", (0, 7, 0), V0, 0.9, 0.0, _gib(0.2), False, 2048, False, False,
-            ("vllm-project/vllm#13882 (0.7.3): non_torch_memory 0.03 GiB", "vllm-project/vllm#13061: 0.25 GiB, "
-             "activation 0.19 GiB for 2,048 tokens of a 14B model at TP 2")),
+    Release("V0 0.7", (0, 7, 0), V0, 0.9, 39.0, _gib(0.2), False, 2048, False, False,
+            ("vllm-project/vllm#13882 (0.7.3): non_torch_memory 0.03 GiB; activation 1.42 GiB = the sampler's "
+             "256 × 152,064 logits × 39 B on the driver", "vllm-project/vllm#13061: 0.25 GiB, activation 0.19 GiB "
+             "for 2,048 tokens of a 14B model on the TP-2 worker without the sampler; the driver kept "
+             "1.23 GiB less (81,536 tokens), the same 1.42 GiB sampler pass")),
     Release("V1 0.8–0.16", (0, 8, 0), V1, 0.9, 39.0, _gib(0.13), False, 0, False, True,
             ("llm-d-planner accuracy_report.md, vLLM version table: Qwen3-14B activation 5.64 GiB, "
              "non-torch 0.13 GiB (v0.15, v0.16)", "vllm-project/vllm#27508: gpt-oss-120b 1.71 GiB of KV at 0.95")),
@@ -99,6 +102,9 @@ RELEASES = (
              "vllm 0.32 config/cache.py:102: gpu_memory_utilization default 0.92")),
 )
 FAMILY_NAMES = tuple(r.name for r in RELEASES)
+# the releases the page offers: one per family, and 0.13 / 0.14 either side of Hopper's MXFP4 layout
+# (Marlin, then Triton: checkpoint_weights.mxfp4_kernel)
+PAGE_VERSIONS = (LATEST, "0.21", "0.19", "0.17", "0.16", "0.14", "0.13", "0.11", "0.8", "0.7", "0.6.5", "0.6.4")
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 

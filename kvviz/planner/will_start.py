@@ -31,7 +31,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from kvviz.planner import deployment, serving_plan
+from kvviz.planner import deployment, serving_plan, vllm_memory
 from kvviz.planner.results import SetupPlan, StartCheck, VllmPlan
 
 GIB = 2**30
@@ -92,12 +92,45 @@ def _kv_too_small(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, a
         message = v0_memory_message(v.max_model_len, v.num_blocks * v.block_size)
     else:
         message = memory_message(check.needed_bytes, check.available_bytes, v.max_model_len, check.count)
-    fix = f"--max-model-len {check.count}" if check.count else ""
+    safe = v.suggested_max_model_len
+    if safe and safe < check.count:  # the longest that fits, less kvviz's margin for its modelled budget
+        fix = (f"--max-model-len {safe} (the longest that fits is {check.count:,}; {safe:,} keeps "
+               f"{vllm_memory.KV_MARGIN_FRACTION:.0%} of the KV budget to spare for kvviz's modelled terms "
+               "and a weaker rank)")
+    else:
+        fix = f"--max-model-len {check.count}" if check.count else ""
     return Refusal(message, "; or ".join(p for p in (fix, advice) if p) or "a GPU with more memory", check.kind)
 
 
-def _refusal(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, advice: str) -> Refusal:
-    """One failure in vLLM's words (or what happens, where vLLM has no sentence), with its fix."""
+def _flags(change: dict) -> str:
+    names = {"max_num_seqs": "--max-num-seqs", "gpu_memory_utilization": "--gpu-memory-utilization"}
+    return " ".join(f"{names[k]} {v}" for k, v in change.items())
+
+
+def _checked(model, setup: deployment.Setup, changes: list[dict], fallback: str, advice: str) -> str:
+    """The first of `changes` that starts, re-planned under the same rules on every rank (kvviz's
+    flags), or, without the model, `fallback` unchecked."""
+    if model is None:
+        return fallback
+    change = deployment.first_that_starts(model, setup, changes)
+    if change is not None:
+        return f"{_flags(change)} (re-planned: it starts under the same rules, on every rank)"
+    return f"no {fallback.split()[0]} alone starts it (re-planned); " + (advice or "a GPU with more memory")
+
+
+def _warmup_fix(model, setup: deployment.Setup, check: StartCheck, advice: str) -> str:
+    seqs = [check.count // 2**k for k in range(1, 11) if check.count // 2**k >= 1]
+    util = deployment.utilization(setup)
+    utils = [round(util - 0.01 * k, 2) for k in range(1, 16) if util - 0.01 * k > 0.05]
+    return _checked(model, setup, [{"max_num_seqs": n} for n in seqs] + [{"gpu_memory_utilization": u} for u in utils],
+                    f"--max-num-seqs {max(1, check.count // 4)}, or a lower --gpu-memory-utilization (the warm-up "
+                    f"runs in the {_gib(check.available_bytes)} left outside the budget; the published failures "
+                    f"had under {_gib(check.needed_bytes)})", advice)
+
+
+def _refusal(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, advice: str, model=None) -> Refusal:
+    """One failure in vLLM's words (or what happens, where vLLM has no sentence), with its fix;
+    given the model, every fix is re-planned before it is suggested."""
     more = advice or "more GPUs (a larger TP) or a smaller weight format"
     if check.kind == "kv_too_small":
         return _kv_too_small(plan, setup, check, advice)
@@ -112,8 +145,7 @@ def _refusal(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, advice
                        f"GiB) on startup is less than desired GPU memory utilization ({util}, "
                        f"{_format_gib(check.needed_bytes)} GiB). Decrease GPU memory utilization or reduce "
                        "GPU memory used by other processes.",
-                       f"--gpu-memory-utilization {math.floor(check.available_bytes / setup.gpu_bytes * 100) / 100}",
-                       check.kind)
+                       _free_memory_fix(model, setup, check, advice), check.kind)
     if check.kind == "kv_given_too_large":
         return Refusal(f"CUDA out of memory allocating the KV cache: {_gib(check.needed_bytes)} of weights and "
                        f"--kv-cache-memory-bytes on a GPU with {_gib(check.available_bytes)} free after the CUDA "
@@ -126,9 +158,13 @@ def _refusal(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, advice
         return _refusal_words(check)
     return Refusal(f"CUDA out of memory occurred when warming up sampler with {check.count} dummy requests. "
                    "Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
-                   f"--max-num-seqs {max(1, check.count // 4)}, or a lower --gpu-memory-utilization (the warm-up "
-                   f"runs in the {_gib(check.available_bytes)} left outside the budget; the published failures "
-                   f"had under {_gib(check.needed_bytes)})", check.kind)
+                   _warmup_fix(model, setup, check, advice), check.kind)
+
+
+def _free_memory_fix(model, setup: deployment.Setup, check: StartCheck, advice: str) -> str:
+    top = math.floor(check.available_bytes / setup.gpu_bytes * 100) / 100
+    return _checked(model, setup, [{"gpu_memory_utilization": round(top - 0.01 * k, 2)} for k in range(10)],
+                    f"--gpu-memory-utilization {top}", advice)
 
 
 def block_size_refusal(plan: VllmPlan, setup: deployment.Setup, mla: bool = False) -> Refusal | None:
@@ -152,11 +188,13 @@ def _refusal_words(check: StartCheck) -> Refusal:
                    check.kind)
 
 
-def refusals(plan: SetupPlan, setup: deployment.Setup, advice: str = "", mla: bool = False) -> list[Refusal]:
+def refusals(plan: SetupPlan, setup: deployment.Setup, advice: str = "", mla: bool = False,
+             model=None) -> list[Refusal]:
     """Every failure the planner foresees for this plan (empty: it should start). `mla` is kept for
-    callers; the plan's own checks know the model."""
+    callers; the plan's own checks know the model. Given the model, each suggested change is
+    re-planned under the same rules (on every rank and stage) before it is offered."""
     del mla
-    return [_refusal(plan, setup, c, advice) for c in plan.start.failures]
+    return [_refusal(plan, setup, c, advice, model) for c in plan.start.failures]
 
 
 def risks(plan: SetupPlan) -> list[Risk]:

@@ -135,14 +135,15 @@ def fit_advice_sentence(change: FitChange | None, length: int, label: str,
                         tp_tries: tuple[int, ...], weight_tries: tuple[str, ...]) -> str:
     """What would let one request of `length` tokens start (None: nothing tried does)."""
     if change is None:
-        return (f"No request of {length:,} tokens fits, and neither a TP up to {tp_tries[-1]} nor "
-                f"{' / '.join(weight_tries)} weights make it fit: use a larger GPU or a shorter "
-                f"max_model_len.")
+        return (f"It does not start with max_model_len {length:,}, and neither a TP up to {tp_tries[-1]} nor "
+                f"{' / '.join(weight_tries)} weights start it (re-planned under the same rules): use a larger "
+                f"GPU or a shorter max_model_len.")
+    seqs = f" with --max-num-seqs {change.max_num_seqs} (the sampler's warm-up)" if change.max_num_seqs else ""
     if change.tp:
-        return (f"No request of {length:,} tokens fits on {label}; TP {change.tp} ({change.gpus} GPUs) "
-                f"is the smallest that fits it (re-planned under the same rules, on every rank).")
-    return (f"No request of {length:,} tokens fits on {label}; with {change.weight_dtype} weights it does "
-            "(re-planned under the same rules, on every rank).")
+        return (f"It does not start on {label} with max_model_len {length:,}; TP {change.tp} ({change.gpus} GPUs)"
+                f"{seqs} is the smallest that starts it (re-planned under the same rules, on every rank).")
+    return (f"It does not start on {label} with max_model_len {length:,}; with {change.weight_dtype} weights"
+            f"{seqs} it does (re-planned under the same rules, on every rank).")
 
 
 def in_flight_sentence(vllm: VllmPlan, plain_requests: int, windowed: bool) -> str | None:

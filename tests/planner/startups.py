@@ -21,8 +21,7 @@ GIB = 2**30
 DATA = Path(__file__).resolve().parent / "data" / "vllm_startups.json"
 # GPUs the published runs name that kvviz has no preset for: their architecture (MXFP4 layout) and
 # whether their boards link GPUs peer to peer (consumer cards do not)
-UNLISTED_GPUS = {"RTX 3090": ("ampere", False), "RTX 4060 (8 GB)": ("ada", False),
-                 "2 x RTX 4090": ("ada", False)}
+UNLISTED_GPUS = {"RTX 3090": ("ampere", False), "RTX 4060 (8 GB)": ("ada", False)}
 
 
 def runs() -> list[dict]:
@@ -58,10 +57,13 @@ def setup(run: dict) -> deployment.Setup:
 
 
 def vllm_kv_gib(run: dict) -> tuple[float | None, str]:
-    """vLLM's KV memory per GPU and where it comes from: the figure its log prints, or, where the
+    """vLLM's KV memory per GPU and where it comes from: the smallest worker's (what vLLM keeps)
+    where the source gives it, else the figure its log prints, or, where the
     source prints the terms but not the sum, vLLM's own formula of them (requested − weights −
     activation peak − non-torch, gpu_worker.determine_available_memory)."""
     v = run["vllm"]
+    if v.get("kv_gib_min_worker") is not None:  # vLLM keeps the smallest worker's blocks
+        return v["kv_gib_min_worker"], "the smallest worker's, from its tokens"
     if v.get("kv_gib") is not None:
         return v["kv_gib"], "printed"
     terms = ("weights_gib", "activation_gib", "non_torch_gib")

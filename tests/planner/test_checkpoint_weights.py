@@ -145,9 +145,12 @@ def _plan(name, gpu, tp=1, **kw):
 
 
 def test_gpt_oss_120b_on_one_h100():
+    """Hopper holds the MXFP4 experts padded (Triton from 0.14: 64.4 GiB loaded in vllm#33155), so
+    at 0.9 a request of the full 131,072 tokens does not fit: vLLM refused it (vllm#23278, #27508)."""
     _, _, plan = _plan("gpt-oss-120b", "H100")
-    assert 60e9 < plan.per_gpu.weight_bytes < 70e9
-    assert plan.vllm.starts and plan.plain.requests_per_replica > 0
+    assert 64 * 2**30 < plan.per_gpu.weight_bytes < 66 * 2**30
+    assert not plan.vllm.starts and plan.start.failures[0].kind == "kv_too_small"
+    assert 0 < plan.vllm.longest_max_model_len < 131_072 and plan.plain.requests_per_replica > 0
 
 
 def test_deepseek_v3_on_8_h200_tp8():
@@ -173,7 +176,7 @@ def test_when_nothing_fits_say_what_would():
 
 
 def test_fit_advice_empty_when_it_starts():
-    model, s, _ = _plan("gpt-oss-120b", "H100")
+    model, s, _ = _plan("gpt-oss-120b", "H100", max_model_len=32_768)
     assert deployment.fit_advice(model, s) == ""
 
 
@@ -202,7 +205,7 @@ def test_cli_default_is_the_checkpoint_format(capsys):
 
 def test_cli_says_what_would_fit(capsys):
     rc, out = _run(capsys, "gpt-oss-120b", "--gpu", "H100", "--weight-dtype", "bf16")
-    assert rc == 0 and "TP 4 (4 GPUs) is the smallest that fits it" in out.out
+    assert rc == 0 and "TP 4 (4 GPUs) is the smallest that starts it" in out.out
 
 
 def test_config_saved_by_transformers_with_float_infinity_is_accepted():

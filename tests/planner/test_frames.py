@@ -479,10 +479,20 @@ def test_page_warns_when_vllm_would_refuse_to_start():
 
 @pytest.mark.slow
 def test_page_plans_gpt_oss_120b_on_one_h100_as_served():
+    """Hopper holds the MXFP4 experts in the Triton kernel's layout (64.4 GiB loaded in vllm#33155):
+    at 131,072 tokens vLLM refused (vllm#23278, #27508), at 32,768 it starts."""
     at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM")  # first build of a 117B MoE
     assert not at.exception and not at.error
     line = next(c.value.replace("\\", "") for c in at.caption if c.value.startswith("Per GPU"))
-    assert "weights 65.25 GB (mxfp4 experts + bf16)" in line and "GiB" not in line
+    assert "weights 69.31 GB (mxfp4 experts + bf16)" in line and "GiB" not in line
+    # vllm#27508's release and flags (a link carrying one turns vLLM's budget on): refused at 131,072
+    at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM", plan_gpu_memory_utilization="0.95",
+              plan_vllm_version="0.11")
+    assert not at.exception and at.toggle(key="plan_vllm_budget").value
+    assert any("Planned for vLLM 0.11: V1 0.8–0.16 rules." in c.value.replace("\\", "") for c in at.caption)
+    assert any("refuse to start" in w.value for w in at.warning)
+    at.number_input(key="plan_max_model_len").set_value(32_768)
+    at.run()
     assert not any("refuse to start" in w.value for w in at.warning)
 
 
@@ -490,7 +500,9 @@ def test_page_plans_gpt_oss_120b_on_one_h100_as_served():
 def test_page_says_what_would_fit():
     at = page(120, plan_model="gpt-oss-120b", plan_gpu="H100 SXM", plan_weight_dtype="bf16")
     assert not at.exception
-    assert any("TP 4 (4 GPUs) is the smallest that fits it" in w.value for w in at.warning)
+    # 234 GB of bf16 weights: the load fails, "Will it start?" names the change that starts it
+    assert any("TP 4 (4 GPUs) is the smallest that starts it" in c.value.replace("\\", "") for c in at.caption)
+    assert any("vLLM would not start" in e.value for e in at.error)
 
 
 @pytest.mark.slow
@@ -562,15 +574,17 @@ def test_page_and_cli_say_the_same_sentences(capsys, query, argv):
     plan, model = built.deployment, plan_models.catalog_model(argv[0])
     expected = [words.budget_sentence(plan), words.weights_sentence(plan.weights),
                 *words.what_if_sentences(plan, built.setup.block_size)]
-    if deployment.refused(plan):
+    if deployment.blocks_refused(plan):  # the blocks' sentence; other failures: "will it start"
         expected.append(words.refusal_sentence(plan.vllm, deployment.fit_advice(model, built.setup)))
     if plan.per_gpu.kv_budget_bytes == 0:
         expected.append(words.nothing_fits_sentence())
+    for refusal in built.refusals:  # "will it start": vLLM's words and the re-planned change
+        expected += [refusal.message, refusal.fix]
     if model.max_position and built.setup.context_tokens > model.max_position:
         expected.append(words.longer_than_trained_sentence([built.setup.context_tokens], model.max_position))
     at = page(120, **query)
     assert not at.exception
-    shown = "\n".join(e.value.replace("\\", "") for kind in (at.caption, at.warning, at.info) for e in kind)
+    shown = "\n".join(e.value.replace("\\", "") for kind in (at.caption, at.warning, at.info, at.code) for e in kind)
     assert len(expected) >= 3
     for sentence in expected:
         assert sentence in cli, sentence

@@ -172,3 +172,76 @@ def test_page_will_it_start_on_cpu():
     codes = [c.value for c in at.code]
     assert "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])." in codes
     assert any(c.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct") for c in codes)
+
+
+def _json(capsys, *argv) -> dict:
+    parser = argparse.ArgumentParser(prog="kvviz")
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    assert plan_cli.run(parser.parse_args(["plan", *argv, "--json"])) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("argv", [
+    ("Llama-3.1-8B", "--block-size", "16", "--platform", "cpu", "--gpu-gb", "64"),
+    ("Llama-3.1-70B", "--gpu", "H100"),
+    ("Llama-3.1-8B", "--gpu", "H100", "--kv-cache-memory-bytes", str(200 * 2**30)),
+    ("gpt-oss-20b", "--gpu", "H100", "--gpu-memory-utilization", "0.95", "--max-model-len", "8192"),
+    ("Llama-3.1-8B", "--gpu", "H100", "--context", "2000"),
+])
+def test_json_never_lists_a_refusal_beside_starts_true(capsys, argv):
+    out = _json(capsys, *argv)
+    starts = out["deployment"]["vllm"]["starts"]
+    assert starts == (not out["refusals"]) == (out["start"] != "refused")
+    assert starts == (not out["deployment"]["start"]["failures"])
+
+
+def test_weights_alone_over_the_gpu_fail_at_load_with_no_speed_bounds(capsys):
+    """Llama-3.1-70B in bf16 (131 GiB) on one H100: the load fails before any KV figure is printed."""
+    out = _json(capsys, "Llama-3.1-70B", "--gpu", "H100")
+    assert [r["kind"] for r in out["refusals"]] == ["weights_load"]
+    assert "TP 4 (4 GPUs) is the smallest that starts it" in out["refusals"][0]["fix"]
+    parser = argparse.ArgumentParser(prog="kvviz")
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    plan_cli.run(parser.parse_args(["plan", "Llama-3.1-70B", "--gpu", "H100"]))
+    text = capsys.readouterr().out
+    assert "no decode-speed bounds: vLLM would not start" in text and "tok/s" not in text.split("as vLLM")[0]
+    assert "CUDA out of memory while loading the weights" in text
+
+
+def test_a_given_kv_cache_of_200_gib_on_one_h100_does_not_start(capsys):
+    out = _json(capsys, "Llama-3.1-8B", "--gpu", "H100", "--kv-cache-memory-bytes", str(200 * 2**30))
+    assert out["start"] == "refused" and out["refusals"][0]["kind"] == "kv_given_too_large"
+
+
+def test_every_suggested_change_is_replanned_and_starts():
+    """vllm#13061: two RTX 4090 at TP 2 refused 131,072 tokens; the weaker (driver) rank held 81,536.
+    kvviz's suggested max_model_len keeps its margin and starts when re-planned; the warm-up's
+    suggested --max-num-seqs does too (gpt-oss-20b at 0.95 on one H100, llm-d-planner's v0.19 log)."""
+    from tests.planner import startups
+    runs = {r["id"]: r for r in startups.runs()}
+    run = runs["vllm13061-0.7-r1-distill-qwen-14b-2x4090-tp2"]
+    model, setup = configs.catalog_model(run["catalog"]), startups.setup(run)
+    plan = deployment.plan_setup(model, setup)
+    [refusal] = will_start.refusals(plan, setup, deployment.fit_advice(model, setup), model=model)
+    suggested = int(refusal.fix.split()[1])
+    assert suggested <= 81_536 < plan.vllm.longest_max_model_len  # what the weaker rank held
+    assert deployment.plan_setup(model, deployment.replace(setup, max_model_len=suggested)).start.starts
+    run = runs["llmd-0.19-gpt-oss-20b-tp1"]
+    model, setup = configs.catalog_model(run["catalog"]), startups.setup(run)
+    plan = deployment.plan_setup(model, setup)
+    [refusal] = will_start.refusals(plan, setup, "", model=model)
+    assert refusal.kind == "warmup" and refusal.fix.startswith("--max-num-seqs ")
+    seqs = int(refusal.fix.split()[1])
+    assert deployment.plan_setup(model, deployment.replace(setup, max_num_seqs=seqs)).start.starts
+
+
+def test_quantizing_the_weights_keeps_embeddings_and_lm_head_in_16_bits(capsys):
+    """vLLM's int8 / fp8 checkpoints quantize the decoder's linear layers only: Llama-3.1-8B in fp8
+    is 8.49 GiB as vLLM loads it (llm-d-planner v0.19 log, --quantization fp8), not 7.5."""
+    fp8 = _json(capsys, "Llama-3.1-8B", "--gpu", "H100", "--weight-dtype", "fp8")
+    assert abs(fp8["weight_bytes"] / 2**30 - 8.49) < 0.05
+    int8 = _json(capsys, "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--weight-dtype", "int8")
+    tables = 2 * 128_256 * 8192  # input embedding and LM head: 2 B each, as vLLM keeps them
+    linear = int8["weight_params"] - tables
+    assert int8["deployment"]["weights"]["weight_dtype"] == "int8 linear layers + bf16 embeddings, LM head and norms"
+    assert abs(int8["weight_bytes"] - (2 * tables + linear * 1.0625)) < 0.001 * int8["weight_bytes"]
