@@ -589,3 +589,13 @@ def test_page_and_cli_say_the_same_sentences(capsys, query, argv):
     for sentence in expected:
         assert sentence in cli, sentence
         assert sentence in shown, sentence
+
+
+@pytest.mark.slow
+def test_page_says_the_in_flight_sentence_once():
+    """gpt-oss-120b's sliding layers reserve blocks for the tokens in flight: said once, under the
+    figures, not again in the metric's help (it was both)."""
+    at = page(120, plan_model="gpt-oss-120b", plan_max_model_len="32768")
+    assert not at.exception
+    shown = [e.value for kind in (at.caption, at.info, at.warning) for e in kind]
+    assert sum("reserves blocks for the" in text for text in shown) == 1, shown

@@ -111,6 +111,11 @@ def test_page_pasted_log_table_equals_the_cli():
     rows = log_compare.compare(vllm_log.parse_log(QWEN3_14B), configs.catalog_model("Qwen3-14B"),
                                deployment.Setup(gpu_bytes=81_090 * 2**20, bandwidth_bytes_per_s=3.35e12))
     assert shown == {r.figure: r.kvviz for r in rows}
+    # a log that says its release: the page plans for it (the version left "as the pasted log says")
+    at.text_area(key="plan_vllm_log").input(CLUB_3090)
+    at.run()
+    assert any("Planned for vLLM 0.24.0 (the pasted log's): V1 0.21 on rules." in c.value.replace("\\", "")
+               for c in at.caption)
     at.text_area(key="plan_vllm_log").input("<script>alert(1)</script> no figures")
     at.run()
     assert [e.value for e in at.warning] == [inert(
