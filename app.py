@@ -27,7 +27,9 @@ def import_ui():
 
 
 def pages(rules: hosted.Policy) -> list:
-    """The navigation; a host that lists no vLLM server has no engine page (it would say it is off)."""
+    """The navigation. A host that lists no vLLM server does not show the engine page in its menu,
+    yet keeps it reachable (hidden): a link to /engine lands on a page that says why it is off,
+    never on Streamlit's "Page not found"."""
     listed = [
         st.Page("app_pages/live.py", title="Live", icon=":material/bolt:", default=True),
         st.Page("app_pages/replay.py", title="Replay", icon=":material/replay:"),
@@ -36,8 +38,9 @@ def pages(rules: hosted.Policy) -> list:
         st.Page("app_pages/serving.py", title="Serving", icon=":material/view_module:"),
         st.Page("app_pages/planner.py", title="Capacity planner", icon=":material/calculate:"),
     ]
-    if not rules.enabled or rules.engine_urls:
-        listed.append(st.Page("app_pages/engine.py", title="vLLM engine", icon=":material/dns:"))
+    offered = not rules.enabled or bool(rules.engine_urls)
+    listed.append(st.Page("app_pages/engine.py", title="vLLM engine", icon=":material/dns:",
+                          visibility="visible" if offered else "hidden"))
     return listed
 
 

@@ -16,16 +16,19 @@ from kvviz.core.errors import UserError
 from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
 
 st.title("vLLM engine · a real serving engine's KV cache, live")
-st.caption("kvviz subscribes to the server's KV-cache events (ZMQ; blocks stored, evicted, cleared) "
-           "and reads its Prometheus `/metrics`. Each number says where it comes from: "
-           "**events**, **metrics**, or **derived** from both. Start a server with `make vllm-demo`.")
 rules = ui.policy()
 link = ui.share_link(settings="these servers and settings")
 allowed = list(rules.engine_urls)
 linked = [*st.query_params.get_all("engine_urls_hosted"), *st.query_params.get_all("engine_urls")]
 if rules.enabled and not allowed:
-    st.info("Watching vLLM servers is off on this hosted kvviz (the host lists none in KVVIZ_ENGINE_URLS).")
+    st.info("Watching vLLM servers is off on this hosted kvviz: the host lists none (KVVIZ_ENGINE_URLS), so "
+            "this page is not in its menu. Every other page works without one: the menu is in the sidebar "
+            "(» at the top left opens it).")
+    st.page_link("app_pages/live.py", label="Open Live: a small model's KV cache, live", icon=":material/bolt:")
     st.stop()
+st.caption("kvviz subscribes to the server's KV-cache events (ZMQ; blocks stored, evicted, cleared) "
+           "and reads its Prometheus `/metrics`. Each number says where it comes from: "
+           "**events**, **metrics**, or **derived** from both. Start a server with `make vllm-demo`.")
 url_col, live_col, every_col, stop_col = st.columns([5, 1.5, 2, 1.6], vertical_alignment="bottom")  # "Live" uncut at 1280
 if rules.enabled:
     chosen = url_col.multiselect("vLLM servers", allowed, default=allowed[:1], key="engine_urls_hosted",

@@ -32,13 +32,11 @@ if presenting:  # the sidebar is closed on stage: slow motion sits beside Genera
         "Pace", names, index=names.index(ui.pace_name(opts.pace)), key="stage_pace",
         label_visibility="collapsed", help="Slow motion shows every step this many times as long as it "
                                            "took, to explain one step while it happens")])
-if not presenting:  # what Generate will send, and the explainer one click away below it
+if not presenting:  # what Generate will send (the explainer, one click away, ends the page)
     ui.prompt_line(cfg, info)
 status = st.empty()
 keys.pace_key(list(ui.PACES), ui.pace_name(opts.pace), ("pace", "stage_pace"))  # P: hidden, takes no room
 tour = tour_panel.TourPanel.placed(st, st.session_state, st.fragment) if tour_on else None
-if not presenting:
-    ui.explainer()
 if lm is not None:
     info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"weights {lm.weight_bytes / 2**20:,.0f} MiB")
@@ -54,7 +52,9 @@ elif "trace" in st.session_state:
                        "made with the earlier settings. Press **Generate** to run the new ones.")
     panels.show_result(st.session_state["trace"], opts.show_tokens, tour)
 elif lm is not None:
-    status.info("Press **Generate** to start. Pick a prompt and settings in the sidebar.")
+    status.info(f"Press **Generate** to start. Pick a prompt and settings in the sidebar {ui.SIDEBAR_WHERE}.")
 else:
     status.info("Generate is off until a model is loaded: see the message above, and pick another "
-                "model in the sidebar if this one cannot load.")
+                f"model in the sidebar {ui.SIDEBAR_WHERE} if this one cannot load.")
+if not presenting:  # below the run: a run's texts and map come first (before one, right under the tour)
+    ui.explainer()

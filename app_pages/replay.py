@@ -10,7 +10,7 @@ from kvviz.core.trace import TraceError
 presenting = ui.presenter_mode()
 if presenting:  # on stage: title and controls in one row, the trace choice tucked in a popover,
     # so the figures, both texts and the cache map start above the fold at 1280 x 720
-    title_col, pick_col, speed_col, step_col, play_col = st.columns([1.4, 1.3, 2, 3.4, 1.9],
+    title_col, pick_col, speed_col, step_col, play_col = st.columns([1.3, 1.2, 1.9, 3.1, 2.5],
                                                                     vertical_alignment="bottom")
     title_col.title("Replay")
     options = pick_col.popover("Trace", icon=":material/tune:", width="stretch", key="replay_options")

@@ -9,6 +9,7 @@ docs/screenshot-<page>.png; docs/screenshot-present.png is the Live page in pres
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +29,11 @@ PAGES = [  # (file name, path, button to press or None, ready selector)
 ]
 
 
+
+def labelled(page, label: str):
+    """The button labelled `label`, with or without the keyboard shortcut it shows (kvviz.app.keys)."""
+    return page.get_by_role("button", name=re.compile(rf"^{re.escape(label)}( Shortcut \S+)?$"))
+
 def settle(page) -> None:
     page.wait_for_timeout(1500)
     page.wait_for_selector(IDLE, timeout=WAIT_MS)
@@ -44,7 +50,7 @@ def open_page(browser, url: str, ready: str, width: int, height: int):
 
 def live_mid_run(page) -> None:
     """docs/screenshot.png: the Live page while the text and the cache map grow."""
-    page.get_by_role("button", name="Generate", exact=True).click()
+    labelled(page, "Generate").click()
     page.wait_for_selector(RUNNING, timeout=60_000)
     page.wait_for_function("() => (document.querySelector('.st-key-cached-panel [data-testid=stCode]')"
                            "?.innerText || '').trim().split(/\\s+/).length >= 20", timeout=WAIT_MS)
@@ -69,7 +75,7 @@ def shoot(browser, base: str, name: str, path: str, button: str | None, ready: s
             live_mid_run(page)
             settle(page)
         elif button:
-            page.get_by_role("button", name=button, exact=True).click()
+            labelled(page, button).click()
             settle(page)
         if name == "serving":
             serving_mid_run(page)
@@ -86,7 +92,7 @@ def main(base: str) -> None:
             for name, path, button, ready in PAGES:
                 shoot(browser, base, name, path, button, ready)
             page = open_page(browser, base + "/?present=1&dtype=float32", "h1", 1920, 1080)
-            page.get_by_role("button", name="Generate", exact=True).click()
+            labelled(page, "Generate").click()
             settle(page)
             page.screenshot(path=str(DOCS / "screenshot-present.png"))
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,12 @@ def launched_chromium():
             yield browser
         finally:
             browser.close()
+
+
+def button(page, label: str):
+    """The button labelled `label`, whether or not it shows a keyboard shortcut (a button with one is
+    named "Generate Shortcut G" for assistive technology: kvviz.app.keys)."""
+    return page.get_by_role("button", name=re.compile(rf"^{re.escape(label)}( Shortcut \S+)?$"))
 
 
 def open_sidebar(page) -> None:

@@ -17,7 +17,9 @@ TOUR_NEXT, TOUR_BACK = "PageDown", "PageUp"  # what a presentation clicker sends
 PLAY, STEP_BACK, STEP_FORWARD = "K", "Left", "Right"
 HELP = "?"
 PACE_PRESSED = "pace_key_pressed"  # session state: P was pressed; the page redraws the pace it shows
-PACE_HIDDEN_CSS = "<style>.st-key-pace-key, div:has(> .st-key-pace-key) { display: none; }</style>"
+PACE_HIDDEN_CSS = ("<style>.st-key-pace-key, [data-testid=stLayoutWrapper]:has(> [data-testid=stVerticalBlock] "
+                   "> [data-testid=stLayoutWrapper] > .st-key-pace-key) { display: none; }</style>")
+# the fragment's own wrapper too: a wrapper left shown takes the page's 1 rem gap
 
 PAGE_KEYS = {  # a page's title (app.py's navigation) -> (key, what it does), in the order shown
     "Live": ((GENERATE, "Generate"), (STOP, "Stop the run"),
@@ -60,7 +62,8 @@ OVERLAY_CSS = """<style>
 .kvviz-keys-card kbd, #kvviz-keys-button kbd { font: inherit; font-weight: 600; border: 1px solid #BAB0AC;
   border-radius: 0.3rem; padding: 0 0.35rem; background: #F4F6F9; }
 .kvviz-keys-note { color: #555; font-size: 0.85rem; margin-bottom: 0; }
-</style>"""
+@media (pointer: coarse) { #kvviz-keys-button { display: none; } }
+</style>"""  # a touch screen has no keys to list
 
 TOGGLE_SCRIPT = """<script>
 (() => {

@@ -317,11 +317,13 @@ h1 { font-size: 2.25rem !important; padding-top: 0.5rem !important; }
   flex-wrap: wrap; row-gap: 0.75rem; }
 [data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"])
   > [data-testid="stColumn"] { min-width: 7.5rem; }
+[data-testid="stLayoutWrapper"]:has(> .st-key-chart-preload) { display: none; }
 </style>"""  # every mode: the page starts under the header's 3.75 rem, not 6 rem down (the Live page's
 # Generate, texts and map must fit a 1280 x 720 screen); metric labels and values, and sidebar
 # links, wrap instead of being cut;
 # a row of metrics too narrow for its figures (8 headline figures beside the sidebar at 1280 px)
-# wraps onto a second line rather than breaking words mid-letter
+# wraps onto a second line rather than breaking words mid-letter; the hidden chart preload's wrapper
+# takes no gap (kvviz.live.panel.preload_charts hides the container itself)
 
 PRESENTER_CSS = """<style>
 html { font-size: clamp(16px, 1.1vw, 22px); }
@@ -430,6 +432,7 @@ INTRO = ("A small language model writes the same answer twice, side by side: onc
          "(its memory of the text so far) and once without it. Press **Generate** to watch what the "
          "memory saves and what it costs.")
 PROMPT_SHOWN_CHARS = 110  # the prompt beside Generate: one or two lines on a phone
+SIDEBAR_WHERE = "(» at the top left opens it)"  # hosted, on a phone and on stage it starts closed
 
 
 def intro() -> None:
@@ -447,7 +450,9 @@ def prompt_line(cfg: RunConfig, where=st) -> None:
 
 def explainer() -> None:
     """The plain-language panel and glossary, one click away (kvviz's own text from kvviz/assets/,
-    never user text); closed, so that Generate stays on a stranger's first screen."""
+    never user text); closed, at the end of the page: right under the tour before a run (on a
+    stranger's first screen, below Generate), below the run's panels after one (a hosted run's
+    texts and cache map keep the first screen at 1280 x 720)."""
     with st.expander("What am I looking at?", expanded=False):
         st.markdown((ASSETS / "explainer.md").read_text())
         st.markdown((ASSETS / "glossary.md").read_text())

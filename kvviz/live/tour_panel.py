@@ -1,5 +1,7 @@
-"""The guided tour's box on the Live page: the current step of kvviz.live.tour, in a fixed-height
-box (the page never jumps as steps change), with Back and Next step buttons beside it.
+"""The guided tour's box on the Live page: the current step of kvviz.live.tour, with Back and Next
+step buttons beside it. The box is as tall as its longest step at the screen's width: hidden copies
+of every step (as the shipped example run reads them, and the start text) share the shown step's
+grid cell, so the page never jumps as steps change and no step is cut, on a projector or a phone.
 
 Next and Back have keyboard shortcuts (PageDown / PageUp: what a presentation clicker sends), so
 in presenter mode the tour is the speaker's script. They live in a fragment, so that a press
@@ -14,20 +16,29 @@ drawn Markdown-inert.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from kvviz.app import keys
 from kvviz.app.slots import Slot
+from kvviz.app import ui
 from kvviz.app.ui import inert
 from kvviz.core.trace import Trace
 from kvviz.live import tour
 
-BOX_PX = 170  # the step's box: a title row and three lines of text, the longest step at 1280 px wide
+STACK_CSS = """<style>
+.st-key-tour-stack { display: grid; }
+.st-key-tour-stack > * { grid-area: 1 / 1; }
+[class*="st-key-tour-ghost"], [class*="st-key-tour-ghost"] * { visibility: hidden !important; }
+</style>"""  # the shown step and its hidden copies in one grid cell: the cell is as tall as the tallest
 NEXT_KEY, BACK_KEY = keys.TOUR_NEXT, keys.TOUR_BACK  # a presentation clicker's forward and back keys
 # session state: the trace the tour follows, the step shown, since when, a pending press, and
 # whether a presenter took over (Next / Back) from the automatic pace
 FOR, SHOWN, SINCE, MOVE, MANUAL = "tour_for", "tour_shown", "tour_since", "tour_move", "tour_manual"
 TOGGLE_HELP = ("Five short steps that point at what the run is doing as it happens, with its own "
                "numbers. Next / Back (PageDown / PageUp, a presentation clicker's keys) walk them.")
+START_TITLE = "What is a KV cache? Watch one being built."
+EXAMPLE = "smollm2-135m-cpu-fp32"  # the shipped example trace (kvviz/assets/traces): a whole run's numbers
+SLACK = " 0000000"  # a hidden copy's room for another run's longer numbers (a few more digits)
 START_TEXT = ("Press Generate and this tour points at what happens, step by step: how the model "
               "reads the prompt, how its KV cache grows with every token, and what running without "
               "it would cost.")
@@ -50,9 +61,14 @@ class TourPanel:
     def draw_box(self) -> None:
         """The fragment's body: the box, the buttons and the step for the run kept in state."""
         text_col, button_col = self.st.container(key="tour-panel").columns([5, 1], vertical_alignment="center")
-        box = text_col.container(height=BOX_PX, border=True, key="tour-box")
-        title_col, link_col = box.columns([3, 2], vertical_alignment="center")
-        self.slots = {"title": Slot(title_col), "link": Slot(link_col), "text": Slot(box)}
+        box = text_col.container(border=True, key="tour-box")
+        box.html(STACK_CSS)  # a fixed stylesheet, never user text
+        stack = box.container(key="tour-stack")
+        shown = stack.container(key="tour-step")
+        title_col, link_col = shown.columns([3, 2], vertical_alignment="center")
+        self.slots = {"title": Slot(title_col), "link": Slot(link_col), "text": Slot(shown)}
+        for i, step in enumerate(longest_steps()):  # hidden: they only hold the box's height
+            draw_step(stack.container(key=f"tour-ghost-{i}"), step)
         button_col.button("Next step", key="tour-next", shortcut=NEXT_KEY, on_click=self.press, args=(1,),
                           width="stretch")  # the button shows its key
         button_col.button("Back", key="tour-back", shortcut=BACK_KEY, on_click=self.press, args=(-1,),
@@ -106,6 +122,27 @@ class TourPanel:
 
     def show_start(self) -> None:
         self.slots["where"].caption("Guided tour: starts with the run")
-        self.slots["title"].markdown("**What is a KV cache? Watch one being built.**")
+        self.slots["title"].markdown(f"**{START_TITLE}**")
         self.slots["text"].markdown(inert(START_TEXT))
         self.slots["link"].empty()
+
+
+def draw_step(container, step: tour.TourStep) -> None:
+    """A step as the box shows it: its title and link in a row, its text below (kvviz's own words)."""
+    title_col, link_col = container.columns([3, 2], vertical_alignment="center")
+    title_col.markdown(f"**{inert(step.title)}**")
+    if step.link_url:
+        link_col.link_button(step.link_label or step.link_url, step.link_url, width="stretch")
+    container.markdown(inert(step.text))
+
+
+def longest_steps() -> list[tour.TourStep]:
+    """What the box must hold: the start text and every step of a whole run with its numbers (the
+    shipped example trace, ended), each a little longer for another run's longer numbers."""
+    example = ui.example_traces().get(EXAMPLE)
+    start = tour.TourStep(START_TITLE, START_TEXT)
+    if example is None:
+        return [start]
+    trace = ui.cached_example(str(example))
+    steps = tour.steps(trace.meta, trace.events_of("cached"), trace.events_of("recompute") or None, ended=True)
+    return [start, *(replace(step, text=step.text + SLACK) for step in steps)]

@@ -19,7 +19,7 @@ import time
 from urllib.parse import quote, urlsplit
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, served_tiny_app
+from browser_kit import ARTIFACTS, served_tiny_app
 
 from kvviz.app import links
 from kvviz.core.trace import Trace
@@ -40,8 +40,9 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    yield from launched_chromium()
+def browser(server, chromium):
+    """The session's Chromium (one playwright per process: a second one refuses to start)."""
+    yield chromium
 
 
 def fresh_page(browser, width: int = 1600, height: int = 1000):

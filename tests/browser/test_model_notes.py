@@ -5,7 +5,7 @@ first run and the next."""
 from __future__ import annotations
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, served_app
+from browser_kit import ARTIFACTS, button, launched_chromium, served_app
 
 from bench.app_server import IDLE
 
@@ -36,9 +36,9 @@ def test_the_live_page_says_the_model_keeps_state_on_its_modules(server, browser
     page = context.new_page()
     try:
         page.goto(f"{server}/?max_new=8")
-        page.get_by_role("button", name="Generate", exact=True).wait_for(timeout=LOAD_MS)
+        button(page, "Generate").wait_for(timeout=LOAD_MS)
         page.wait_for_selector(IDLE, timeout=LOAD_MS)
-        page.get_by_role("button", name="Generate", exact=True).click()
+        button(page, "Generate").click()
         page.wait_for_timeout(1000)
         page.wait_for_selector(IDLE, timeout=RUN_MS)
         page.get_by_text("state on its own modules", exact=False).first.wait_for(timeout=30_000)
@@ -49,7 +49,7 @@ def test_the_live_page_says_the_model_keeps_state_on_its_modules(server, browser
         assert "Traceback" not in text
         # A second run probes a model whose modules hold the first run's state: still the same note,
         # and no false "not the same computation" (the probe's prefill is never a one-token step).
-        page.get_by_role("button", name="Generate", exact=True).click()
+        button(page, "Generate").click()
         page.wait_for_timeout(1000)
         page.wait_for_selector(IDLE, timeout=RUN_MS)
         text = page.locator("[data-testid=stMain]").inner_text()

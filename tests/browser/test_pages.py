@@ -21,6 +21,7 @@ import hashlib
 import time
 
 import pytest
+import browser_kit
 from browser_kit import ARTIFACTS, ROOT, launched_chromium, open_sidebar, served_tiny_app
 
 from bench.app_server import IDLE, RUNNING
@@ -111,7 +112,7 @@ def nav_labels(page) -> list[str]:
 
 
 def run_and_settle(page, button: str) -> None:
-    page.get_by_role("button", name=button, exact=True).click()
+    browser_kit.button(page, button).click()
     page.wait_for_timeout(1000)
     page.wait_for_selector(IDLE, timeout=RUN_MS)
     page.wait_for_timeout(1000)

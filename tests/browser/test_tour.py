@@ -9,7 +9,9 @@ lives) + Debian's Chromium.
   ends; Next walks to the last step, whose links open the Capacity planner at 128k tokens and
   Shrink. A screenshot of the tour mid-run at 1280 x 720: test-artifacts/tour-mid-run.png;
 * presenter mode: PageDown (a presentation clicker's forward key) moves to the next step and
-  PageUp back, redrawing only the tour's box.
+  PageUp back, redrawing only the tour's box;
+* a speaker's keys on Live (the session's hosted server): ? lists them, G starts a run, S stops it,
+  P moves the pace on, and none of them fires while the prompt box is being typed in.
 
 Every wait is bounded; the server is stopped by its pid and the browser closed whatever happens.
 Without Chromium the module skips, except under CI (env CI set), where it fails.
@@ -21,7 +23,7 @@ import time
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, served_hosted_tiny
+from browser_kit import ARTIFACTS, button, open_sidebar, served_hosted_tiny
 
 from bench.app_server import IDLE, RUNNING
 from kvviz.live.tour import MIN_READ_S
@@ -44,8 +46,9 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    yield from launched_chromium()
+def browser(server, chromium):
+    """The session's Chromium (one playwright per process: a second one refuses to start)."""
+    yield chromium
 
 
 def open_page(browser, url: str, width: int = 1280, height: int = 720):
@@ -67,7 +70,7 @@ def step_shown(page) -> int | None:
 
 
 def generate(page) -> None:
-    page.get_by_role("button", name="Generate", exact=True).click()
+    button(page, "Generate").click()
     page.wait_for_selector(RUNNING, timeout=30_000)
 
 
@@ -167,5 +170,48 @@ def test_a_clicker_s_page_down_moves_the_presenter_s_tour(server, browser):
         assert not any(PHRASES[i] in text for i in PHRASES if i != start + 1), text
         page.mouse.move(0, 0)
         page.screenshot(path=str(ARTIFACTS / "tour-presenter.png"))
+    finally:
+        page.context.close()
+
+
+def overlay_open(page) -> bool:
+    return page.evaluate("() => { const o = document.getElementById('kvviz-keys'); return !!o && !o.hidden; }")
+
+
+def test_a_speaker_s_keys_run_the_live_page_and_never_fire_while_typing(hosted_app, chromium):
+    """? lists the keys (Esc closes the list); typed in the prompt box, g, ? and s stay text; P moves
+    the pace on; G starts a run and S stops it. On the session's hosted server."""
+    page = open_page(chromium, f"{hosted_app}/?max_new=128&pace={quote('Slow motion ×10')}")
+    try:
+        page.keyboard.press("?")
+        page.wait_for_function("() => !document.getElementById('kvviz-keys').hidden", timeout=5_000)
+        listed = page.locator("#kvviz-keys").inner_text()
+        assert all(key in listed for key in ("G", "Generate", "S", "Stop", "P", "PageDown", "PageUp", "?")), listed
+        page.keyboard.press("Escape")
+        page.wait_for_function("() => document.getElementById('kvviz-keys').hidden", timeout=5_000)
+        open_sidebar(page)
+        prompt = page.get_by_label("Prompt", exact=True)
+        prompt.click()
+        page.keyboard.press("End")
+        page.keyboard.type(" g?s p")
+        page.wait_for_timeout(1500)  # a key that fired would have started a rerun or the list by now
+        assert prompt.input_value().endswith(" g?s p") and not overlay_open(page)
+        assert page.locator(RUNNING).count() == 0 and page.get_by_test_id("stToast").count() == 0
+        page.evaluate("document.activeElement.blur()")
+        page.wait_for_selector(IDLE, timeout=30_000)
+        pace = page.get_by_test_id("stSidebar").get_by_role("radiogroup", name="Playback pace")
+        assert pace.locator("input:checked").evaluate("e => e.closest('label').innerText") == "Slow motion ×10"
+        page.keyboard.press("p")
+        page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stSidebar] input:checked')]"
+                               ".some(e => e.closest('label').innerText === 'Slow motion ×30')", timeout=30_000)
+        page.wait_for_selector(IDLE, timeout=30_000)
+        page.keyboard.press("g")
+        page.wait_for_selector(RUNNING, timeout=30_000)
+        page.locator(".st-key-cached-panel [data-testid=stCode]").filter(has_text=re.compile(r"\S")).wait_for(timeout=60_000)
+        page.keyboard.press("s")
+        page.get_by_text("Stopped.").wait_for(timeout=60_000)
+        page.wait_for_selector(IDLE, timeout=60_000)
+        tokens = re.search(r"Tokens\s*(\d+) ×", page.get_by_test_id("stMain").inner_text())
+        assert tokens and 0 < int(tokens.group(1)) < 128, tokens  # stopped before the end
     finally:
         page.context.close()

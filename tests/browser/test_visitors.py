@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import browser_kit
 from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, served_hosted_tiny
 
 from bench.app_server import IDLE, RUNNING
@@ -77,7 +78,7 @@ def marker(i: int) -> str:
 
 
 def wait_ready(page, button: str, timeout_ms: int = LOAD_MS) -> None:
-    page.get_by_role("button", name=button, exact=True).wait_for(timeout=timeout_ms)
+    browser_kit.button(page, button).wait_for(timeout=timeout_ms)
     page.wait_for_selector(IDLE, timeout=timeout_ms)
     page.wait_for_function(f"() => !document.evaluate(\"//button[normalize-space()='{button}']\", document, "
                            "null, 9, null).singleNodeValue.disabled", timeout=timeout_ms)
@@ -99,7 +100,7 @@ def runs_ended(page) -> int:
 def click_and_wait(page, button: str, timeout_ms: int = 60_000) -> None:
     """Press `button` and wait until the script run it caused has ended."""
     before = runs_ended(page)
-    page.get_by_role("button", name=button, exact=True).click()
+    browser_kit.button(page, button).click()
     page.wait_for_function(f"() => window.__kvRuns > {before}", timeout=timeout_ms)
     page.wait_for_selector(IDLE, timeout=timeout_ms)
 
@@ -139,12 +140,11 @@ def test_visitors_queue_hold_their_own_runs_and_release_a_closed_tab(server, bro
         loaded_s = time.monotonic() - started
 
         # the slow run takes the device; then everyone else presses at once
-        lives[0].get_by_role("button", name="Generate", exact=True).click()
+        browser_kit.button(lives[0], "Generate").click()
         lives[0].wait_for_selector(".st-key-cached-panel [data-testid=stCode]", timeout=30_000)
         waiting = {n: p for n, p in pages.items() if n != "live0"}
         for name, page in waiting.items():
-            page.get_by_role("button", name={"sweep": "Run sweep", "serving": "Run"}.get(name, "Generate"),
-                             exact=True).click()
+            browser_kit.button(page, {"sweep": "Run sweep", "serving": "Run"}.get(name, "Generate")).click()
         places: dict[str, int] = {}
         deadline = time.monotonic() + 8
         while len(places) < len(waiting) and time.monotonic() < deadline:
