@@ -29,6 +29,7 @@ CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
 TICK_S = 0.25  # the page redraws at least this often during a run (a long step's progress)
 FRAME_S = 0.1  # and at most ten times a second: tokens arriving faster are drawn together
 WAIT_SHOWN_S = 1.0  # a forward pass running longer than this gets a progress line
+LONG_PASS_S = 2.0  # and one modelled to take this long gets it from its start
 REDRAW_SHARE = 0.25  # at most this share of a run's wall clock goes to redrawing figures
 TOKEN_MARK = "│"
 RACE_NOTES_CSS = """<style>.st-key-race-notes { min-height: 9.5rem; }</style>"""
@@ -59,28 +60,29 @@ class LiveView:
         self.dimmed: set[str] = set()  # runs whose panels still show the previous run
         self.ghosted = False  # the text boxes hold the previous run's text, hidden, for their height
         presenting = ui.presenter_mode()  # on a screen: one line of figures here, the cards below the map
-        self.figure_line = None if presenting else Slot(st.container(key="headline-line"))
-        self.metric_slots = metric_cards() if presenting else []
+        self.figure_line = None if presenting else figure_line_slot()
+        self.presenting = presenting
+        self.metric_slots = metric_cards(stage=True) if presenting else []
         self.notes_slot = st.empty()  # why cache bytes are missing, which attention ran (layout facts)
         left, right, map_area = text_areas(race_on, presenting)
         which = f" · sequence 1 of {meta.batch}" if meta.batch > 1 else ""
-        self.text_slot, cached_ghost = titled_box(left, f"With the KV cache{which}", "cached-panel")
+        self.text_slot, cached_ghost, cached_box = titled_box(left, f"With the KV cache{which}", "cached-panel")
         self.ghosts = {"cached": cached_ghost}  # screen mode: the previous run's text, hidden (KEEP_HEIGHT_CSS)
-        self.note_slot = left.empty()  # "prefilling N tokens" while the prompt is read
+        self.note_slot = (cached_box or left).empty()  # "prefilling N tokens" while the prompt is read
         self.waiting: dict[str, bool] = {}  # mode -> its wait line is shown (show_wait)
         self.work = None  # cost.ModelWork of the model, for the modelled time left (run_live)
         if right is not None:
-            self.race_slot, self.ghosts["recompute"] = titled_box(
+            self.race_slot, self.ghosts["recompute"], race_box = titled_box(
                 right, f"Without a cache: the whole text recomputed every step{which}",
                                         "recompute-panel")
-            self.race_wait_slot = right.empty()
+            self.race_wait_slot = (race_box or right).empty()
             right.html(RACE_NOTES_CSS)  # a fixed stylesheet, never user text
             notes = right.container(key="race-notes")  # RACE_NOTES_CSS: room for both lines' longest forms
             self.parity_slot, self.race_note_slot = Slot(notes), Slot(notes)
         self.cache_map = cache_map_panel.CacheMapPanel(map_area.container(border=True, key="cache-map-panel"),
                                                       meta, ui.chart_font_scale())
         if not presenting:
-            self.metric_slots = metric_cards()
+            self.metric_slots = metric_cards(stage=False)
         self.max_new_tokens = max_new_tokens
         self.tour = None  # kvviz.live.tour_panel.TourPanel when the guided tour is on: drawn with each update
         self.scrubbing = False  # replay: the scrubber, not the run's end, set where it stands
@@ -128,19 +130,21 @@ class LiveView:
             slot.empty()
 
     def show_wait(self, running: Running | None, trace: Trace, seconds_per_flop: float | None) -> None:
-        """A forward pass that takes a while gets a line with its elapsed and modelled time left."""
+        """A forward pass that takes a while gets a line with its elapsed and modelled time left:
+        from WAIT_SHOWN_S on, or at once when it is modelled to take LONG_PASS_S or more."""
         slots = {"cached": self.note_slot, "recompute": getattr(self, "race_wait_slot", None)}
         for mode, slot in slots.items():
             if slot is None:
                 continue
-            if running is None or running.mode != mode or running.elapsed_s() < WAIT_SHOWN_S:
+            ours = running is not None and running.mode == mode
+            positions = self.meta.prompt_tokens + (running.step if ours and mode == "recompute" else 0)
+            total_s = (seconds_per_flop * self.work.prefill_flops(positions, self.meta.batch)
+                       if ours and seconds_per_flop and self.work is not None else None)
+            if not ours or (running.elapsed_s() < WAIT_SHOWN_S and (total_s or 0) < LONG_PASS_S):
                 if self.waiting.pop(mode, None):
                     slot.empty()
                 continue
             self.waiting[mode] = True
-            positions = self.meta.prompt_tokens + (running.step if mode == "recompute" else 0)
-            total_s = (seconds_per_flop * self.work.prefill_flops(positions, self.meta.batch)
-                       if seconds_per_flop and self.work is not None else None)
             line = wait_line(mode, running, positions, self.meta.batch, total_s)
             fraction = min(running.elapsed_s() / total_s, 0.99) if total_s else None
             if fraction is None:
@@ -161,8 +165,8 @@ class LiveView:
         if self.race_on and "recompute" not in self.dimmed:
             self.race_slot.code(text_of(recompute, self.show_tokens) or " ", language=None, wrap_lines=True)
             if final:
-                self.race_note_slot.caption(race_stop_note(cached, recompute, run_ended(cached, self.max_new_tokens),
-                                                           self.scrubbing))
+                ended = captions.run_ended(cached, self.max_new_tokens)
+                self.race_note_slot.caption(captions.race_stop_note(cached, recompute, ended, self.scrubbing))
         if final and self.ghosted and not self.dimmed:  # this run's text is all there: its own height
             self.ghosted = False
             for ghost in self.ghosts.values():
@@ -232,31 +236,89 @@ class LiveView:
 
     def draw_metrics(self, sums: RunSummary, cached, recompute) -> None:
         figures = captions.headline(self.meta, sums, cached[-1], self.wall_tokens_per_s(), cached, recompute)
-        for slot, (label, value, help_text) in zip(self.metric_slots, card_figures(figures)):
-            slot.metric(label, value, help=help_text)
+        basis = captions.run_basis(captions.no_cache_cost(cached, recompute))
+        for slot, figure in zip(self.metric_slots, card_figures(figures, self.presenting)):
+            draw_card(slot, *figure, basis)
         if self.figure_line is not None:
-            self.figure_line.caption(figure_line(figures))
+            self.figure_line.caption(figure_line(figures, basis))
 
 
-def metric_cards() -> list[Slot]:
-    """The headline figures' cards, each with its explanation (8 columns: 9 wrap at 1280 px)."""
-    with st.container(key="headline-figures"):
-        return [Slot(col) for col in st.columns(8)]
+def draw_card(slot, label: str, value: str, help_text: str, basis: str | None) -> None:
+    """One headline card; the whole run's no-cache ratio says under its figure whether it was
+    measured or modelled (a grey line, no arrow: it is not a change)."""
+    note = basis if label == captions.RUN_LABEL else None  # the row's hidden copy keeps its line's room
+    slot.metric(label, value, note, delta_color="off", delta_arrow="off", help=help_text)
 
 
-def card_figures(figures) -> list[tuple[str, str, str]]:
+RUN_CARD_CSS = """<style>
+.st-key-headline-run [data-testid="stMetric"] > div, .st-key-headline-run-ghost [data-testid="stMetric"] > div {
+  display: flex; flex-wrap: wrap; align-items: center; column-gap: 0.6rem; }
+.st-key-headline-run [data-testid="stMetricLabel"], .st-key-headline-run-ghost [data-testid="stMetricLabel"] {
+  flex-basis: 100%; }
+</style>"""  # the whole run's card: "measured" / "modelled" beside its figure when there is room
+
+
+def metric_cards(stage: bool) -> list[Slot]:
+    """The headline figures' cards, each with its explanation (card_figures: eight on a screen,
+    seven on stage; a ninth wraps at 1280 px).
+
+    The whole run's no-cache ratio, the figure to remember, comes last; on stage twice as wide,
+    so that its label takes one line and "modelled" or "measured" sits beside the figure
+    (RUN_CARD_CSS): under the figure, it made the row 30 px taller and pushed the no-cache text
+    below a 1280 x 720 stage.
+    A hidden copy of the row at its widest (captions.widest_headline) shares its grid cell
+    (KEEP_HEIGHT_CSS), so the row is as tall before a run's first figure as after it: on a first
+    run at 1280 x 720 in presenter mode every panel below jumped 69 px when the figures arrived."""
+    st.html(KEEP_HEIGHT_CSS + RUN_CARD_CSS)  # fixed stylesheets, never user text
+    count = len(card_figures(captions.widest_headline(), stage))
+    stack = st.container(key="headline-figures-stack")
+    with stack.container(key="headline-figures"):
+        slots = card_slots(count, stage, "headline-run")
+    with stack.container(key="headline-figures-ghost"):
+        for slot, figure in zip(card_slots(count, stage, "headline-run-ghost"),
+                                card_figures(captions.widest_headline(), stage)):
+            draw_card(slot, *figure, "modelled")  # kvviz's own constant text
+    return slots
+
+
+def card_slots(count: int, stage: bool, run_key: str) -> list[Slot]:
+    """A slot per headline card in one row; the last, the whole run's, in a container keyed
+    `run_key` (RUN_CARD_CSS styles it) and, on stage, twice as wide as the others."""
+    columns = st.columns([1] * (count - 1) + [2 if stage else 1])
+    return [Slot(col) for col in columns[:-1]] + [Slot(columns[-1].container(key=run_key))]
+
+
+def figure_line_slot() -> Slot:
+    """The one line of figures above the texts and the map (on a screen), as tall from the start
+    of a run as its widest form: its hidden copy shares the slot's grid cell (KEEP_HEIGHT_CSS)."""
+    st.html(KEEP_HEIGHT_CSS)  # a fixed stylesheet, never user text
+    stack = st.container(key="headline-line-stack")
+    slot = Slot(stack.container(key="headline-line"))
+    stack.container(key="headline-line-ghost").caption(figure_line(captions.widest_headline(), "modelled"))
+    return slot
+
+
+def card_figures(figures, stage: bool = False) -> list[tuple[str, str, str]]:
     """The figures as cards: eight fit a row at 1280 px (a ninth wraps and moves the stage), so
-    the whole run's no-cache ratio goes into the last step's help; the race caption under the
-    race chart states it too, and the figure line and the report show it as its own figure."""
-    run_help = next(f"{label}: {value}. {h}" for label, value, h in figures if label == captions.RUN_LABEL)
-    return [(label, value, f"{h} {run_help}" if label == captions.LAST_STEP_LABEL else h)
-            for label, value, h in figures if label != captions.RUN_LABEL]
+    the no-cache ratio of the last step both runs made goes into the help of the whole run's: the
+    whole run is the figure to remember (the race caption, the tour and the figure line quote
+    it), the last step a detail. On `stage` the computed formula goes into the measured cache's
+    help as well (the whole run's card takes two places there)."""
+    folded = {captions.LAST_STEP_LABEL: captions.RUN_LABEL}
+    if stage:
+        folded[captions.FORMULA_LABEL] = next(label for label, _, _ in figures if label.startswith("KV cache"))
+    into = {host: " ".join(f"{label}: {value}. {h}" for label, value, h in figures if folded.get(label) == host)
+            for host in folded.values()}
+    return [(label, value, f"{h} {into[label]}" if label in into else h)
+            for label, value, h in figures if label not in folded]
 
 
-def figure_line(figures) -> str:
+def figure_line(figures, basis: str | None = None) -> str:
     """The headline figures in one line of small text, above the texts and the map (kvviz's own
-    labels and numbers, escaped all the same)."""
-    return " · ".join(f"{ui.inert(label)} **{ui.inert(value)}**" for label, value, _ in figures)
+    labels and numbers, escaped all the same); the whole run's ratio says how it was found."""
+    return " · ".join(f"{ui.inert(label)} **{ui.inert(value)}**"
+                      + (f" ({basis})" if basis and label == captions.RUN_LABEL else "")
+                      for label, value, _ in figures)
 
 
 def same_stage(old: RunMeta, new: RunMeta) -> bool:
@@ -318,38 +380,24 @@ def text_areas(race_on: bool, presenting: bool):
     return left, right, map_area
 
 
-def run_ended(cached, max_new_tokens: int) -> bool:
-    """The cached run reached its token budget or EOS in every sequence (not a Stop or a limit)."""
-    return bool(cached) and (len(cached) >= max_new_tokens or all(cached[-1].finished))
-
-
-def race_stop_note(cached, recompute, ended: bool = True, scrubbing: bool = False) -> str:
-    """Why the no-cache text ends where it does (mid-word, often): the run ended, was stopped,
-    or a replay's scrubber stands at this step."""
-    if len(recompute) >= len(cached) and ended:
-        return f"Finished: all {captions.tokens(len(cached))} recomputed."
-    so_far = f"{len(recompute)} of {captions.tokens(len(cached))}"
-    if scrubbing:
-        return f"At this step of the replay the run without a cache had written {so_far} (both runs get the same time)."
-    if not ended:
-        return f"Stopped before the end: the run without a cache had written {so_far} (both runs get the same time)."
-    return f"Stopped when the cached run finished, after {so_far} (both runs get the same time)."
-
-
 PRELOAD_DESCRIPTION = "kvviz: preloads the chart code"
 PRELOAD_CSS = "<style>.st-key-chart-preload { display: none; }</style>"
 
 
 def preload_charts() -> None:
-    """An invisible empty chart, so the browser fetches its chart code while the page is idle.
+    """An invisible empty chart and figure card, so the browser fetches their code while the page
+    is idle.
 
-    Streamlit loads the Vega-Lite component on first use; until it arrives every chart is a grey
-    placeholder box, which a run's first frames would otherwise show.
+    Streamlit loads the Vega-Lite and the metric components on first use; until the chart code
+    arrives every chart is a grey placeholder box, which a run's first frames would otherwise show,
+    and until the metric code arrives the figures row's hidden copy (metric_cards) has no height:
+    on a first run it took ~0.4 s, and the row grew under the panels as the figures came.
     """
     st.html(PRELOAD_CSS)  # a fixed stylesheet, never user text
     with st.container(key="chart-preload"):
         st.vega_lite_chart({"mark": "point", "description": PRELOAD_DESCRIPTION, "data": {"values": []}},
                            height=10)
+        st.metric(PRELOAD_DESCRIPTION, "–")
 
 
 PRESENTER_TEXT_PX = 150  # on stage a text box keeps this height and follows the newest text
@@ -359,10 +407,12 @@ PRESENTER_TEXT_CSS = """<style>
 
 
 def titled_box(column, title: str, key: str):
-    """A bordered container with a fixed title; returns (the slot for its text, a ghost slot or None).
+    """A bordered container with a fixed title; returns (the slot for its text, a ghost slot or
+    None, the box a wait line goes in or None: below the box then).
 
     In presenter mode the text sits in a fixed-height box that scrolls to its newest line, so a
-    long output never pushes the panels below it off the screen. On a screen the box grows with
+    long output never pushes the panels below it off the screen; a long pass's progress line goes
+    in that box too, under the text (below it, it pushed the no-cache panel off a 1280 x 720 stage). On a screen the box grows with
     its text; the ghost, drawn in the same grid cell but hidden (KEEP_HEIGHT_CSS), holds the
     previous run's text during a second run, so the box does not shrink to the new run's first
     words and grow back, moving every panel below it (measured at 1280 x 720: 45 px).
@@ -373,17 +423,20 @@ def titled_box(column, title: str, key: str):
         if not ui.presenter_mode():
             box.html(KEEP_HEIGHT_CSS)  # a fixed stylesheet, never user text
             stack = box.container(key=f"{key}-stack")
-            return Slot(stack), Slot(stack.container(key=f"{key}-ghost"))
+            return Slot(stack), Slot(stack.container(key=f"{key}-ghost")), None
         box.html(PRESENTER_TEXT_CSS)  # a fixed stylesheet, never user text
-        return Slot(box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text")), None
+        text = box.container(height=PRESENTER_TEXT_PX, border=False, autoscroll=True, key=f"{key}-text")
+        return Slot(text), None, text
 
 
 KEEP_HEIGHT_CSS = """<style>
-.st-key-cached-panel-stack, .st-key-recompute-panel-stack, .st-key-race-caption-stack { display: grid; }
-.st-key-cached-panel-stack > *, .st-key-recompute-panel-stack > *, .st-key-race-caption-stack > * {
-  grid-area: 1 / 1; }
+.st-key-cached-panel-stack, .st-key-recompute-panel-stack, .st-key-race-caption-stack,
+.st-key-headline-figures-stack, .st-key-headline-line-stack { display: grid; }
+.st-key-cached-panel-stack > *, .st-key-recompute-panel-stack > *, .st-key-race-caption-stack > *,
+.st-key-headline-figures-stack > *, .st-key-headline-line-stack > * { grid-area: 1 / 1; }
 .st-key-cached-panel-ghost, .st-key-recompute-panel-ghost, .st-key-race-caption-ghost,
-.st-key-race-caption-ghost * { visibility: hidden !important; }
+.st-key-race-caption-ghost *, .st-key-headline-figures-ghost, .st-key-headline-figures-ghost *,
+.st-key-headline-line-ghost, .st-key-headline-line-ghost * { visibility: hidden !important; }
 </style>"""  # a caption sets its own visibility: its ghost hides each element
 
 
@@ -486,9 +539,10 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
     short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
     recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
     try:
+        known_pace = pace_before_run(lm, cfg, view)  # before the worker starts: one thread on the model
         pump.start(race.interleave(pump.tracked(cached, "cached"),
                                    pump.tracked(recompute, "recompute") if recompute is not None else None))
-        drive(pump, trace, view, opts.pace, st.session_state.get(f"seconds_per_flop:{lm.name}"), out_of_time)
+        drive(pump, trace, view, opts.pace, known_pace, out_of_time)
     except Exception as exc:  # e.g. out of memory: say so, keep what was produced
         status.error(failure_message(exc, rules.enabled))
     finally:
@@ -528,6 +582,16 @@ def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flo
             time.sleep(rest)
 
 
+def pace_before_run(lm, cfg, view: LiveView) -> float | None:
+    """The device's seconds per flop before this run has timed a pass, for the cached prefill's
+    time left: the pace the last run on this model measured in this session, else one timed pass
+    over the prompt's start (cost.calibrated_seconds_per_flop; None for a short prompt). Without
+    it a long first prefill showed only "22 s so far" (the no-cache prefill after it had an
+    estimate). No line is shown while it runs (≤ 1/8 of the prefill): a line would move the stage."""
+    return (st.session_state.get(f"seconds_per_flop:{lm.name}")
+            or cost.calibrated_seconds_per_flop(lm, cfg, view.work, view.meta.prompt_tokens))
+
+
 def seconds_per_flop(events, work) -> float | None:
     """The device's pace on whole-text passes (prefills, recompute steps): seconds per
     cost.ModelWork flop, least squares through zero, as the Sweep's time-left model fits it."""
@@ -540,7 +604,7 @@ def seconds_per_flop(events, work) -> float | None:
 
 
 def wait_line(mode: str, running: Running, positions: int, batch: int, total_s: float | None) -> str:
-    """"Prefilling 2,322 prompt tokens without a cache: 5 s so far, ≈ 11 s left (modelled …)"."""
+    """"Prefilling 2,322 prompt tokens without a cache: 5 s so far, ≈ 11 s left (an estimate …)"."""
     of_batch = f" × batch {batch}" if batch > 1 else ""
     if running.step == 0:
         what = f"Prefilling {positions:,} prompt tokens{of_batch}" + (" without a cache" if mode == "recompute" else "")
@@ -550,8 +614,9 @@ def wait_line(mode: str, running: Running, positions: int, batch: int, total_s: 
     text = f"{what}: {elapsed:.0f} s so far"
     if total_s:
         left = max(total_s - elapsed, 0.0)
-        text += (f", ≈ {captions.fmt_duration(left * 1000)} left (modelled from this device's pace on "
-                 "whole-text passes)" if left > 0 else ", longer than modelled")
+        when = f"{left:.0f} s" if left < 60 else captions.fmt_duration(left * 1000)  # an estimate: whole seconds
+        text += (f", ≈ {when} left (an estimate from this device's pace)" if left > 0.5
+                 else ", longer than the estimate")
     return text + "."
 
 

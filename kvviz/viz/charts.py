@@ -343,7 +343,8 @@ def _remainder(x: alt.X, y: alt.Y, label: str, tooltip: list) -> alt.Chart:
     """The unfinished no-cache run's remainder (rows of series "modelled"): a dashed line in its
     colour, without points (nothing there was measured), named `label` in a legend of its own
     beside the solid "measured" lines."""
-    dash = alt.StrokeDash("shown:N", title=None, scale=alt.Scale(domain=["measured", label], range=[[1, 0], [6, 4]]))
+    dash = alt.StrokeDash("shown:N", title=None, scale=alt.Scale(domain=["measured", label], range=[[1, 0], [6, 4]]),
+                          legend=alt.Legend(symbolType="stroke", symbolSize=500, symbolStrokeWidth=2))
     return alt.Chart().transform_filter("datum.series === 'modelled'").transform_calculate(
         shown=f"'{label}'").mark_line(clip=True).encode(
         x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), strokeDash=dash,

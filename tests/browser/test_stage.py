@@ -4,6 +4,10 @@
   1280 x 720 screen (race off): no panel box drops in height while it runs, none moves more
   than 4 px (box positions recorded every animation frame), and the "previous run" labels are
   gone when it ends;
+* a session's first run on a ≈ 200-token prompt at 1280 x 720, presenter and screen: no stage
+  panel moves (the figures row and line have their height before the first figure: before, 69 px
+  and 45 px jumps), and on stage the headline's no-cache card is the whole run's, measured or
+  modelled, the race caption's own figure;
 * presenter mode with a 160-token output at 1280 x 720 and 1920 x 1080: both texts stay on the
   screen (fixed-height boxes that follow the newest text);
 * a long-prompt run on the default model never stands still: the longest time without any change
@@ -21,14 +25,13 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from browser_kit import ARTIFACTS, require_chromium, served_app, launched_chromium, served_tiny_app
+from browser_kit import ARTIFACTS, require_chromium, served_app
 
 from bench.app_server import IDLE, RUNNING
 from kvviz.live import captions
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-PORTS = range(8661, 8670)
 LOAD_MS = 240_000
 RUN_MS = 300_000
 BOXES = ["cached-panel", "recompute-panel", "race-notes", "cache-map-panel", "panel-layers", "panel-total",
@@ -63,13 +66,15 @@ LONGEST_STILL_MS = """([t0, t1]) => {
 
 
 @pytest.fixture(scope="module")
-def tiny_server(tmp_path_factory):
-    yield from served_tiny_app(tmp_path_factory, "stage", PORTS)
+def tiny_server(tiny_app):
+    """The session's tiny server (tests/browser/conftest.py): a plain tiny Llama, as this module needs."""
+    return tiny_app
 
 
 @pytest.fixture(scope="module")
-def browser(tiny_server):
-    yield from launched_chromium()
+def browser(chromium):
+    """The session's Chromium: two sync playwright instances cannot run at once."""
+    return chromium
 
 
 def open_page(browser, url: str, width: int, height: int):
@@ -82,7 +87,7 @@ def open_page(browser, url: str, width: int, height: int):
 
 
 def generate(page) -> None:
-    page.get_by_role("button", name="Generate", exact=True).click()
+    page.locator(".st-key-generate button").click()  # by its key: its name carries its shortcut key
     page.wait_for_selector(RUNNING, timeout=30_000)
 
 
@@ -241,5 +246,81 @@ def test_a_two_thousand_token_prompt_never_stands_still(default_server, browser)
         print(f"{prompt_tokens} prompt tokens: run {run_s:.1f} s, longest still {longest_ms / 1000:.2f} s")
         assert prompt_tokens is not None and prompt_tokens >= 1900, prompt_tokens
         assert longest_ms <= 2500, f"the page stood still for {longest_ms / 1000:.1f} s"
+    finally:
+        page.context.close()
+
+
+LONG_PROMPT = "The key value cache keeps the keys. " * 20  # ≈ 200 tokens of the tiny tokenizer (context 256)
+FIRST_RUN_STAGE = {  # the panels a first run must leave in place, per mode
+    "present=1": ["headline-figures", "cached-panel", "recompute-panel", "race-notes", "cache-map-panel",
+                  "panel-race", "panel-positions"],
+    "race=true": ["headline-line", "cached-panel", "recompute-panel", "cache-map-panel"],
+}
+RUN_CARD = """() => {
+  const card = document.querySelector('.st-key-headline-run [data-testid=stMetric]');
+  const label = card.querySelector('[data-testid=stMetricLabel]').innerText.trim();
+  const value = card.querySelector('[data-testid=stMetricValue]').innerText.trim();
+  const delta = card.querySelector('[data-testid=stMetricDelta]');
+  const labels = [...document.querySelectorAll('.st-key-headline-figures [data-testid=stMetricLabel]')]
+    .map(l => l.innerText.trim());
+  return {label, value, basis: delta ? delta.innerText.trim() : null, labels,
+          bottom: card.getBoundingClientRect().bottom,
+          caption: document.querySelector(""" + repr(RACE_CAPTION) + """).innerText,
+          dashed: document.querySelectorAll('.st-key-panel-race path[stroke-dasharray]').length};
+}"""
+
+
+def long_prompt_page(chromium, url: str, query: str):
+    """A fresh session at 1280 x 720 (its first run: nothing drawn before it), the prompt ≈ 200 tokens."""
+    from browser_kit import open_sidebar
+    page = chromium.new_context(viewport={"width": 1280, "height": 720}).new_page()
+    page.goto(f"{url}/?max_new=48&{query}")
+    page.wait_for_selector("h1", timeout=LOAD_MS)
+    page.wait_for_timeout(1000)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    open_sidebar(page)
+    box = page.get_by_label("Prompt", exact=True)
+    box.fill(LONG_PROMPT)
+    box.press("Control+Enter")  # commits the text area
+    page.wait_for_timeout(1000)
+    page.wait_for_selector(IDLE, timeout=LOAD_MS)
+    if "present" in query:  # the stage as a room sees it: the sidebar closed again
+        page.get_by_test_id("stSidebarCollapseButton").locator("button").click()
+        page.wait_for_timeout(500)
+    return page
+
+
+@pytest.mark.parametrize("query", list(FIRST_RUN_STAGE), ids=["1280x720-presenter", "1280x720-screen"])
+def test_a_first_run_moves_no_stage_panel_and_leads_with_the_whole_run(tiny_server, browser, query):
+    """A session's first run, on a long prompt: the figures row (presenter) or line (screen) has
+    its height before the first figure (before: every panel below jumped 69 px on stage when the
+    row appeared, the line 45 px on a screen), so from "run started" to "run ended" no stage panel
+    moves more than STILL_PX. On stage the headline's no-cache figure is the whole run's, labelled
+    measured or modelled, on screen, and the race caption quotes the very same figure (before:
+    "last step 68.0×" led while the whole-run figure sat in a tooltip)."""
+    keys = FIRST_RUN_STAGE[query]
+    page = long_prompt_page(browser, tiny_server, query)
+    try:
+        page.evaluate(RECORD_BOXES, keys)
+        generate(page)
+        page.wait_for_selector(IDLE, timeout=RUN_MS)
+        page.wait_for_timeout(1500)  # charts embed after the script ends
+        seen = page.evaluate("window.__stop = true, window.__boxes")
+        mode = "presenter" if "present" in query else "screen"
+        page.screenshot(path=str(ARTIFACTS / f"stage-first-run-long-{mode}.png"))
+        for key in keys:
+            tops = [s[key][0] for s in seen if s[key]]
+            assert tops, f"{key} never drawn"
+            print(f"{key}: top {min(tops)}-{max(tops)} px over {len(seen)} frames")
+            assert max(tops) - min(tops) <= STILL_PX, f"{key} moved: {sorted(set(tops))}"
+        if "present" not in query:
+            return
+        card = page.evaluate(RUN_CARD)
+        print(card["label"], card["value"], card["basis"])
+        assert card["label"] == captions.RUN_LABEL and captions.LAST_STEP_LABEL not in card["labels"]
+        assert card["basis"] in ("measured", "modelled") and card["bottom"] <= 720, card
+        assert card["value"].startswith("≈ ") is (card["basis"] == "modelled"), card
+        assert f"{card['value']} the cached time" in card["caption"], card  # one figure, page and caption
+        assert (card["dashed"] > 0) is (card["basis"] == "modelled"), card  # the remainder, drawn dashed
     finally:
         page.context.close()

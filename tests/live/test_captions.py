@@ -244,3 +244,16 @@ def test_the_longest_race_caption_is_longer_than_every_form_it_reserves_room_for
                                             for i in range(n)], final=f)
              for n in (1, 3, 6) for f in (False, True)]
     assert all(len(captions.race_longest()) > len(form) for form in forms)
+
+
+def test_the_figures_hidden_copy_has_every_label_of_the_headline_at_its_longest():
+    """The page reserves the figures' height with a hidden copy (captions.widest_headline): it
+    must carry the same labels as the headline (the longer KV cache label), and values at least
+    as wide as a run shows, or the row grows when the figures arrive."""
+    from kvviz.core.trace import Trace, summary
+    cached = [event(i, 32 + i, 100.0 if i == 0 else 50.0) for i in range(5)]
+    recompute = [event(i, 32 + i, 60.0, "recompute", blocks=False) for i in range(3)]
+    shown = captions.headline(META, summary(Trace(META, cached + recompute)), cached[-1], 12.3, cached, recompute)
+    widest = captions.widest_headline()
+    assert [label for label, _, _ in widest] == [label.replace("(measured)", "(allocated)") for label, _, _ in shown]
+    assert all(len(wide) >= len(value) for (_, wide, _), (_, value, _) in zip(widest, shown))

@@ -41,7 +41,17 @@ def generate(at: AppTest) -> AppTest:
 
 
 def metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
+    """The headline cards' figures: the first card of each label (the row's hidden copy, at its
+    widest, follows it: kvviz.live.panel.metric_cards)."""
+    shown: dict[str, str] = {}
+    for m in cards(at):
+        shown.setdefault(m.label, m.value)
+    return shown
+
+
+def cards(at: AppTest) -> list:
+    """The page's figure cards, less the invisible one that preloads the card code."""
+    return [m for m in at.metric if m.label != PRELOAD_DESCRIPTION]
 
 
 def charts(at: AppTest) -> list:
@@ -66,7 +76,7 @@ def test_first_load_invites_to_generate(at):
     assert not at.exception
     assert any("Press **Generate**" in i.value for i in at.info)
     assert not at.error
-    assert not at.main.code and not at.metric and not charts(at)
+    assert not at.main.code and not cards(at) and not charts(at)
     assert not at.button(key="generate").disabled
     assert any("tiny" in c.value for c in at.caption)  # the loaded model's label line
 
@@ -99,10 +109,12 @@ def test_generate_shows_text_figures_and_charts(at):
     assert cached.strip()
     assert cached.startswith(recompute.strip())  # the same tokens, the recompute run behind
     figures = metrics(at)
-    assert list(figures) == ["Tokens", "KV cache (measured)", "Formula (computed)", "Time to first token",
-                             "Decode step (median)", "Tokens/s (compute)", "Tokens/s (wall clock)",
-                             "No cache ÷ cache: last step"]  # the whole run's ratio is in its help
-    assert "No cache ÷ cache: whole run: " in next(m for m in at.metric if m.label.endswith("last step")).help
+    assert list(figures)[:8] == ["Tokens", "KV cache (measured)", "Formula (computed)", "Time to first token",
+                                 "Decode step (median)", "Tokens/s (compute)", "Tokens/s (wall clock)",
+                                 "No cache ÷ cache: whole run"]  # the last step's ratio is in its help
+    run = next(m for m in at.metric if m.label.endswith("whole run"))
+    assert "No cache ÷ cache: last step: " in run.help
+    assert run.delta in ("measured", "modelled")  # said under the figure
     assert float(figures["Tokens/s (wall clock)"]) > 0  # measured by the page during the run
     assert figures["Tokens"] == "8 × 1"
     assert figures["KV cache (measured)"] == figures["Formula (computed)"]
@@ -195,7 +207,7 @@ def test_empty_prompt_is_refused(at):
     at.text_area(key=PROMPT).set_value("   \n ")
     generate(at)
     assert any("prompt is empty" in e.value for e in at.error)
-    assert not at.main.code and not at.metric
+    assert not at.main.code and not cards(at)
 
 
 def test_prompt_longer_than_the_context_is_refused(at):
@@ -203,7 +215,7 @@ def test_prompt_longer_than_the_context_is_refused(at):
     generate(at)
     errors = [e.value for e in at.error]
     assert errors and "exceeds this model's context of 256 tokens" in errors[0]
-    assert not at.main.code and not at.metric
+    assert not at.main.code and not cards(at)
 
 
 PAYLOAD = ('<script>alert("kvviz")</script> <img src=x onerror=alert(1)> **bold** '
@@ -237,7 +249,7 @@ def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_d
     assert at.slider(key="max_new").value == 8 and at.slider(key="batch").value == 2
     assert at.select_slider(key="block").value == 4 and at.selectbox(key="preset").value == "Long document"
     assert not at.toggle(key="race").value
-    assert not at.main.code and not at.metric  # nothing ran
+    assert not at.main.code and not cards(at)  # nothing ran
     assert any("Press **Generate**" in i.value for i in at.info)
 
 
@@ -305,3 +317,72 @@ def test_a_hosts_time_limit_ends_slow_motion_drawing_too(monkeypatch):
     panels.drive(pump, trace, view, 30.0, None, out_of_time=lambda: clock["t"] >= 3)
     assert len(delays) == 3  # three slow steps fit the limit; the rest are kept, not drawn slowly
     assert len(trace.events) == 50
+
+
+def test_the_cached_prefill_wait_line_gives_its_time_left_as_an_estimate():
+    """"Prefilling 1,984 prompt tokens: 22 s so far." stood alone while the no-cache prefill after
+    it got a time left: given a pace, both say what is left, as an estimate."""
+    import time
+
+    from kvviz.engine.pump import Running
+    from kvviz.live.panel import wait_line
+    running = Running("cached", 0, time.monotonic() - 22.2)
+    line = wait_line("cached", running, 1984, 1, 40.0)
+    assert line == "Prefilling 1,984 prompt tokens: 22 s so far, ≈ 18 s left (an estimate from this device's pace)."
+    assert "longer than the estimate" in wait_line("cached", running, 1984, 1, 20.0)
+
+
+def test_a_first_run_on_a_long_prompt_knows_the_device_pace_before_its_prefill(at, monkeypatch):
+    """No run before in this session: the pace the cached prefill's time left needs comes from a
+    timed pass over the prompt's start, before the run's worker starts (it was None)."""
+    from kvviz.live import panel as panels
+    seen, real = [], panels.drive
+
+    def drive(pump, trace, view, pace, known, *args, **kwargs):
+        seen.append((known, list(trace.events)))
+        return real(pump, trace, view, pace, known, *args, **kwargs)
+    monkeypatch.setattr(panels, "drive", drive)
+    at.text_area(key=PROMPT).set_value("The key value cache keeps the keys. " * 22)  # 224 tokens
+    generate(at)
+    (known, events_then), = seen
+    assert known is not None and known > 0 and events_then == []
+
+
+def test_on_stage_the_whole_run_is_a_card_and_the_last_step_and_formula_go_into_helps():
+    """Presenter mode's headline: the whole run's no-cache ratio is a card (twice as wide: its
+    "modelled" fits beside it); the last step's ratio and, on stage, the computed formula are in
+    the helps of the whole run's and the measured cache's cards."""
+    from kvviz.live import captions
+    from kvviz.live.panel import card_figures
+    figures = [(label, f"v{i}", f"h{i}") for i, (label, _, _) in enumerate(captions.widest_headline())]
+    figures[1] = ("KV cache (measured)", "v1", "h1")
+    screen, stage = card_figures(figures), card_figures(figures, stage=True)
+    assert [label for label, _, _ in screen] == [label for label, _, _ in figures if label != captions.LAST_STEP_LABEL]
+    assert [label for label, _, _ in stage] == [label for label, _, _ in screen if label != captions.FORMULA_LABEL]
+    run = dict((label, h) for label, _, h in stage)[captions.RUN_LABEL]
+    assert run == f"h8 {captions.LAST_STEP_LABEL}: v7. h7" and screen[-1] == (captions.RUN_LABEL, "v8", run)
+    assert dict((label, h) for label, _, h in stage)["KV cache (measured)"] == f"h1 {captions.FORMULA_LABEL}: v2. h2"
+
+
+def test_a_pass_modelled_to_be_long_gets_its_line_from_its_start():
+    """The cached prefill of a long prompt, 0.1 s in: with the device's pace known (a timed pass)
+    its progress line and estimate show at once; without one, only after WAIT_SHOWN_S."""
+    import time
+    from types import SimpleNamespace
+
+    from kvviz.engine.pump import Running
+    from kvviz.live import panel as panels
+
+    drawn = []
+    slot = SimpleNamespace(caption=lambda text: drawn.append(("caption", text)),
+                           progress=lambda fraction, text: drawn.append(("progress", text)),
+                           empty=lambda: drawn.append(("empty", "")))
+    work = SimpleNamespace(prefill_flops=lambda positions, batch: 1e12 * positions / 2000)
+    view = SimpleNamespace(note_slot=slot, race_wait_slot=None, waiting={}, work=work,
+                           meta=SimpleNamespace(prompt_tokens=2000, batch=1))
+    running = Running("cached", 0, time.monotonic() - 0.1)
+    panels.LiveView.show_wait(view, running, None, None)
+    assert drawn == []  # no pace: the line waits for WAIT_SHOWN_S
+    panels.LiveView.show_wait(view, running, None, 20e-12)  # 1e12 flops at 20 ps each: 20 s
+    (kind, text), = drawn
+    assert kind == "progress" and text.startswith("Prefilling 2,000 prompt tokens: 0 s so far, ≈ 20 s left (an estimate")

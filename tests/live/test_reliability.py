@@ -32,11 +32,11 @@ def test_out_of_memory_midway_keeps_output_and_next_run_works(monkeypatch, tiny_
     assert any("ran out of memory" in e.value and "released" in e.value for e in at.error)
     assert freed, "memory was not released"
     kept = at.session_state["trace"].events_of("cached")  # what was produced before the failure
-    assert kept and {m.label: m.value for m in at.metric}["Tokens"] == f"{len(kept)} × 1"
+    assert kept and {m.label: m.value for m in reversed(at.metric)}["Tokens"] == f"{len(kept)} × 1"
     monkeypatch.setattr(engine, "run_step", real_step)
     at.button(key="generate").click().run()
     assert not at.exception and not at.error
-    assert {m.label: m.value for m in at.metric}["Tokens"] == "8 × 1"
+    assert {m.label: m.value for m in reversed(at.metric)}["Tokens"] == "8 × 1"
 
 
 def test_hooks_are_removed_after_a_failed_run(monkeypatch):
