@@ -181,6 +181,8 @@ def deduction_rows(facts: LogFacts, plan: SetupPlan) -> list[Row]:
             verdict = "not in the log"
         elif mine is None:
             verdict = "kvviz has no figure (the weights are unknown)"
+        elif abs(mine - theirs) <= HALF_CENT_GIB:
+            verdict = "agrees (within the log's 0.01 GiB rounding)"
         else:
             verdict = f"differs by {(mine - theirs) / GIB:+,.2f} GiB (kvviz modelled)"
         rows.append(Row(figure, _gib(theirs) if theirs is not None else "not in the log", _gib(mine), verdict))

@@ -99,6 +99,7 @@ def _kv_too_small(plan: SetupPlan, setup: deployment.Setup, check: StartCheck, a
                "and a weaker rank)")
     else:
         fix = f"--max-model-len {check.count}" if check.count else ""
+    advice = advice[:1].lower() + advice[1:] if fix else advice  # "…; or it does not start on …"
     return Refusal(message, "; or ".join(p for p in (fix, advice) if p) or "a GPU with more memory", check.kind)
 
 

@@ -185,6 +185,8 @@ def test_v0_one_line_profile_and_its_max_seq_len_refusal_are_read():
     setup = deployment.Setup(gpu_name="RTX 3090", gpu_bytes=round(23.58 * 2**30), vllm_version="0.6.4")
     rows = {r.figure: r for r in log_compare.compare(f, configs.catalog_model("Llama-3.1-8B"), setup)}
     assert rows["Start-up"].verdict == "agrees" and rows["Start-up"].kvviz.startswith("refused: kv_too_small")
+    # a term within the log's rounding agrees (it read "differs by -0.00 GiB")
+    assert rows["Non-torch memory"].verdict == "agrees (within the log's 0.01 GiB rounding)"
     # V0 reports blocks × block size: 1,478 × 16 = 23,648 tokens, the refusal's own figure
     assert rows["KV cache size (tokens)"].vllm == "23,648"
     assert rows["KV cache size (tokens)"].verdict.startswith("agrees")
@@ -224,3 +226,18 @@ def test_the_comparison_fills_weights_and_reads_the_logs_release():
     club = {r.figure: r for r in log_compare.compare(vllm_log.parse_log(CLUB_3090),
                                                      configs.catalog_model("Qwen3-14B"), deployment.Setup())}
     assert club["vLLM release"].vllm == "0.24.0, V1 engine" and club["vLLM release"].kvviz.startswith("0.24.0")
+
+
+@pytest.mark.slow
+def test_hosted_caps_apply_to_the_settings_a_pasted_log_states(monkeypatch):
+    """A log's max_model_len (or TP × PP) over the hosted caps is not planned: one sentence."""
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.run()
+    at.text_area(key="plan_vllm_log").input(QWEN3_14B.replace("32,768 tokens per request", "10,485,760 tokens per request"))
+    at.run()
+    assert not at.exception
+    assert [w.value for w in at.warning if "Cannot compare" in w.value] == [inert(
+        "Cannot compare: the log's max_model_len is 10,485,760; this hosted kvviz allows 1,048,576: "
+        "kvviz plans the pasted log's settings under the same caps.")]
+    assert not [t for t in at.table if "vLLM's log" in t.value.columns]
