@@ -206,7 +206,8 @@ def disagreements(shown: dict, trace: Trace) -> list[str]:
     held = trace.meta.prompt_tokens + step - 1  # positions in the cache after cached step `step`
     wanted = {"headline": step, "map_caption": step - 1, "map_pos_end": held, "layers_tokens_held": held,
               "blocks_filled": held, "reservation_paged": cached[step - 1].blocks.paged_bytes,
-              "layer_times_step": step - 1, "race_cached": step, "positions_cached": step}
+              "layer_times_step": step - 1 if step > 1 else None,  # the heatmap draws decode steps only
+              "race_cached": step, "positions_cached": step}
     wrong = [f"{name} {shown[name]} (want {value})" for name, value in wanted.items() if shown[name] != value]
     for name, value in (("total_line_end", held), ("timings_line_end", step - 1)):  # read off an axis: ± 1
         if abs(shown[name] - value) >= 1:
@@ -229,10 +230,15 @@ def test_replay_shows_one_step_everywhere_while_it_plays(tiny_app, chromium):
             if (shown := frame(page)) is not None and shown["slider"] == 2:
                 seen[2] = shown
         page.keyboard.press("k")  # Play
-        deadline = time.monotonic() + 60  # 48 steps of ≈ 58 ms at a quarter of the speed: ≈ 11 s
-        while time.monotonic() < deadline and len(seen) < 6 and max(seen) < 50:
+        playing = "() => document.querySelector('.st-key-replay_play button').innerText.startsWith('Pause')"
+        deadline = time.monotonic() + 120  # 62 steps of ≈ 58 ms at a quarter of the speed: ≈ 15 s a pass
+        while time.monotonic() < deadline and len([s for s in seen if 2 < s < 64]) < 4:
             if (shown := frame(page)) is not None:
                 seen.setdefault(shown["slider"], shown)
+                if shown["slider"] == 64 and not page.evaluate(playing):  # a loaded machine draws few whole
+                    page.keyboard.press("k")  # steps: it ended, play again (from the start)
+        page.wait_for_function(f"() => ({playing})() && +document.querySelector('.st-key-replay_step input').value < 50",
+                               timeout=60_000)
         page.keyboard.press("k")  # Pause, before the end (where it would stop by itself)
         page.wait_for_selector(IDLE, timeout=30_000)
         paused = settled(page)
@@ -251,7 +257,7 @@ def test_replay_shows_one_step_everywhere_while_it_plays(tiny_app, chromium):
         page.screenshot(path=str(ARTIFACTS / "replay-stepped.png"))
         print("steps read while playing:", sorted(seen), "paused at", paused["slider"], "stepped to", stepped["slider"])
         assert stepped["slider"] == paused["slider"] - 1 and not disagreements(stepped, trace), stepped
-        assert 2 < paused["slider"] < 64 and len([s for s in seen if 2 < s < paused["slider"]]) >= 3, sorted(seen)
+        assert 2 < paused["slider"] < 64 and len([s for s in seen if 2 < s < 64]) >= 4, sorted(seen)
         wrong = {step: disagreements(shown, trace) for step, shown in seen.items()}
         assert not any(wrong.values()), {step: w for step, w in wrong.items() if w}
     finally:
