@@ -259,7 +259,7 @@ def mxfp4_kernel(arch: str | None, version: tuple[int, int, int]) -> str | None:
     return "marlin" if arch in ("ampere", "ada", "turing") else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WeightParts:
     """A model's weight bytes by where vLLM places them: the input embedding (first pipeline stage),
     each decoder layer, the output head (last stage; 0 when tied to the embedding), a multimodal
@@ -359,7 +359,8 @@ def weight_parts(cfg: dict, override: str | None = None, arch: str | None = None
         else:
             final += size
     label = format_label(qcfg, dtype_bytes) if not override else _override_label(override, dtype_bytes)
-    return WeightParts(embedding, lm_head, tuple(layers[i] for i in sorted(layers)), other, label, final)
+    return WeightParts(embedding=embedding, lm_head=lm_head, layers=tuple(layers[i] for i in sorted(layers)),
+                       other=other, label=label, final=final)
 
 
 def _override_label(override: str, dtype_bytes: int) -> str:

@@ -50,7 +50,7 @@ LATEST = "0.32"  # the release kvviz's allocator rules are checked against (.ven
 V0, V1 = "V0", "V1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Release:
     """One family of vLLM releases that budget the KV cache the same way."""
 
@@ -76,28 +76,42 @@ def _gib(x: float) -> int:
 
 
 RELEASES = (
-    Release("V0 0.6.0–0.6.4", (0, 6, 0), V0, 0.9, 0.0, _gib(0.35), False, 512, False, False,
-            ("vllm-project/vllm#10517: RTX 3090, non_torch_memory=0.35GiB, 20k/29k/35k profiles",
+    Release(name="V0 0.6.0–0.6.4", first=(0, 6, 0), engine=V0, default_gpu_memory_utilization=0.9,
+            sampler_bytes_per_logit=0.0, non_torch_tp1_bytes=_gib(0.35), non_torch_scales_with_tp=False,
+            chunked_prefill_tokens=512, deducts_cuda_graphs=False, warms_sampler_after_kv=False,
+            sources=("vllm-project/vllm#10517: RTX 3090, non_torch_memory=0.35GiB, 20k/29k/35k profiles",
              "a 0.6.4.dev log: 'Chunked prefill is enabled with max_num_batched_tokens=512'")),
-    Release("V0 0.6.5–0.6.6", (0, 6, 5), V0, 0.9, 39.0, _gib(1.79), True, 512, False, False,
-            ("vllm-project/vllm#10511 sanity checks: H100, non_torch_memory 1.79 GiB (TP 1), 3.58 (TP 2); "
+    Release(name="V0 0.6.5–0.6.6", first=(0, 6, 5), engine=V0, default_gpu_memory_utilization=0.9,
+            sampler_bytes_per_logit=39.0, non_torch_tp1_bytes=_gib(1.79), non_torch_scales_with_tp=True,
+            chunked_prefill_tokens=512, deducts_cuda_graphs=False, warms_sampler_after_kv=False,
+            sources=("vllm-project/vllm#10511 sanity checks: H100, non_torch_memory 1.79 GiB (TP 1), 3.58 (TP 2); "
              "activation 1.26 GiB at TP 1 and TP 2 alike: the sampler's 256 × 128,256 logits, not the forward",
              "vllm-project/vllm#11809 (0.7.0): non-torch measured against torch's reserved memory")),
-    Release("V0 0.7", (0, 7, 0), V0, 0.9, 39.0, _gib(0.2), False, 2048, False, False,
-            ("vllm-project/vllm#13882 (0.7.3): non_torch_memory 0.03 GiB; activation 1.42 GiB = the sampler's "
+    Release(name="V0 0.7", first=(0, 7, 0), engine=V0, default_gpu_memory_utilization=0.9,
+            sampler_bytes_per_logit=39.0, non_torch_tp1_bytes=_gib(0.2), non_torch_scales_with_tp=False,
+            chunked_prefill_tokens=2048, deducts_cuda_graphs=False, warms_sampler_after_kv=False,
+            sources=("vllm-project/vllm#13882 (0.7.3): non_torch_memory 0.03 GiB; activation 1.42 GiB = the sampler's "
              "256 × 152,064 logits × 39 B on the driver", "vllm-project/vllm#13061: 0.25 GiB, activation 0.19 GiB "
              "for 2,048 tokens of a 14B model on the TP-2 worker without the sampler; the driver kept "
              "1.23 GiB less (81,536 tokens), the same 1.42 GiB sampler pass")),
-    Release("V1 0.8–0.16", (0, 8, 0), V1, 0.9, 39.0, _gib(0.13), False, 0, False, True,
-            ("llm-d-planner accuracy_report.md, vLLM version table: Qwen3-14B activation 5.64 GiB, "
+    Release(name="V1 0.8–0.16", first=(0, 8, 0), engine=V1, default_gpu_memory_utilization=0.9,
+            sampler_bytes_per_logit=39.0, non_torch_tp1_bytes=_gib(0.13), non_torch_scales_with_tp=False,
+            chunked_prefill_tokens=0, deducts_cuda_graphs=False, warms_sampler_after_kv=True,
+            sources=("llm-d-planner accuracy_report.md, vLLM version table: Qwen3-14B activation 5.64 GiB, "
              "non-torch 0.13 GiB (v0.15, v0.16)", "vllm-project/vllm#27508: gpt-oss-120b 1.71 GiB of KV at 0.95")),
-    Release("V1 0.17", (0, 17, 0), V1, 0.9, 15.0, _gib(0.13), False, 0, False, True,
-            ("llm-d-planner accuracy_report.md: Qwen3-14B activation 2.23 GiB, non-torch 0.13 GiB (v0.17)",)),
-    Release("V1 0.18–0.20", (0, 18, 0), V1, 0.9, 15.0, _gib(0.25), False, 0, False, True,
-            ("llm-d-planner v0.19.0 logs: non-torch forward increase 0.25 GiB; 'In v0.19, CUDA graph memory "
+    Release(name="V1 0.17", first=(0, 17, 0), engine=V1, default_gpu_memory_utilization=0.9,
+            sampler_bytes_per_logit=15.0, non_torch_tp1_bytes=_gib(0.13), non_torch_scales_with_tp=False,
+            chunked_prefill_tokens=0, deducts_cuda_graphs=False, warms_sampler_after_kv=True,
+            sources=("llm-d-planner accuracy_report.md: Qwen3-14B activation 2.23 GiB, non-torch 0.13 GiB (v0.17)",)),
+    Release(name="V1 0.18–0.20", first=(0, 18, 0), engine=V1, default_gpu_memory_utilization=0.9,
+            sampler_bytes_per_logit=15.0, non_torch_tp1_bytes=_gib(0.25), non_torch_scales_with_tp=False,
+            chunked_prefill_tokens=0, deducts_cuda_graphs=False, warms_sampler_after_kv=True,
+            sources=("llm-d-planner v0.19.0 logs: non-torch forward increase 0.25 GiB; 'In v0.19, CUDA graph memory "
              "profiling will be enabled by default' (not yet deducted)",)),
-    Release("V1 0.21 on", (0, 21, 0), V1, 0.92, 15.0, _gib(0.25), False, 0, True, True,
-            ("vllm 0.32 v1/worker/gpu_worker.py:700-744: cudagraph_memory_estimate deducted when "
+    Release(name="V1 0.21 on", first=(0, 21, 0), engine=V1, default_gpu_memory_utilization=0.92,
+            sampler_bytes_per_logit=15.0, non_torch_tp1_bytes=_gib(0.25), non_torch_scales_with_tp=False,
+            chunked_prefill_tokens=0, deducts_cuda_graphs=True, warms_sampler_after_kv=True,
+            sources=("vllm 0.32 v1/worker/gpu_worker.py:700-744: cudagraph_memory_estimate deducted when "
              "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default 1, envs.py:2221)",
              "vllm 0.32 config/cache.py:102: gpu_memory_utilization default 0.92")),
 )
