@@ -120,7 +120,7 @@ def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
     try:
         return plan_models.model_from_config(cfg, PASTED_NAME, given_params=params or None, measured=True)
     except Exception as err:  # noqa: BLE001 - transformers raises many kinds; all become one line
-        raise ConfigError(f"The pasted config cannot be used: {_plain(err)}.") from None
+        raise ConfigError(f"The pasted config cannot be used: {_plain(err, cfg)}.") from None
 
 
 _LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -133,7 +133,7 @@ def _check_built_layers(cfg: dict) -> None:
     try:
         counts = plan_models.built_layer_counts(cfg)
     except Exception as err:  # noqa: BLE001 - a config class refusing the fields: one plain line
-        raise ConfigError(f"The pasted config cannot be used: {_plain(err)}.") from None
+        raise ConfigError(f"The pasted config cannot be used: {_plain(err, cfg)}.") from None
     for key, value in counts.items():
         if value > MAX_PASTED_LAYERS:
             field = key.split(".")[-1]
@@ -158,14 +158,17 @@ def _check_int_fields(cfg: dict) -> None:
         raise ConfigError(f"In the pasted config, {key} must be a positive integer (it is {kind}).")
 
 
-def _plain(err: Exception) -> str:
-    """An error message reduced to its first line of letters, digits and light punctuation, with
-    anything quoted from the config (after ", got " or inside quotes) left out."""
-    text = (str(err).strip().splitlines() or [type(err).__name__])[0].split(", got ")[0]
-    for quote in ("'", '"'):
-        parts = text.split(quote)
-        text = "".join(p if i % 2 == 0 else "…" for i, p in enumerate(parts))
-    return "".join(ch for ch in text if ch.isalnum() or ch in " _/.,-=<>()…").strip()[:200]
+def _plain(err: Exception, cfg: dict) -> str:
+    """Why transformers refused the config, in kvviz's words: the config fields the error names
+    (the pasted config's own keys, or kvviz's `_INT_FIELDS`; names only), else that it refused
+    it. transformers' text itself is never shown: it quotes the values pasted ("… with value
+    1e308 …")."""
+    words = set("".join(ch if ch.isalnum() or ch == "_" else " " for ch in str(err)).split())
+    keys = [*cfg, *(k for v in cfg.values() if isinstance(v, dict) for k in v), *_INT_FIELDS]
+    named = sorted({k for k in keys if isinstance(k, str) and k.isidentifier() and len(k) <= 64 and k in words})[:3]
+    if named:
+        return f"transformers refused its {', '.join(named)} (check them against the model's own config.json)"
+    return "transformers could not build a config from it (check its fields against the model's own config.json)"
 
 
 # ---------------------------------------------------------------- headline figures

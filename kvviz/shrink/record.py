@@ -22,26 +22,31 @@ FORMAT, VERSION = "kvviz-shrink", 1
 MAX_PROMPT_TOKENS = 1_000_000  # a bound on what a file may claim, far above any real prompt
 
 
-Count = Annotated[int, msgspec.Meta(ge=0)]
+# Every number a file may hold is bounded where it is read: a chart, a sum or a tensor never meets
+# 2**64, an infinite time or a 400-digit count (each refused in a sentence).
+Count = Annotated[int, msgspec.Meta(ge=0, le=10**7)]  # steps, positions
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**50)]  # a pebibyte: past any cache measured here
+Label = Annotated[str, msgspec.Meta(max_length=500)]
 
 
 class _Step(msgspec.Struct, forbid_unknown_fields=True):
     step: Count
-    token_id: Count
-    kv_bytes: Count
-    step_ms: Annotated[float, msgspec.Meta(ge=0)]
-    payload_bytes: Count = 0
-    scale_bytes: Count = 0
-    residual_bytes: Count = 0
-    peak_bytes: Count = 0  # 0 in files written before peaks were measured
-    cuda_peak_bytes: Count = 0
+    token_id: TokenId
+    kv_bytes: Bytes
+    step_ms: Annotated[float, msgspec.Meta(ge=0, le=1e7)]  # under three hours a step
+    payload_bytes: Bytes = 0
+    scale_bytes: Bytes = 0
+    residual_bytes: Bytes = 0
+    peak_bytes: Bytes = 0  # 0 in files written before peaks were measured
+    cuda_peak_bytes: Bytes = 0
 
 
 class _Side(msgspec.Struct, forbid_unknown_fields=True):
-    label: str
+    label: Label
     text: str
-    steps: list[_Step]
-    kept: dict[str, list[list[int]]]  # layer -> per KV head, the prompt positions kept
+    steps: Annotated[list[_Step], msgspec.Meta(max_length=100_000)]
+    kept: dict[str, list[list[Count]]]  # layer -> per KV head, the prompt positions kept
     pieces: list[str] = []  # each new token's own text
 
 
@@ -49,11 +54,11 @@ class _Doc(msgspec.Struct, forbid_unknown_fields=True):
     format: str
     version: int
     prompt_tokens: list[str]
-    diverged_at: int | None
+    diverged_at: Count | None
     full: _Side
     shrunk: _Side
-    model: str = ""
-    mode: str = ""  # the shrink mode's label, as the page showed it
+    model: Label = ""
+    mode: Label = ""  # the shrink mode's label, as the page showed it
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from statistics import median
-from typing import Annotated, Callable
+from typing import Annotated, Callable, Literal
 
 import msgspec
 
@@ -185,9 +185,14 @@ def run(lm, items: list[task.TaskItem], wanted: list[shrink.ShrinkMode], progres
 
 
 # ------------------------------------------------------------------ the file
-Count = Annotated[int, msgspec.Meta(ge=0)]
+# Every number a file may hold is bounded where it is read (a chart, a sum or a division never
+# meets 2**64 or a million rows), and every text it may show is one kvviz wrote or plain data.
+MAX_ROWS = 200  # a sweep is 1 + presses × ratios + quantized settings: 26 on the default model
+Count = Annotated[int, msgspec.Meta(ge=0, le=10**6)]  # items, answers, tokens, bits
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**50)]  # a pebibyte: past any cache measured here
 Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Ratio = Annotated[float, msgspec.Meta(ge=0, le=1e6)]
+PeakHow = Literal[("", *peak.HOW.values())]  # the caption kvviz wrote, never a file's own text
 
 
 class _Row(msgspec.Struct, forbid_unknown_fields=True):
@@ -200,9 +205,9 @@ class _Row(msgspec.Struct, forbid_unknown_fields=True):
     items: Count
     right: Count
     accuracy: Share
-    bytes: Count
-    peak_bytes: Count
-    cuda_peak_bytes: Count
+    bytes: Bytes
+    peak_bytes: Bytes
+    cuda_peak_bytes: Bytes
     step_ratio: Ratio
     step_ratio_lo: Ratio
     step_ratio_hi: Ratio
@@ -211,11 +216,11 @@ class _Row(msgspec.Struct, forbid_unknown_fields=True):
 class _Doc(msgspec.Struct, forbid_unknown_fields=True):
     format: str
     version: int
-    rows: Annotated[list[_Row], msgspec.Meta(max_length=1000)]
+    rows: Annotated[list[_Row], msgspec.Meta(max_length=MAX_ROWS)]
     model: Annotated[str, msgspec.Meta(max_length=500)] = ""
     task: Annotated[str, msgspec.Meta(max_length=2000)] = ""
     new_tokens: Count = NEW_TOKENS
-    peak_how: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    peak_how: PeakHow = ""
     complete: bool = True
 
 
@@ -235,4 +240,6 @@ def from_json(data: bytes | str) -> Sweep:
     rows = [SweepRow(**msgspec.structs.asdict(r)) for r in doc.rows]
     if any(r.right > r.items for r in rows):
         raise TraceError("a row claims more right answers than items")
+    if sum(r.kind == FULL for r in rows) > 1:
+        raise TraceError("the file holds more than one full-cache row; a sweep has one reference")
     return Sweep(rows, doc.model, doc.task, doc.new_tokens, doc.peak_how, doc.complete)

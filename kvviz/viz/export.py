@@ -1,7 +1,28 @@
-"""Charts as files: a Vega-Lite spec to SVG or PNG with vl-convert, which may fetch nothing."""
+"""Charts and tables as files: a Vega-Lite spec to SVG or PNG with vl-convert, which may fetch
+nothing; a table to CSV whose cells a spreadsheet never runs as formulas."""
 from __future__ import annotations
 
 import altair as alt
+import pandas as pd
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
+
+
+def inert_cell(value):
+    """A text cell that a spreadsheet would run as a formula ("=HYPERLINK(…)", "@SUM(…)", "+1-2")
+    with an apostrophe first, as OWASP advises; numbers and other cells unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_text(df: pd.DataFrame) -> str:
+    """`df` as CSV (no index), every text cell inert (`inert_cell`): request names, session ids and
+    any other text that came from a file, a link or a server."""
+    text_columns = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
+    safe = df.assign(**{c: df[c].map(inert_cell) for c in text_columns}) if text_columns else df
+    safe.columns = [inert_cell(str(c)) for c in safe.columns]
+    return safe.to_csv(index=False)
 
 
 def vl_version() -> str | None:

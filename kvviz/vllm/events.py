@@ -10,13 +10,20 @@ that does not decode means a vLLM whose event schema differs, reported as `Schem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 from kvviz.core.errors import UserError
+from kvviz.core.wire import problem
 
 # A block hash: the low 64 bits of a sha256 as an int by default, raw bytes in some configurations.
 BlockHash = Union[int, bytes]
+# Every number an event carries is bounded as it is decoded (a server's or a file's): a block of
+# 2**64 tokens or a time of 1e308 s is refused in a sentence, never drawn.
+TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
+BlockSize = Annotated[int, msgspec.Meta(ge=1, le=2**16)]
+Small = Annotated[int, msgspec.Meta(ge=-1, le=2**31)]  # LoRA ids, group indexes, ranks, windows
+EpochS = Annotated[float, msgspec.Meta(ge=0, le=1e11)]  # server time: epoch seconds (year 5138)
 END_SEQ = -1  # the replay endpoint's end-of-stream marker
 
 
@@ -29,15 +36,15 @@ class BlockStored(KVCacheEvent):
 
     block_hashes: list[BlockHash]
     parent_block_hash: BlockHash | None  # the block before the first one: the prefix-tree edge
-    token_ids: list[int]  # block_size × len(block_hashes) tokens
-    block_size: int
-    lora_id: int | None
+    token_ids: list[TokenId]  # block_size × len(block_hashes) tokens
+    block_size: BlockSize
+    lora_id: Small | None
     medium: str | None  # "GPU" even on the CPU backend
     lora_name: str | None
     extra_keys: list[tuple[Any, ...] | None] | None = None
-    group_idx: int | None = None
+    group_idx: Small | None = None
     kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
+    kv_cache_spec_sliding_window: Small | None = None
     locality: str | None = None
     ownership: str | None = None
     session_id: str | None = None
@@ -48,7 +55,7 @@ class BlockRemoved(KVCacheEvent):
 
     block_hashes: list[BlockHash]
     medium: str | None
-    group_idx: int | None = None
+    group_idx: Small | None = None
     locality: str | None = None
     ownership: str | None = None
 
@@ -63,9 +70,9 @@ Event = Union[BlockStored, BlockRemoved, AllBlocksCleared]
 class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True):
     """One engine step's events; `data_parallel_rank` tells DP ranks apart."""
 
-    ts: float  # epoch seconds on the server
+    ts: EpochS  # epoch seconds on the server
     events: list[Event]
-    data_parallel_rank: int | None = None
+    data_parallel_rank: Small | None = None
 
 
 class SchemaMismatch(UserError):
@@ -88,7 +95,7 @@ def decode_payload(payload: bytes) -> KVEventBatch:
         return _DECODER.decode(payload)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise SchemaMismatch(f"a KV event payload does not match vLLM 0.32's event schema "
-                             f"({exc}); is this server another vLLM version?") from None
+                             f"({problem(exc)}); is this server another vLLM version?") from None
 
 
 def decode_seq(frame: bytes) -> int:

@@ -8,8 +8,12 @@ running requests; prefix-cache queries and hits count tokens.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
+from typing import Annotated
 
+import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 from kvviz.core.errors import UserError
 
@@ -29,6 +33,12 @@ HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_tok
               "e2e": "vllm:e2e_request_latency_seconds"}
 
 
+MAX_VALUE = 1e15  # a counter of tokens or requests past this is no server's: refused, never drawn
+# Every number a scrape carries, read from a server or a watch file, is finite and in [0, MAX_VALUE].
+Value = Annotated[float, msgspec.Meta(ge=0, le=MAX_VALUE)]
+Label = Annotated[str, msgspec.Meta(max_length=200)]
+
+
 class NotVllmMetrics(UserError):
     """Text that is not Prometheus, or has no vllm: series; the message is fit to show a user."""
 
@@ -37,10 +47,11 @@ class NotVllmMetrics(UserError):
 class Histogram:
     """Cumulative bucket counts by upper bound (seconds), as Prometheus keeps them."""
 
-    le: list[str] = field(default_factory=list)  # upper bounds in seconds as labelled: ascending, last "+Inf"
-    cumulative: list[float] = field(default_factory=list)
-    sum_s: float = 0.0
-    count: float = 0.0
+    le: list[Annotated[str, msgspec.Meta(max_length=40)]] = field(default_factory=list)  # upper bounds in
+    # seconds as labelled: ascending, last "+Inf"
+    cumulative: list[Value] = field(default_factory=list)
+    sum_s: Value = 0.0
+    count: Value = 0.0
 
     def per_bucket(self) -> list[float]:
         """Observations that fell in each bucket (not cumulative)."""
@@ -51,25 +62,25 @@ class Histogram:
 class EngineMetrics:
     """One engine's series at one scrape. Missing series stay at 0."""
 
-    engine: str
-    model_name: str = ""
-    kv_cache_usage: float = 0.0
-    num_requests_running: float = 0.0
-    num_requests_waiting: float = 0.0
-    num_preemptions: float = 0.0
-    prefix_cache_queries: float = 0.0
-    prefix_cache_hits: float = 0.0
-    prompt_tokens: float = 0.0
-    generation_tokens: float = 0.0
-    num_requests_success: float = 0.0  # summed over finish reasons
-    cache_config: dict[str, str] = field(default_factory=dict)  # vllm:cache_config_info labels
+    engine: Label
+    model_name: Label = ""
+    kv_cache_usage: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    num_requests_running: Value = 0.0
+    num_requests_waiting: Value = 0.0
+    num_preemptions: Value = 0.0
+    prefix_cache_queries: Value = 0.0
+    prefix_cache_hits: Value = 0.0
+    prompt_tokens: Value = 0.0
+    generation_tokens: Value = 0.0
+    num_requests_success: Value = 0.0  # summed over finish reasons
+    cache_config: dict[Label, Label] = field(default_factory=dict)  # vllm:cache_config_info labels
     histograms: dict[str, Histogram] = field(default_factory=dict)  # "ttft", "itl", "e2e"
 
     @property
     def num_gpu_blocks(self) -> int | None:
         """Blocks in the pool, vLLM's null block included (from vllm:cache_config_info)."""
         value = self.cache_config.get("num_gpu_blocks", "")
-        return int(value) if value.isdigit() else None
+        return int(value) if re.fullmatch(r"[0-9]{1,12}", value) else None
 
     @property
     def num_usable_blocks(self) -> int | None:
@@ -94,8 +105,8 @@ def parse_metrics(text: str) -> dict[str, EngineMetrics]:
     engines: dict[str, EngineMetrics] = {}
     try:
         families = list(text_string_to_metric_families(text))
-    except (ValueError, TypeError, IndexError) as exc:
-        raise NotVllmMetrics(f"the /metrics text is not Prometheus text ({exc})") from None
+    except (ValueError, TypeError, IndexError):  # the parser's text quotes the server's: not shown
+        raise NotVllmMetrics("the /metrics text is not Prometheus text") from None
     for family in families:
         for sample in family.samples:
             if sample.name.startswith(PREFIX):
@@ -107,6 +118,13 @@ def parse_metrics(text: str) -> dict[str, EngineMetrics]:
 
 
 def add_sample(engines: dict[str, EngineMetrics], name: str, labels: dict, value: float) -> None:
+    if not (math.isfinite(value) and 0 <= value <= MAX_VALUE):
+        raise NotVllmMetrics(f"the server's /metrics gives a {name[:80]} sample outside 0 to {MAX_VALUE:g}; "
+                             "kvviz reads only finite, non-negative figures")
+    if name == "vllm:kv_cache_usage_perc" and value > 1:
+        raise NotVllmMetrics("the server's /metrics gives a KV cache usage above 100 %")
+    if any(len(str(v)) > 200 for v in labels.values()):
+        raise NotVllmMetrics(f"the server's /metrics gives a {name[:80]} label over 200 characters")
     engine = str(labels.get("engine", "0"))
     metrics = engines.setdefault(engine, EngineMetrics(engine))
     metrics.model_name = labels.get("model_name", metrics.model_name)

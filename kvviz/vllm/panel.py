@@ -20,6 +20,7 @@ from kvviz.vllm.watch import EngineWatch
 
 MAX_SIDE_BY_SIDE = 3
 MAX_PLAY_FRAMES = 40  # frames drawn when a watch is played
+MAX_FRAME_WAIT_S = 2.0  # a played frame waits at most this long: a play lasts minutes at most
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -309,8 +310,8 @@ def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
         with slot.container():
             st.caption(f"t = {t_s:.1f} s of {recording.duration_s:.1f} s")
             show_engines(states, texts, f"replay-{t_s}")
-        if speed > 0:  # the recorded pace, scaled; drawing time counts against it
-            time.sleep(max(0.0, step_s / speed - (time.monotonic() - started)))
+        if speed > 0:  # the recorded pace, scaled (a long watch faster); drawing time counts against it
+            time.sleep(min(MAX_FRAME_WAIT_S, max(0.0, step_s / speed - (time.monotonic() - started))))
 
 
 def replay_progress(bar):

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import msgspec
 
 from kvviz.core.trace import MAX_TRACE_BYTES, TraceError, write_atomic
+from kvviz.core.wire import problem
 from kvviz.vllm.events import KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
 from kvviz.vllm.state import EngineState, apply_batch, apply_scrape
@@ -22,24 +24,28 @@ FORMAT = "kvviz-vllm-watch"
 VERSION = 1
 
 
+WatchS = Annotated[float, msgspec.Meta(ge=0, le=1e8)]  # seconds since the watch started: 3 years
+Url = Annotated[str, msgspec.Meta(max_length=500)]
+
+
 class BatchRecord(msgspec.Struct):
-    t_s: float  # seconds since the watch started, on kvviz's clock
-    url: str
-    rank: int
-    seq: int
+    t_s: WatchS  # seconds since the watch started, on kvviz's clock
+    url: Url
+    rank: Annotated[int, msgspec.Meta(ge=0, le=4096)]
+    seq: Annotated[int, msgspec.Meta(ge=-1)]
     batch: KVEventBatch
 
 
 class ScrapeRecord(msgspec.Struct):
-    t_s: float
-    url: str
-    engines: dict[str, EngineMetrics]
+    t_s: WatchS
+    url: Url
+    engines: dict[Annotated[str, msgspec.Meta(max_length=100)], EngineMetrics]
 
 
 class NoteRecord(msgspec.Struct):
-    t_s: float
-    url: str
-    text: str
+    t_s: WatchS
+    url: Url
+    text: Annotated[str, msgspec.Meta(max_length=2000)]
 
 
 class _Doc(msgspec.Struct, forbid_unknown_fields=True):
@@ -86,8 +92,10 @@ class Recording:
             raise TraceError(f"the file is not a kvviz vLLM watch (format {head!r})")
         try:
             doc = msgspec.json.decode(data, type=_Doc)
+        except RecursionError:
+            raise TraceError("the vLLM watch file is nested too deeply") from None
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise TraceError(f"the vLLM watch file is invalid: {exc}") from None
+            raise TraceError(f"the vLLM watch file is invalid: {problem(exc)}") from None
         if doc.version > VERSION:
             raise TraceError(f"this watch was written by a newer kvviz (format version {doc.version}); "
                              f"this kvviz reads version {VERSION}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from kvviz.viz import export
 from kvviz.vllm import lifetimes
 from kvviz.vllm.reasons import CODES
 from kvviz.vllm.state import EngineState
@@ -60,4 +61,5 @@ def value_histogram(df: pd.DataFrame, column: str, title: str) -> alt.Chart:
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:
-    return df.to_csv(index=False).encode()
+    """The table as CSV; request names and session ids come from clients: no cell starts a formula."""
+    return export.csv_text(df).encode()

@@ -54,7 +54,12 @@ def decoder(path: Path | None):
         tok = _tokenizer(str(path))
     except Exception:  # noqa: BLE001 - a tokenizer file kvviz cannot read: show ids instead
         return None
-    return lambda ids: tok.decode(list(ids), skip_special_tokens=False)
+    def text(ids) -> str:
+        try:
+            return tok.decode(list(ids), skip_special_tokens=False)
+        except Exception:  # noqa: BLE001 - ids past this vocabulary (a file's, a server's): shown as ids
+            return " ".join(map(str, ids))
+    return text
 
 
 def chat_template(folder: Path) -> str | None:
