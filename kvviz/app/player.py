@@ -21,7 +21,9 @@ STEP = "replay_step"  # the Step slider's key: the step shown, counted from 1 (1
 PLAYING = "replay_playing"
 CLOCK = "replay_clock"  # (monotonic start, the step it started at, the speed): while playing
 SHOWN = "replay_shown"  # the step the last script run drew (a different slider value: moved by hand)
+SHOWN_AT = "replay_shown_at"  # when it drew it (monotonic seconds)
 HOLD_S = 0.2  # the least time a drawn step stays on screen, whole, before the next is drawn
+RESUME_S = 3.0  # a playback whose last step was drawn longer ago was left (another page): it resumes
 
 
 def due_in_s(step_ms: Sequence[float], start: int, step: int, speed: float) -> float:
@@ -84,7 +86,8 @@ class Player:
             return self.current()
         now, here = self.clock(), self.current()
         started, start, speed = self.state.get(CLOCK) or (now, here, self.speed)
-        if here != self.state.get(SHOWN) or speed != self.speed:  # moved by hand, or a new speed
+        left = now - self.state.get(SHOWN_AT, now) > RESUME_S  # back from another page: on from here
+        if here != self.state.get(SHOWN) or speed != self.speed or left:  # moved by hand, or a new speed
             started, start, speed = now, here, self.speed
         self.state[CLOCK] = (started, start, speed)
         if self.speed == 0:  # instant: one step further each script run, from the start step
@@ -98,7 +101,7 @@ class Player:
 
     def next_step(self, shown: int, rerun: Callable[[], None], sleep: Callable[[float], None] = time.sleep) -> None:
         """After the page is drawn at `shown`: wait for the next step and `rerun`, or stop at the end."""
-        self.state[SHOWN] = shown
+        self.state.update({SHOWN: shown, SHOWN_AT: self.clock()})
         if not self.playing:
             return
         wait_s = HOLD_S

@@ -86,3 +86,14 @@ def test_pause_step_and_a_drag_while_playing():
     playback.toggle()
     playback.step(-1)  # a step pauses
     assert not playback.playing and state[STEP] == 3
+
+
+def test_a_playback_left_for_another_page_goes_on_from_where_it_was():
+    """Leaving Replay mid-play leaves it playing in the session; back later, it does not jump to
+    the step the old clock says is due."""
+    state, clock = {STEP: 1}, Clock()
+    playback = Player(state, STEP_MS, 1.0, clock)
+    playback.toggle()
+    playback.next_step(playback.advance(), lambda: None, lambda s: None)
+    clock.now += 60.0  # another page, a minute
+    assert playback.advance() == 1 and playback.playing
