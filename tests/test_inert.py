@@ -147,6 +147,12 @@ def rendered(at: AppTest) -> list[tuple[str, str, str]]:
     return out
 
 
+def autolinked(text: str, i: int) -> bool:
+    """Whether payload `i`'s bare URL is still one GitHub-flavoured Markdown links (escaping its
+    colon does not stop that: tests/test_inert.py's own finding)."""
+    return re.search(rf"https\\?://x\\?\.invalid/[lm]?{i}\b", text) is not None
+
+
 def leaks(texts: list[tuple[str, str, str]], ids) -> list[str]:
     """Each payload whose Markdown or HTML survived into rendered text, with where."""
     out = []
@@ -154,6 +160,8 @@ def leaks(texts: list[tuple[str, str, str]], ids) -> list[str]:
         for i in ids:
             hits = [m for m in markers(i) if m in text] if kind != "html" else \
                 [m for m in markers(i) if m == f"<b>h{i}</b>" and m in text]
+            if kind != "html" and autolinked(text, i):
+                hits.append("a bare URL GFM links")
             if hits:
                 out.append(f"payload {i} in {kind}.{field}: {hits}")
     return out

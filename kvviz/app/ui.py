@@ -42,14 +42,22 @@ class LiveOptions:
 
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+# GitHub-flavoured Markdown links bare URLs, "www." names and e-mail addresses whatever is escaped:
+# a word joiner (U+2060, invisible) after the scheme's colon, after "www" and before "@" stops it.
+AUTOLINKS = ((re.compile(r"(\\:)(?=//)"), "\\1\u2060"), (re.compile(r"(?i)\b(www)(?=\\\.)"), "\\1\u2060"),
+             (re.compile("@"), "\u2060@"))
 
 
 def inert(text: str) -> str:
-    """`text` with every Markdown-significant character escaped, for alerts that render Markdown.
+    """`text` with every Markdown-significant character escaped and no bare URL or address made a
+    link, for alerts and captions that render Markdown.
 
     Error messages can quote what a user typed, a URL carried or an uploaded file held.
     """
-    return MARKDOWN_SPECIALS.sub(r"\\\1", str(text))
+    text = MARKDOWN_SPECIALS.sub(r"\\\1", str(text))
+    for pattern, joined in AUTOLINKS:
+        text = pattern.sub(joined, text)
+    return text
 
 
 def visitor_text(exc: BaseException, context: str = "") -> str:
