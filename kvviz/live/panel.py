@@ -5,6 +5,7 @@ spec is built once per run and only its data is swapped (kvviz.viz.charts.spec_w
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import asdict, replace
 
@@ -71,6 +72,7 @@ class LiveView:
         self.note_slot = (cached_box or left).empty()  # "prefilling N tokens" while the prompt is read
         self.waiting: dict[str, bool] = {}  # mode -> its wait line is shown (show_wait)
         self.work = None  # cost.ModelWork of the model, for the modelled time left (run_live)
+        self.timed_pace: float | None = None  # seconds per flop from timed_pass, set by the worker
         if right is not None:
             self.race_slot, self.ghosts["recompute"], race_box = titled_box(
                 right, f"Without a cache: the whole text recomputed every step{which}",
@@ -136,6 +138,9 @@ class LiveView:
         for mode, slot in slots.items():
             if slot is None:
                 continue
+            if running is not None and running.mode == TIMING and mode == "cached":
+                self.show_timing(running, slot)  # the timed pass before the cached prefill
+                continue
             ours = running is not None and running.mode == mode
             positions = self.meta.prompt_tokens + (running.step if ours and mode == "recompute" else 0)
             total_s = (seconds_per_flop * self.work.prefill_flops(positions, self.meta.batch)
@@ -151,6 +156,14 @@ class LiveView:
                 slot.caption(line)
             else:
                 slot.progress(fraction, text=line)
+
+    def show_timing(self, running: Running, slot) -> None:
+        """The line of the pass that times the device (timed_pass), once it takes WAIT_SHOWN_S."""
+        if running.elapsed_s() < WAIT_SHOWN_S:
+            return
+        self.waiting["cached"] = True  # the prefill's own line, or nothing, replaces it
+        slot.caption(f"Timing a {cost.calibration_tokens(self.meta.prompt_tokens)}-token pass, for the "
+                     f"prefill's time left: {running.elapsed_s():.0f} s so far.")
 
     def update(self, trace: Trace, final: bool = False) -> None:
         cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
@@ -539,9 +552,10 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
     short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
     recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
     try:
-        known_pace = pace_before_run(lm, cfg, view)  # before the worker starts: one thread on the model
-        pump.start(race.interleave(pump.tracked(cached, "cached"),
-                                   pump.tracked(recompute, "recompute") if recompute is not None else None))
+        known_pace = st.session_state.get(f"seconds_per_flop:{lm.name}")  # this session's last run's
+        timing = () if known_pace else pump.tracked(timed_pass(lm, cfg, view), TIMING)
+        pump.start(itertools.chain(timing, race.interleave(
+            pump.tracked(cached, "cached"), pump.tracked(recompute, "recompute") if recompute is not None else None)))
         drive(pump, trace, view, opts.pace, known_pace, out_of_time)
     except Exception as exc:  # e.g. out of memory: say so, keep what was produced
         status.error(failure_message(exc, rules.enabled))
@@ -576,20 +590,23 @@ def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flo
         if arrived and pace <= 1.0:
             view.update(trace)
             per_flop = seconds_per_flop(trace.events, view.work) or per_flop
-        view.show_wait(pump.running, trace, per_flop)
+        view.show_wait(pump.running, trace, per_flop or view.timed_pace)
         rest = FRAME_S - (time.monotonic() - started)
         if arrived and rest > 0:
             time.sleep(rest)
 
 
-def pace_before_run(lm, cfg, view: LiveView) -> float | None:
-    """The device's seconds per flop before this run has timed a pass, for the cached prefill's
-    time left: the pace the last run on this model measured in this session, else one timed pass
-    over the prompt's start (cost.calibrated_seconds_per_flop; None for a short prompt). Without
-    it a long first prefill showed only "22 s so far" (the no-cache prefill after it had an
-    estimate). No line is shown while it runs (≤ 1/8 of the prefill): a line would move the stage."""
-    return (st.session_state.get(f"seconds_per_flop:{lm.name}")
-            or cost.calibrated_seconds_per_flop(lm, cfg, view.work, view.meta.prompt_tokens))
+TIMING = "timing"  # the Running mode of timed_pass
+
+
+def timed_pass(lm, cfg, view: LiveView):
+    """On the worker, before the cached prefill when no earlier run of this session measured the
+    device's pace: one timed pass over the prompt's start (cost.calibrated_seconds_per_flop; none
+    for a short prompt), into `view.timed_pace`, for the prefill's modelled time left. Without it
+    a long first prefill showed only "22 s so far" (the no-cache prefill after it had an
+    estimate). A generator without events, so that it runs on the worker while the page draws."""
+    view.timed_pace = cost.calibrated_seconds_per_flop(lm, cfg, view.work, view.meta.prompt_tokens)
+    yield from ()
 
 
 def seconds_per_flop(events, work) -> float | None:

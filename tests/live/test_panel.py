@@ -334,18 +334,18 @@ def test_the_cached_prefill_wait_line_gives_its_time_left_as_an_estimate():
 
 def test_a_first_run_on_a_long_prompt_knows_the_device_pace_before_its_prefill(at, monkeypatch):
     """No run before in this session: the pace the cached prefill's time left needs comes from a
-    timed pass over the prompt's start, before the run's worker starts (it was None)."""
+    timed pass over the prompt's start, on the worker before the prefill (there was none)."""
     from kvviz.live import panel as panels
     seen, real = [], panels.drive
 
     def drive(pump, trace, view, pace, known, *args, **kwargs):
-        seen.append((known, list(trace.events)))
+        seen.append(view)
         return real(pump, trace, view, pace, known, *args, **kwargs)
     monkeypatch.setattr(panels, "drive", drive)
     at.text_area(key=PROMPT).set_value("The key value cache keeps the keys. " * 22)  # 224 tokens
     generate(at)
-    (known, events_then), = seen
-    assert known is not None and known > 0 and events_then == []
+    (view,) = seen
+    assert view.timed_pace is not None and view.timed_pace > 0
 
 
 def test_on_stage_the_whole_run_is_a_card_and_the_last_step_and_formula_go_into_helps():
@@ -386,3 +386,29 @@ def test_a_pass_modelled_to_be_long_gets_its_line_from_its_start():
     panels.LiveView.show_wait(view, running, None, 20e-12)  # 1e12 flops at 20 ps each: 20 s
     (kind, text), = drawn
     assert kind == "progress" and text.startswith("Prefilling 2,000 prompt tokens: 0 s so far, ≈ 20 s left (an estimate")
+
+
+def test_the_timed_pass_runs_on_the_worker_with_its_own_line():
+    """The pass that times the device runs on the worker (the page keeps drawing: run in the
+    script thread it left the page still for 2.6 s under load) and, past WAIT_SHOWN_S, says so."""
+    import time
+    from types import SimpleNamespace
+
+    from kvviz.engine.pump import Running
+    from kvviz.live import panel as panels
+    from tiny import tiny_lm
+
+    from kvviz.core.config import RunConfig
+    from kvviz.engine import cost, loop
+    lm = tiny_lm()
+    cfg = RunConfig(prompts=("The key value cache keeps the keys. " * 22,), max_new_tokens=2)
+    view = SimpleNamespace(work=cost.model_work(lm), meta=loop.run_meta(lm, cfg), timed_pace=None)
+    steps = panels.timed_pass(lm, cfg, view)
+    assert view.timed_pace is None and list(steps) == [] and view.timed_pace > 0  # runs when iterated
+
+    drawn = []
+    slot = SimpleNamespace(caption=drawn.append, empty=lambda: drawn.append(""))
+    shown = SimpleNamespace(note_slot=slot, race_wait_slot=None, waiting={}, meta=view.meta)
+    shown.show_timing = lambda running, s: panels.LiveView.show_timing(shown, running, s)
+    panels.LiveView.show_wait(shown, Running(panels.TIMING, 0, time.monotonic() - 1.5), None, None)
+    assert drawn == ["Timing a 32-token pass, for the prefill's time left: 2 s so far."]
