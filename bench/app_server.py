@@ -7,6 +7,8 @@ a test's artifacts) or a temporary file, and its tail is quoted when the server 
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import socket
 import subprocess
@@ -100,6 +102,24 @@ class Server:
             self.proc.wait(timeout=20)
         self.log.close()
         return False
+
+
+_PLAYWRIGHT = []  # the process's one Playwright, once started
+
+
+def playwright():
+    """The process's one Playwright, started on first use and stopped at exit. Its sync API cannot
+    run twice at once in a thread: every test, benchmark and script in a process shares this one."""
+    if not _PLAYWRIGHT:
+        from playwright.sync_api import sync_playwright
+        _PLAYWRIGHT.append(sync_playwright().start())
+        atexit.register(_PLAYWRIGHT[0].stop)
+    return _PLAYWRIGHT[0]
+
+
+def shared_playwright():
+    """`with shared_playwright() as pw:` where `with sync_playwright() as pw:` would start a second one."""
+    return contextlib.nullcontext(playwright())
 
 
 def chromium_context(pw, profile_dir, viewport: dict):

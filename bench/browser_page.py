@@ -206,10 +206,10 @@ def measure_rounds(s: Settings, context, url: str, headless: Headless) -> dict[s
 
 def browser_vs_headless(s: Settings, model: str | None = None) -> tuple[list[Result], str]:
     """The rows and the method; on the default model unless `model` names another (tests: a tiny one)."""
-    from playwright.sync_api import sync_playwright
+    from bench.app_server import shared_playwright
     if not CHROMIUM.exists():
         raise RuntimeError(f"{CHROMIUM} is missing: the live-page benchmark needs Debian's chromium")
-    with Server({"KVVIZ_MODEL": model} if model else None) as server, Headless(model) as headless, sync_playwright() as pw, \
+    with Server({"KVVIZ_MODEL": model} if model else None) as server, Headless(model) as headless, shared_playwright() as pw, \
             tempfile.TemporaryDirectory(prefix="kvviz-bench-chromium-") as profile:
         context = chromium_context(pw, profile, VIEWPORT)
         try:

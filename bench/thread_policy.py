@@ -22,9 +22,9 @@ def page_rates(page) -> dict:
 
 
 def thread_policy(s: Settings) -> tuple[list[Result], str]:
-    from playwright.sync_api import sync_playwright
+    from bench.app_server import shared_playwright
     with Server(VARIANTS["policy"]) as ours, Server(VARIANTS["torch default"]) as theirs, \
-            sync_playwright() as pw, tempfile.TemporaryDirectory(prefix="kvviz-bench-chromium-") as profile:
+            shared_playwright() as pw, tempfile.TemporaryDirectory(prefix="kvviz-bench-chromium-") as profile:
         context = chromium_context(pw, profile, VIEWPORT)
         try:
             pages = {"policy": open_page(context, ours.url, False, s.new_tokens),

@@ -43,15 +43,12 @@ def served_tiny_app(tmp_path_factory, name: str, ports: range):
 
 def launched_chromium():
     """Debian's Chromium through playwright for a test module, closed after it."""
-    from playwright.sync_api import sync_playwright
-
-    from bench.app_server import CHROMIUM_ARGS
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    from bench.app_server import CHROMIUM_ARGS, playwright
+    browser = playwright().chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 def button(page, label: str):

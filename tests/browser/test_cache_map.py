@@ -35,9 +35,11 @@ def server():
 
 @pytest.fixture(scope="module")
 def page(server, tmp_path_factory):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    with sync_playwright() as pw:
+    from bench.app_server import shared_playwright
+
+    with shared_playwright() as pw:
         context = chromium_context(pw, tmp_path_factory.mktemp("chromium-cache-map"), VIEWPORT)
         try:
             page = context.new_page()

@@ -50,9 +50,9 @@ def server():
 
 @pytest.fixture(scope="module")
 def browser_context(server, tmp_path_factory):
-    from playwright.sync_api import sync_playwright
+    from bench.app_server import shared_playwright
 
-    with sync_playwright() as pw:
+    with shared_playwright() as pw:
         context = chromium_context(pw, tmp_path_factory.mktemp("chromium-profile"), VIEWPORT)
         try:
             yield context

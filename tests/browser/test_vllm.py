@@ -26,12 +26,12 @@ def metric_value(page, label: str) -> str:
 
 
 def test_engine_page_updates_live_in_a_browser(app_url, tmp_path):
-    from playwright.sync_api import sync_playwright
+    from bench.app_server import shared_playwright
 
     fake = FakeVllm()
     fake.publish_captured(upto=10)
     try:
-        with sync_playwright() as pw:
+        with shared_playwright() as pw:
             ctx = chromium_context(pw, tmp_path / "profile", {"width": 1600, "height": 1000})
             page = ctx.new_page()
             page.goto(app_url + "/engine", timeout=WAIT_MS)

@@ -154,7 +154,9 @@ def test_the_real_demo_attaches_to_its_own_port_and_ends_cleanly(tmp_path):
     Every wait is bounded; the demo's whole process group is stopped in `finally`."""
     from bench.app_server import CHROMIUM, CHROMIUM_ARGS
     from browser_kit import require_chromium
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
+
+    from bench.app_server import shared_playwright
     from tests.vllm.test_integration import VENV, opted_out, stop
 
     if opted_out():
@@ -176,7 +178,7 @@ def test_the_real_demo_attaches_to_its_own_port_and_ends_cleanly(tmp_path):
     try:
         link = wait_for_output(proc, out_path, "vLLM is up", DEMO_START_TIMEOUT_S).split("open ")[-1].split()[0]
         assert f"engine_urls=http%3A%2F%2F127.0.0.1%3A{port}" in link, link
-        with sync_playwright() as pw:
+        with shared_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
                 pages = [browser.new_page(viewport={"width": 1600, "height": 1000}) for _ in range(2)]
