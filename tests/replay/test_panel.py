@@ -166,4 +166,4 @@ def test_trace_origin_line_escapes_the_model_label():
     from kvviz.app import ui
     trace = Trace.load(EXAMPLE)
     trace.meta = msgspec.structs.replace(trace.meta, model_label="[phish](https://example.invalid)")
-    assert "\\[phish\\]\\(https\\://example\\.invalid\\)" in ui.trace_origin(trace)
+    assert "\\[phish\\]\\(https\\:\u2060//example\\.invalid\\)" in ui.trace_origin(trace)  # no link, bare or not
