@@ -15,8 +15,8 @@ from kvviz.shrink import record as shrink_record
 from kvviz.core.meta import LayerRecord
 from kvviz.core.trace import Trace, TraceError, check_run_meta
 
-EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json")
-                          if not shrink_record.is_record(p.read_bytes())).read_text())  # a run trace
+EXAMPLE = json.loads(next(p for p in sorted((Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json"))
+                          if json.loads(p.read_text()).get("format") == "kvviz-trace").read_text())  # a run trace
 EXAMPLE["events"] = EXAMPLE["events"][:20]  # the meta is what varies: keep each example small
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

