@@ -125,7 +125,8 @@ def cache_map_chart(df: pd.DataFrame, kinds: Sequence[CacheSpec], max_len: int,
     opacity = alt.Opacity("status:N", legend=None, scale=alt.Scale(
         domain=list(STATUS_OPACITY), range=list(STATUS_OPACITY.values())))
     cells = alt.Chart().transform_filter(alt.datum.row == "cell").mark_rect().encode(
-        x=_x(max_len, "token position (tap or hover a column for its text)" if hover else "token position"),
+        x=_x(max_len, "token position"),  # "tap or hover a column": the caption under the map says it (a
+        # longer title ran past a phone's edge)
         x2="pos_end:Q", y=_y(kinds),
         yOffset=alt.YOffset("tensor_row:O", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("shade:N", title="cache holds", scale=alt.Scale(

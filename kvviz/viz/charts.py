@@ -98,8 +98,20 @@ FONT_PX = {("axis", "labelFontSize"): 12, ("axis", "titleFontSize"): 12, ("legen
            ("title", "fontSize"): 16, ("text", "fontSize"): 11}
 
 
+PHONE_PX = 700  # a window narrower than this is a phone: chart text keeps its usual size even on stage
+LEGEND_LABEL_LIMIT_PX = 160  # Vega's default legend label limit, scaled with the text on stage
+
+
+def _on_screen(px: int, scale: float) -> dict:
+    """`px` scaled on a window at least PHONE_PX wide, as is on a narrower one (a Vega expression,
+    evaluated when the chart is embedded: a window narrowed afterwards keeps the sizes it had)."""
+    return {"expr": f"windowSize()[0] < {PHONE_PX} ? {px} : {round(px * scale)}"}
+
+
 def with_font_scale(spec: dict, scale: float) -> dict:
-    """`spec` with every chart text `scale` times its usual size (presenter mode), as config.
+    """`spec` with every chart text `scale` times its usual size (presenter mode), as config;
+    label limits grow with the text. On a phone-wide window (under PHONE_PX) the sizes stay as
+    they are: the enlarged text is for a projector and ran past a phone's chart edges.
 
     Text marks that set their own fontSize keep it. Shallow: `spec` is not mutated.
     """
@@ -107,8 +119,9 @@ def with_font_scale(spec: dict, scale: float) -> dict:
         return spec
     config = dict(spec.get("config", {}))
     for (part, key), px in FONT_PX.items():
-        config[part] = {**config.get(part, {}), key: round(px * scale)}
-    config["axis"] = {**config["axis"], "labelLimit": round(180 * scale)}
+        config[part] = {**config.get(part, {}), key: _on_screen(px, scale)}
+    config["axis"] = {**config["axis"], "labelLimit": _on_screen(180, scale)}
+    config["legend"] = {**config["legend"], "labelLimit": _on_screen(LEGEND_LABEL_LIMIT_PX, scale)}
     return {**spec, "config": config}
 
 
@@ -198,7 +211,8 @@ def total_cache_chart(
     top = max_bytes or int(1.08 * max(weight_bytes, contiguous_bytes)) or None
     x = alt.X("seq_len:Q", title="tokens per sequence", scale=_domain(0, max_seq_len))
     y = alt.Y("bytes:Q", title="KV cache", scale=_domain(0, top), axis=_bytes_axis(top))
-    color = _color("series:N", SERIES_COLORS, "cache")
+    # the legend below: beside the plot, on a phone on stage, the rules' labels ran into it
+    color = _color("series:N", SERIES_COLORS, "cache", legend=alt.Legend(orient="bottom", direction="horizontal"))
     # Two layers, so the dashed formula is drawn over the (equal) measured line, not hidden by it.
     lines = [alt.Chart().transform_filter(alt.datum.mode == "cached").transform_calculate(
         bytes=f"datum.{field}", series=f"'{series}'", size=bytes_expr(f"datum.{field}"),
@@ -392,7 +406,8 @@ def positions_chart(
     x [0, max_tokens], y [0, max_positions] when given.
     """
     x = _tokens_x(max_tokens)
-    y = alt.Y("positions_total:Q", title="positions processed (total)", scale=_domain(0, max_positions))
+    # two lines: on one, the title ran past a 220 px chart's top edge
+    y = alt.Y("positions_total:Q", title=["positions processed", "(total)"], scale=_domain(0, max_positions))
     tooltip = ["new_tokens:Q", alt.Tooltip("positions_total:Q", format=",")]
     return alt.layer(_mode_lines(x, y, tooltip), _remainder(x, y, "counted, not run", tooltip),
                      _axis_end(x, "positions_total"), data=steps_df)

@@ -316,3 +316,24 @@ def test_the_per_layer_axis_fits_the_largest_tensor_of_any_kind():
     assert live_charts.largest_tensor_bytes(meta_of(meta)) == 32 * 9 * 2  # capped at the window − 1 tokens held
     meta["layer_state_bytes"] = [0, 0, 5000]
     assert live_charts.largest_tensor_bytes(meta_of(meta)) == 10_000  # a state larger than any K or V
+
+
+def test_the_whole_cache_legend_sits_below_the_plot():
+    """Beside the plot, on a phone on stage, the "contiguous reservation" label ran into its title."""
+    spec = charts.total_cache_chart(steps(), 50_000, 12288, max_seq_len=64).to_dict()
+    assert spec["layer"][0]["encoding"]["color"]["legend"] == {"direction": "horizontal", "orient": "bottom"}
+
+
+def test_the_positions_title_takes_two_lines():
+    """On one line, "positions processed (total)" ran past the top of a 220 px chart."""
+    spec = charts.positions_chart(steps(), 32, 500).to_dict()
+    assert spec["layer"][0]["encoding"]["y"]["title"] == ["positions processed", "(total)"]
+
+
+def test_stage_text_is_enlarged_on_a_screen_and_kept_on_a_phone():
+    """Presenter mode's 1.5x chart text (for a projector) ran past a phone's chart edges: each size
+    is an expression of the window's width, the usual size under PHONE_PX."""
+    scaled = charts.with_font_scale({"mark": "bar"}, 1.5)["config"]
+    assert scaled["axis"]["labelFontSize"] == {"expr": f"windowSize()[0] < {charts.PHONE_PX} ? 12 : 18"}
+    assert scaled["legend"]["labelLimit"] == {"expr": f"windowSize()[0] < {charts.PHONE_PX} ? 160 : 240"}
+    assert scaled["text"]["fontSize"] == {"expr": f"windowSize()[0] < {charts.PHONE_PX} ? 11 : 16"}
