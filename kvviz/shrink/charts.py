@@ -43,7 +43,8 @@ def kept_map_chart(df: pd.DataFrame) -> alt.Chart:
                         legend=alt.Legend(orient="top")),
         tooltip=[alt.Tooltip("row:N", title="layer"), alt.Tooltip("position:Q"), alt.Tooltip("status:N"),
                  alt.Tooltip("token:N", title="token text")],
-    ).properties(height=max(120, 12 * len(order)), width="container")
+    ).properties(height=alt.Step(22))  # a row per layer: the chart grows to hold its
+    # legend and axis (a fixed 120 px left the rows no room: they collapsed to a hairline)
 
 
 def steps_frame(runs: dict[str, Sequence]) -> pd.DataFrame:
@@ -77,7 +78,7 @@ def steps_chart(df: pd.DataFrame, field: str, title: str) -> alt.Chart:
         x=alt.X("step:Q", title="step (0 = prompt)", axis=alt.Axis(format="d")),
         y=y, color=alt.Color("run:N", legend=alt.Legend(orient="top")),
         tooltip=["run:N", "step:Q", alt.Tooltip(f"{field}:Q", format=",.2f" if field == "kv_mib" else ",.1f")],
-    ).properties(height=220, width="container")
+    ).properties(height=220)
 
 
 def sweep_frame(rows) -> pd.DataFrame:
@@ -103,22 +104,70 @@ def with_full_on_every_curve(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([df, *starts], ignore_index=True) if starts and not full.empty else df
 
 
+SAME = " = "  # joins the names of settings whose marks fall on the same points: "SnapKV = StreamingLLM"
+SAME_RATIO = 0.005  # two quantized settings this close in bytes saved (and equal in accuracy) draw as one point
+
+
+def _points(rows: pd.DataFrame) -> list[tuple[float, float]]:
+    return sorted(zip(rows["ratio"], rows["accuracy"]))
+
+
+def _coincide(a: list, b: list, ratio_tolerance: float) -> bool:
+    return len(a) == len(b) and all(abs(p[0] - q[0]) <= ratio_tolerance and abs(p[1] - q[1]) < 1e-9
+                                    for p, q in zip(a, b))
+
+
+def same_scores(df: pd.DataFrame) -> dict[str, str]:
+    """curve -> the name it is drawn under: its own, or the names of every curve of its kind whose
+    points all coincide with its own, joined by SAME (a line or a point drawn over an identical
+    one hides it; the legend then names both). Quantized settings coincide within SAME_RATIO."""
+    groups: list[tuple[str, list, list[str]]] = []  # (kind, points, curves)
+    for curve, rows in df.groupby("curve", sort=False):
+        kind, points = rows["kind"].iloc[0], _points(rows)
+        tolerance = SAME_RATIO if kind == "quantized" else 1e-9
+        group = next((g for g in groups if g[0] == kind and _coincide(g[1], points, tolerance)), None)
+        if group is None:
+            groups.append((kind, points, [curve]))
+        else:
+            group[2].append(curve)
+    return {curve: SAME.join(curves) for _, _, curves in groups for curve in curves}
+
+
+# Enough distinct colours for every press and quantized setting kvviz offers (Vega's default ten
+# would give the eleventh the first one's colour); the full cache is black.
+SWEEP_COLORS = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#EECA3B", "#B279A2", "#FF9DA6",
+                "#9D755D", "#BAB0AC", "#17BECF", "#8C564B", "#BCBD22", "#1F3A93"]
+FULL_COLOR = "#222222"
+
+
 def sweep_accuracy_chart(df: pd.DataFrame) -> alt.Chart:
-    """Accuracy against the share evicted: a line per press from the full cache's point; a
-    quantized setting is a point at the share of bytes it saved."""
-    df = with_full_on_every_curve(df)
+    """Accuracy against the share evicted: a line per press from the full cache's point (a black
+    ring, drawn on top); a quantized setting is a diamond at the share of bytes it saved. Settings
+    whose marks would fall on the same points are drawn and named as one ("SnapKV = StreamingLLM").
+    Every setting has its own colour and its own legend entry, one a row below the plot."""
+    names = same_scores(df)
+    df = with_full_on_every_curve(df).assign(shown=lambda d: d["curve"].map(names))
+    shown = list(dict.fromkeys([*df.loc[df["kind"] == "press", "shown"], *df.loc[df["kind"] == "full", "shown"],
+                                *df.loc[df["kind"] == "quantized", "shown"]]))
+    colors = [FULL_COLOR if name == "full cache" else SWEEP_COLORS[i % len(SWEEP_COLORS)] for i, name in enumerate(shown)]
     tips = [alt.Tooltip("mode:N"), alt.Tooltip("right:N", title="right answers"),
             alt.Tooltip("bytes_mib:Q", title="cache after the prompt (MiB)", format=",.2f"),
             alt.Tooltip("peak_mib:Q", title="peak (MiB)", format=",.2f")]
+    legend = alt.Legend(orient="bottom", direction="vertical")  # one a row: fits a phone, and the chart's
+    # height does not change with its width (Streamlit keeps a redrawn chart's first height)
     base = alt.Chart(df).encode(
-        x=alt.X("ratio:Q", title="share of the prompt's cache removed (press: evicted; quantized: bytes saved)",
+        x=alt.X("ratio:Q", title=["share of the prompt's cache removed", "(press: evicted; quantized: bytes saved)"],
                 scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("accuracy:Q", title="accuracy (right answers / items)", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("curve:N", title="press or setting", legend=alt.Legend(orient="top")), tooltip=tips)
-    lines = base.transform_filter("datum.kind != 'quantized'").mark_line(point=True)
+        color=alt.Color("shown:N", title="press or setting", scale=alt.Scale(domain=shown, range=colors),
+                        legend=legend), tooltip=tips)
+    lines = base.transform_filter("datum.kind == 'press'").mark_line(point=True).encode(detail="curve:N")
     points = base.transform_filter("datum.kind == 'quantized'").mark_point(shape="diamond", size=90, filled=True)
-    return (lines + points).properties(height=260, width="container")
+    full = base.transform_filter("datum.kind == 'full'").mark_point(size=150, filled=False, strokeWidth=2.5)
+    # the plot keeps its 240 px and the chart grows to hold its legend (fit the width only)
+    return (lines + points + full).properties(height=240,
+                                              autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
 def sweep_bytes_chart(df: pd.DataFrame) -> alt.Chart:
@@ -129,6 +178,6 @@ def sweep_bytes_chart(df: pd.DataFrame) -> alt.Chart:
     return alt.Chart(long).mark_bar().encode(
         y=alt.Y("short:N", sort=list(df["short"]), title=None, axis=alt.Axis(labelLimit=220)),
         x=alt.X("mib:Q", title="MiB (measured)"), yOffset="what:N",
-        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top")),
+        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", direction="vertical")),
         tooltip=["mode:N", "what:N", alt.Tooltip("mib:Q", format=",.2f", title="MiB")],
-    ).properties(width="container")
+    )
