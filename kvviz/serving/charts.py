@@ -28,6 +28,10 @@ OWNER_LEGEND_EXPR = ("datum.label == 'shared' ? 'S: shared' : datum.label == 'ca
                      "'c: cached' : datum.label")
 
 
+GRID_CELL_PX = 20  # 16 columns of 20 px fit a phone (26 px ran 33 px past a 390 px screen)
+GRID_LEGEND_COLUMNS = 4  # the legend's rows fit under the grid's 320 px ("c: cached" the widest entry)
+
+
 def owner_colors(request_ids: list[str]) -> dict[str, str]:
     """A fixed colour per request, then shared / cached / free."""
     colors = {rid: REQUEST_COLORS[i % len(REQUEST_COLORS)] for i, rid in enumerate(request_ids)}
@@ -58,7 +62,7 @@ def pool_grid_chart(df: pd.DataFrame, request_ids: list[str], num_blocks: int, c
         x=alt.X("col:O", axis=None, scale=alt.Scale(domain=list(range(columns)))),
         y=alt.Y("row:O", axis=None, scale=alt.Scale(domain=rows)),
     )
-    legend = alt.Legend(orient="bottom", direction="horizontal", columns=min(len(colors), 8),
+    legend = alt.Legend(orient="bottom", direction="horizontal", columns=min(len(colors), GRID_LEGEND_COLUMNS),
                         labelExpr=OWNER_LEGEND_EXPR, symbolType="square")
     cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
         color=alt.Color("owner:N", title="block held by", legend=legend,
@@ -66,7 +70,7 @@ def pool_grid_chart(df: pd.DataFrame, request_ids: list[str], num_blocks: int, c
         tooltip=["block:Q", alt.Tooltip("owner:N", title="held by")],
     )
     text = base.mark_text(fontSize=11, color="white").encode(text="label:N")
-    return alt.layer(cells, text, data=df).properties(height=alt.Step(26), width=alt.Step(26))
+    return alt.layer(cells, text, data=df).properties(height=alt.Step(GRID_CELL_PX), width=alt.Step(GRID_CELL_PX))
 
 
 def usage_frame(snapshots) -> pd.DataFrame:
@@ -92,7 +96,8 @@ def usage_chart(df: pd.DataFrame, num_blocks: int, max_step: int, max_blocks: in
     color_scale = alt.Scale(domain=names, range=hues)
     legend = alt.Legend(orient="bottom", columns=1, labelLimit=400, symbolType="stroke")
     lines = alt.Chart().mark_line(point=True, clip=True, interpolate="step-after").encode(
-        x=alt.X("step:Q", title="step (forward pass)", scale=alt.Scale(domain=[1, max(max_step, 2) + 0.5], nice=False)),
+        x=alt.X("step:Q", title="step (forward pass)", scale=alt.Scale(domain=[1, max(max_step, 2) + 0.5], nice=False),
+                axis=alt.Axis(labelFlush=True)),  # the last step's label inside the chart's edge
         y=alt.Y("blocks:Q", title="blocks", scale=alt.Scale(domain=[0, top], nice=False)),
         color=alt.Color("series:N", title=None, scale=color_scale, legend=legend),
         strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
@@ -113,6 +118,11 @@ def timeline_frame(snapshots) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "request_id", "state", "cached_tokens", "blocks"])
 
 
+FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")  # Streamlit's default fits the height too
+STATE_COLUMNS = 3  # the states' legend under the lanes, three a row: fits a phone, and on stage (beside
+# the lanes, in 1.5x text, it was taller than a few lanes and its last entry was cut)
+
+
 def timeline_chart(df: pd.DataFrame, request_ids: list[str], max_step: int) -> alt.Chart:
     """One lane per request, one cell per step, coloured by its state (waiting, preempted, ...).
 
@@ -123,10 +133,11 @@ def timeline_chart(df: pd.DataFrame, request_ids: list[str], max_step: int) -> a
                 axis=alt.Axis(values=list(range(1, max_step + 1, max(1, max_step // 20))), labelAngle=0)),
         y=alt.Y("request_id:N", title="request", scale=alt.Scale(domain=request_ids)),
         color=alt.Color("state:N", title="state", scale=alt.Scale(
-            domain=list(REQUEST_STATE_COLORS), range=list(REQUEST_STATE_COLORS.values()))),
+            domain=list(REQUEST_STATE_COLORS), range=list(REQUEST_STATE_COLORS.values())),
+            legend=alt.Legend(orient="bottom", columns=STATE_COLUMNS)),
         tooltip=["step:O", "request_id:N", "state:N", alt.Tooltip("cached_tokens:Q", title="tokens cached"),
                  "blocks:Q"],
-    ).properties(height=alt.Step(22))
+    ).properties(height=alt.Step(22), autosize=FIT_WIDTH)  # the chart grows with its legend's rows
 
 
 def reuse_frame(result) -> pd.DataFrame:
