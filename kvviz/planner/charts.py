@@ -82,8 +82,8 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
     ).mark_line(point=alt.OverlayMarkDef(size=20), clip=True).encode(
         x=x,
         y=_requests_axis(df, folded),
-        color=alt.Color("series:N", title=None, legend=alt.Legend(  # one entry a row where both do not fit
-            orient="top", labelLimit=0, columns=alt.ExprRef("width < 420 ? 1 : 2")), scale=alt.Scale(
+        color=alt.Color("series:N", title=None, legend=alt.Legend(  # one entry a row: both fit a phone
+            orient="top", labelLimit=0, direction="vertical"), scale=alt.Scale(
             domain=[PLAIN_LABEL, VLLM_LABEL], range=[CURVE_COLOR, VLLM_COLOR])),
         strokeDash=alt.StrokeDash("series:N", legend=None, scale=alt.Scale(
             domain=[PLAIN_LABEL, VLLM_LABEL], range=[[1, 0], [5, 3]])),
@@ -108,39 +108,52 @@ def fit_curve_chart(df: pd.DataFrame, context_tokens: int | None = None,
     # height, its title, legend and axes in presenter mode's larger text left the plot no room.
     return alt.layer(*layers, data=df).properties(title=alt.Title(
         "Requests that fit vs context", subtitle="quadruple the context, quarter the users"),
-        height=CURVE_PLOT_PX, autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+        height=CURVE_PLOT_PX, autosize=alt.AutoSizeParams(type="fit-x", contains="padding"),
+        padding={"right": 8})  # room for "128K", flush with the plot's end, in presenter mode's larger text
+
+
+INSIDE_SHARE = 0.6  # a bar at least this share of the longest holds its value inside its end
+
+
+def _value_labels(field: str, y: alt.Y, label_expr: str, top: float) -> list[alt.Chart]:
+    """Each bar's value: after a short bar's end; inside a long bar's end (after it, the longest
+    bars' values ran past a phone's edge), white on a solid bar, dark on a faded one."""
+    base = alt.Chart().transform_calculate(value_label=label_expr.replace("datum.value", f"datum.{field}"))
+    inside = f"datum.{field} >= {INSIDE_SHARE * top}"
+    after = base.transform_filter(f"!({inside})").mark_text(align="left", dx=3, color=LABEL_COLOR)
+    within = base.transform_filter(inside).mark_text(align="right", dx=-3).encode(
+        color=alt.condition(alt.datum.current, alt.value("#ffffff"), alt.value("#222222")))
+    return [mark.encode(x=f"{field}:Q", y=y, text="value_label:N") for mark in (after, within)]
 
 
 def _what_if_bars(field: str, title: str, label_expr: str, axis: alt.Axis,
-                  show_variants: bool) -> alt.LayerChart:
+                  show_variants: bool, top: float) -> alt.LayerChart:
     y = alt.Y("variant:N", title=None, sort=alt.EncodingSortField("order", op="min"),
               axis=alt.Axis(labelLimit=260) if show_variants else None)
     bars = alt.Chart().mark_bar().encode(
         x=alt.X(f"{field}:Q", title=title, axis=axis),
         y=y,
-        color=alt.Color("group:N", title="what-if", legend=alt.Legend(orient="bottom"), scale=alt.Scale(
-            domain=list(GROUP_COLORS), range=list(GROUP_COLORS.values()))),
+        # the legend one entry a row: beside the 190 px variant labels a row of three ran past a phone's edge
+        color=alt.Color("group:N", title="what-if", scale=alt.Scale(
+            domain=list(GROUP_COLORS), range=list(GROUP_COLORS.values())),
+            legend=alt.Legend(orient="bottom", direction="vertical")),
         opacity=alt.condition(alt.datum.current, alt.value(1.0), alt.value(0.5)),
         tooltip=["group:N", "variant:N", alt.Tooltip("kv_heads:Q", title="KV heads"),
                  "kv_dtype:N", alt.Tooltip("per_token:N", title="KV per token"),
                  alt.Tooltip("per_request:N", title="KV per request"),
                  alt.Tooltip("max_concurrent_requests:Q", title="requests that fit", format=",")],
     )
-    text = alt.Chart().mark_text(align="left", dx=3, color=LABEL_COLOR).encode(
-        x=f"{field}:Q", y=y, text="value_label:N",
-    ).transform_calculate(value_label=label_expr.replace("datum.value", f"datum.{field}"))
-    return alt.layer(bars, text).transform_calculate(
+    return alt.layer(bars, *_value_labels(field, y, label_expr, top)).transform_calculate(
         per_token=bytes_expr("datum.kv_bytes_per_token"),
         per_request=bytes_expr("datum.kv_bytes_per_request"),
     )
 
 
-WHAT_IF_BARS_WIDTH = 460  # px per bar chart: with the 260 px variant labels it fits beside a 1280 px sidebar
-
-
-def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.VConcatChart:
-    """Horizontal bars per what-if variant, one chart above the other (side by side they needed
-    1,033 px and were cut at 1280 wide): KV per request at T, then requests that fit.
+def what_if_charts(df: pd.DataFrame, context_tokens: int) -> tuple[alt.LayerChart, alt.LayerChart]:
+    """Horizontal bars per what-if variant: KV per request at T, and requests that fit, as two
+    charts the page draws one above the other (side by side they needed 1,033 px and were cut at
+    1280 wide; as one vconcat chart Streamlit does not refit them when the window narrows, and they
+    ran 230 px past a phone's edge).
 
     Input columns (planner_frames.what_if_frame): group, variant, kv_heads, kv_dtype,
     kv_bytes_per_token, kv_bytes_per_request, max_concurrent_requests, current, order.
@@ -149,12 +162,22 @@ def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.VConcatChart:
     top_bytes = int(df["kv_bytes_per_request"].max()) if len(df) else 0
     per_request = _what_if_bars(
         "kv_bytes_per_request", f"KV per request at {context_tokens:,} tokens",
-        bytes_expr("datum.value"), _bytes_axis(top_bytes, tickCount=4), show_variants=True)
+        bytes_expr("datum.value"), _bytes_axis(top_bytes, tickCount=4), show_variants=True, top=top_bytes)
     fit = _what_if_bars(
         "max_concurrent_requests", f"requests that fit at {context_tokens:,} tokens",
-        "format(datum.value, ',')", alt.Axis(format="~s", tickCount=4), show_variants=True)
-    return alt.vconcat(per_request.properties(width=WHAT_IF_BARS_WIDTH),
-                       fit.properties(width=WHAT_IF_BARS_WIDTH), data=df, spacing=16)
+        "format(datum.value, ',')", alt.Axis(format="~s", tickCount=4), show_variants=True,
+        top=float(df["max_concurrent_requests"].max()) if len(df) else 0.0)
+    return per_request.properties(data=df), fit.properties(data=df)
+
+
+WHAT_IF_BARS_WIDTH = 460  # px per bar chart in the downloaded picture
+
+
+def what_if_chart(df: pd.DataFrame, context_tokens: int) -> alt.VConcatChart:
+    """Both what-if charts one above the other, as one picture (the downloads)."""
+    per_request, fit = what_if_charts(df, context_tokens)
+    return alt.vconcat(*(part.properties(data=alt.Undefined, width=WHAT_IF_BARS_WIDTH) for part in (per_request, fit)),
+                       data=df, spacing=16)
 
 
 # ---------------------------------------------------------------- downloads

@@ -279,7 +279,8 @@ def log_release(log: str) -> tuple[str | None, str | None]:
 def vllm_flag_inputs(log: str = "") -> dict:
     """The vLLM release planned for, and vLLM's own flags by vLLM's names and defaults; the flags
     off: the overhead slider's simple budget. A link carrying any flag turns them on."""
-    version_col, on_col, util_col, kv_col, seqs_col, eager_col = st.columns([3, 2, 2, 2, 2, 2])
+    # the version column holds "as the pasted log says" whole at 1280 px (at 3 of 13 its box cut it)
+    version_col, on_col, util_col, kv_col, seqs_col, eager_col = st.columns([4, 2, 2, 2, 2, 2])
     choice = version_col.selectbox(
         "vLLM version", (AS_LOG, *vllm_versions.PAGE_VERSIONS), key="plan_vllm_version", bind=URL,
         help=f"Each release family budgets the KV cache by its own rules (docs/planner.md). “{AS_LOG}”: "
@@ -501,8 +502,9 @@ def what_if_section(rules, plan) -> None:
                                   key="plan_window", bind=URL)
     within_caps(rules, plan_tokens={"the what-if window": int(what_window)})
     what_ifs = planner_frames.what_if_frame(plan, int(what_window))
-    what_if_chart = planner_charts.what_if_chart(what_ifs, plan.context_tokens)
-    draw_altair(st, what_if_chart, key="plan_what_if_chart")
+    for part, chart in zip(("bytes", "fit"), planner_charts.what_if_charts(what_ifs, plan.context_tokens)):
+        draw_altair(st, chart, key=f"plan_what_if_{part}")  # two charts: each refits a narrowed window
+    what_if_chart = planner_charts.what_if_chart(what_ifs, plan.context_tokens)  # both, for the downloads
     downloads("kvviz-what-ifs", what_if_chart, what_ifs.drop(columns=["order"]))
     with st.expander("What-ifs as a table"):
         people_table(what_ifs, {c: planner_frames.TABLE_COLUMNS[c] for c in what_ifs.columns

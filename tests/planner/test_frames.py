@@ -336,7 +336,7 @@ def test_page_default_catalog_model():
     assert any(h.value == "As vLLM would allocate it" for h in at.subheader)
     sentence = "At 500 / 2,000 / 8,000 tokens: 922 / 230 / 57 requests fit at once."
     assert any(h.value == sentence for h in at.subheader)
-    assert len(at.get("vega_lite_chart")) == 2
+    assert len(at.get("vega_lite_chart")) == 3  # the curve, the what-ifs' bytes and their fits
     table = next(d.value for d in at.dataframe if "max_concurrent_requests" in d.value.columns)
     assert list(table["max_concurrent_requests"]) == [922, 230, 57]  # shown as "%,d"
     # 60,465,602,560 // 2,097,152 B per block = 28,832 blocks; ÷ 32 / 125 / 500 blocks per request
