@@ -42,6 +42,7 @@ def hostile() -> bytes:
     return shared_parent(45_000).to_json()
 
 
+@pytest.mark.slow  # 45,000 events: a few seconds
 def test_the_crafted_file_replays_to_one_explained_row_per_request(hostile):
     assert 6 * 2**20 < len(hostile) < Policy(enabled=True).max_upload_bytes <= MAX_TRACE_BYTES
     recording = Recording.from_json(hostile)

@@ -52,13 +52,13 @@ def random_tokens(rng, size):
     return tuple(rng.randrange(3) for _ in range(rng.choice([size, size, size, rng.randrange(size + 1)])))
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(8))
 def test_the_index_answers_what_a_scan_of_every_sibling_answers(seed, monkeypatch):
     monkeypatch.setattr(siblings, "REBUILD_SLACK", seed % 3)  # rebuild often
     rng = random.Random(seed)
     index, scan, made = SiblingIndex(), Scan(), []
     size = rng.choice([2, 4, 8])
-    for step in range(1500):
+    for step in range(1000):
         roll = rng.random()
         if roll < 0.5 or not made:
             life = Life(rng.randrange(60), rng.choice([None, 1, 2, 3]), random_tokens(rng, size), f"r{step}")
