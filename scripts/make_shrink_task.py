@@ -1,47 +1,52 @@
-"""Build kvviz/assets/shrink_task.json: the Shrink quality sweep's built-in retrieval task.
+"""Build kvviz/assets/shrink_task.json: the Shrink quality sweep's built-in RULER-style task.
 
-Generates items (kvviz.shrink.task.candidates: facts planted among filler, one question each), runs
-each on the default model with the full cache (greedy, 5 new tokens, through the chat template with
-the answer's start given), and keeps the first ITEMS it answers right: the task is answerable at
-ratio 0 by construction. Prints every candidate's answer and the share kept.
+Generates `--per-task` items of each format kvviz.shrink.ruler offers (needle single, multi-key,
+multi-value, variable tracking), the asked needle at depths spread evenly over the haystack,
+each context + question `--tokens` tokens long in the default model's tokenizer. Nothing is run
+and nothing is filtered: the items are what the seed gives, whatever a model answers.
 
-    .venv/bin/python scripts/make_shrink_task.py [--items 6] [--seed 32]
+    .venv/bin/python scripts/make_shrink_task.py [--per-task 13] [--tokens 2048] [--seed 0]
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from kvviz.core.config import ModelSpec
-from kvviz.engine.models import load_model
-from kvviz.shrink import compute as shrink
-from kvviz.shrink import sweep, task
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kvviz.shrink import ruler, task  # noqa: E402
+
+DEFAULT_TOKENIZER = Path.home() / ".cache" / "kvviz" / "SmolLM2-135M-Instruct"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--items", type=int, default=6)
-    p.add_argument("--seed", type=int, default=32)
+    p.add_argument("--per-task", type=int, default=13)
+    p.add_argument("--tokens", type=int, default=2048, help="context + question, in the tokenizer's tokens")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer", default=None, help="a model folder (default: the default model's, converted once)")
     p.add_argument("--out", default=str(task.ASSET))
     args = p.parse_args(argv)
-    lm = load_model(ModelSpec())
-    kept, tried = [], 0
-    for item in task.candidates(args.seed, 4 * args.items):
-        tried += 1
-        run = shrink.run(lm, sweep.item_ids(lm.tokenizer, item), sweep.NEW_TOKENS, shrink.ShrinkMode())
-        right = item.is_right(run.text)
-        print(f"{tried:3d} wants {item.answer}: {run.text!r} {'right' if right else 'wrong'}", flush=True)
-        if right:
-            kept.append(item)
-        if len(kept) == args.items:
-            break
-    if len(kept) < args.items:
-        print(f"only {len(kept)} of {tried} answered right", file=sys.stderr)
-        return 1
-    with open(args.out, "w") as f:
-        f.write(task.to_json(kept, f"{lm.label}, full cache, greedy: {len(kept)} right of {tried} tried") + "\n")
-    print(f"{len(kept)} items answered right of {tried} tried -> {args.out}")
+    tokenizer = load_tokenizer(args.tokenizer)
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    items = ruler.generate(args.per_task, args.tokens, count, seed=args.seed)
+    note = (f"scripts/make_shrink_task.py --per-task {args.per_task} --tokens {args.tokens} --seed {args.seed}: "
+            f"{len(items)} items ({', '.join(ruler.TASKS)}), depths spread evenly, none filtered; "
+            f"context + question {min(map(count, (i.prompt for i in items)))}-{max(map(count, (i.prompt for i in items)))} tokens")
+    Path(args.out).write_text(task.to_json(items, note) + "\n")
+    print(note, "->", args.out)
     return 0
+
+
+def load_tokenizer(folder: str | None):
+    """The tokenizer of `folder`, or the default model's (converting it first if needed)."""
+    from transformers import AutoTokenizer
+    if folder is None and not DEFAULT_TOKENIZER.exists():
+        from kvviz.core.config import ModelSpec
+        from kvviz.engine.models import load_model
+        return load_model(ModelSpec()).tokenizer
+    return AutoTokenizer.from_pretrained(folder or str(DEFAULT_TOKENIZER))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ written as a kvviz-shrink file (Replay plays it) and, optionally, as an HTML rep
 
     kvviz shrink --press SnapKV --ratio 0.5 --out snapkv.json     (the Shrink page's default prompt)
     kvviz shrink --quant quanto --nbits 4 --residual 16 --prompt "..." --out q4.json --report q4.html
-    kvviz shrink --sweep --out sweep.json      (accuracy against ratio on the built-in task, every
-                                                press and quantized setting: kvviz.shrink.sweep)
+    kvviz shrink --sweep --out sweep.json      (accuracy against ratio on the built-in RULER-style task,
+                                                the kvpress leaderboard's protocol, every press and
+                                                quantized setting that runs here: kvviz.shrink.sweep;
+                                                the ones that cannot are named, with why)
 
 Bad input: one line on stderr, exit code 2.
 """
@@ -23,10 +25,16 @@ def add_parser(subparsers) -> None:
     how.add_argument("--press", choices=list(presses.PRESSES), help="a kvpress press that evicts prompt positions")
     how.add_argument("--quant", choices=list(quant_cache.BACKENDS), help="transformers' quantized cache backend")
     how.add_argument("--sweep", action="store_true",
-                     help="the quality sweep: every press at ratios 0.25-0.9 and every quantized setting on "
-                          "the built-in retrieval task; --out gets the rows (mode, ratio, accuracy, bytes, peak bytes)")
+                     help="the quality sweep: every press at the kvpress leaderboard's ratios 0.25 / 0.5 / 0.75 / "
+                          "0.875 (SnapKV also with the question in its window) and every quantized setting on the "
+                          "built-in RULER-style task, context compressed alone, then the question; --out gets the "
+                          "rows (accuracy with its 95%% interval, bytes, step-time ratio) and every item's answers")
     p.add_argument("--task", default=None, help="--sweep: a kvviz-shrink-task file (default: the built-in task)")
     p.add_argument("--items", type=int, default=None, help="--sweep: only the first N items of the task")
+    p.add_argument("--presses", default=None,
+                   help="--sweep: only these presses (comma-separated names; default: every one that runs here)")
+    p.add_argument("--timed-items", type=int, default=None,
+                   help="--sweep: time only the first N items against the full cache, step by step (default: all)")
     p.add_argument("--ratio", type=float, default=0.5, help="share of prompt positions the press evicts")
     p.add_argument("--nbits", type=int, default=None, help="bits of the quantized cache (quanto, hqq; default 4)")
     p.add_argument("--residual", type=int, default=None,
@@ -35,7 +43,7 @@ def add_parser(subparsers) -> None:
                    help="the prompt (default: the Shrink page's, a context and a question, "
                         "kvviz.shrink.compute.DEFAULT_PROMPT)")
     p.add_argument("--model", default="default", help="'default', a Hub id or a local folder")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default 24 (--sweep: 5)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 24 (--sweep: each item's own)")
     p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--out", required=True, help="the kvviz-shrink file to write (JSON)")
     p.add_argument("--report", default=None, help="also write the HTML report here")
@@ -76,30 +84,32 @@ def run(args) -> int:
 
 
 def run_sweep(args) -> int:
-    """`--sweep`: every mode on every item of the task, a progress line per run on stderr, the
-    rows written to --out and printed as a table."""
+    """`--sweep`: every setting on every item of the task, a progress line per item on stderr, the
+    dropped settings named with why, the rows written to --out and printed as a table. Exit 2
+    (one sentence) when nothing but the full cache could run."""
     from kvviz.core.config import ModelSpec
     from kvviz.core.files import write_atomic
     from kvviz.engine.models import ModelLoadError, load_model
     from kvviz.shrink import sweep, task
 
     try:
-        new_tokens = sweep.NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
-        if new_tokens < 1:
-            raise UserError("--max-new-tokens must be at least 1")
+        if args.max_new_tokens is not None:
+            raise UserError("--max-new-tokens does not apply to --sweep: each item gives its own")
         if args.items is not None and args.items < 1:
             raise UserError("--items must be at least 1")
         check_out(args.out)
         items = task.load(args.task) if args.task else task.load()
         items = items[:args.items] if args.items else items
         lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
-        offered, _ = presses.offered()
-        backends, _ = quant_cache.available()
-        names = [] if support.press_refusal(lm.model) else list(offered)
-        backends = {} if support.quant_refusal(lm.model) else backends
-        result = sweep.run(lm, items, sweep.modes(names, sweep.quant_offered(backends)),
-                           progress=lambda p: print(p.line(), file=sys.stderr, flush=True),
-                           new_tokens=new_tokens, note=f"{args.task or 'the built-in task'}: {len(items)} items")
+        wanted, dropped = sweep_settings(lm, args.presses)
+        for d in dropped:
+            print(f"kvviz shrink: dropped {d.setting}: {d.why}", file=sys.stderr)
+        if len(wanted) <= 1:
+            raise UserError("nothing to compare on this model: every press and quantized setting was dropped "
+                            "(each reason above)")
+        result = sweep.run(lm, items, wanted, progress=lambda p: print(p.line(), file=sys.stderr, flush=True),
+                           note=f"{args.task or 'the built-in task'}: {len(items)} items", dropped=dropped,
+                           timed_items=args.timed_items, made_with="kvviz shrink --sweep")
         write_atomic(args.out, sweep.to_json(result))
     except (ModelLoadError, ValueError, OSError) as exc:
         print(f"kvviz shrink: error: {exc}", file=sys.stderr)
@@ -109,16 +119,34 @@ def run_sweep(args) -> int:
     return 0
 
 
+def sweep_settings(lm, asked: str | None) -> tuple[list, list]:
+    """(the settings to run, the dropped ones): every press and quantized setting that runs on
+    this model (kvviz.shrink.support), or only the presses `asked` names."""
+    from kvviz.shrink import sweep
+    names, dropped = support.sweep_presses(lm.model)
+    quant, dropped_quant = support.sweep_quant(lm.model)
+    if asked is not None:
+        picked = [n.strip() for n in asked.split(",") if n.strip()]
+        unknown = [n for n in picked if n not in presses.ALL_PRESSES]
+        if unknown:
+            raise UserError(f"unknown press {unknown[0]!r}: pick from {', '.join(presses.ALL_PRESSES)}")
+        names = [n for n in names if n in picked]
+    aware = [n for n in names if n in presses.QUESTION_AWARE]
+    return sweep.modes(names, quant, question_aware=aware), dropped + dropped_quant
+
+
 def table(result) -> str:
-    """The sweep's rows as a plain-text table."""
+    """The sweep's rows as a plain-text table, then what was dropped and why."""
     from kvviz.core.units import fmt_bytes
-    lines = [f"{'mode':<46} {'ratio':>5} {'accuracy':>9} {'bytes kept':>10} {'peak':>10} {'step time ÷ full':>22}"]
+    lines = [f"{'setting':<58} {'ratio':>5} {'accuracy (95% interval)':>26} {'bytes kept':>10} {'step time ÷ full':>22}"]
     for r in result.rows:
-        spread = f"{r.step_ratio:.2f} ({r.step_ratio_lo:.2f}–{r.step_ratio_hi:.2f})"
-        lines.append(f"{r.mode:<46} {r.ratio:>5.2f} {r.right:>3}/{r.items:<2} {r.accuracy:>3.0%} "
-                     f"{fmt_bytes(r.bytes):>10} {fmt_bytes(r.peak_bytes):>10} {spread:>17}"
-                     f"{'  within noise' if r.within_noise and r.kind != 'full' else ''}")
-    lines.append(f"peak: {result.peak_how}; ratio of a quantized cache: bytes saved (measured)")
+        lo, hi = r.interval
+        spread = f"{r.step_ratio:.2f} ({r.step_ratio_lo:.2f}–{r.step_ratio_hi:.2f})" if r.timed_steps else "not timed"
+        lines.append(f"{r.mode:<58} {r.ratio:>5.3f} {r.right:>3}/{r.items:<3} {r.accuracy:>4.0%} ({lo:.0%}–{hi:.0%})"
+                     f"{'':>3}{fmt_bytes(r.bytes):>10} {spread:>17}"
+                     f"{'  within noise' if r.within_noise and r.kind != 'full' and r.timed_steps else ''}")
+    lines.append(f"protocol: {result.protocol}; ratio of a quantized cache: bytes saved (measured)")
+    lines += [f"dropped {d.setting}: {d.why}" for d in result.dropped]
     return "\n".join(lines)
 
 

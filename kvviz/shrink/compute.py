@@ -52,6 +52,7 @@ class ShrinkMode:
     backend: str = ""  # "" (no quantization) or a quant_cache.BACKENDS key
     nbits: int = 4
     residual_length: int = 16
+    question_aware: bool = False  # the sweep's leaderboard protocol: the question compressed with the context
 
     def check(self) -> None:
         """ValueError in plain words for a mode kvviz cannot run (before any model is loaded)."""
@@ -65,7 +66,8 @@ class ShrinkMode:
             bits = "" if self.backend == "fp8" else f" {self.nbits}-bit, residual {self.residual_length}"
             return f"quantized cache ({self.backend}{bits})"
         if self.press != presses.NONE:
-            return f"{self.press} press, evicting {self.ratio:.0%}"
+            aware = ", question in the window" if self.question_aware else ""
+            return f"{self.press} press, evicting {self.ratio * 100:g}%{aware}"
         return "full cache"
 
 

@@ -1,5 +1,8 @@
 """The Shrink page's result panels, also drawn by Replay for a kvviz-shrink file: both answers
-side by side, where they diverge, the measured bytes and step times, and the kept map.
+side by side, where they diverge, the measured bytes and step times, and the kept map; below, the
+quality sweep: run it here (a progress bar), or show the one shipped with kvviz or an uploaded file
+(accuracy with its 95 % interval per press and ratio, the quantized caches on their own axis,
+accuracy per task format, each item's answer, what was dropped and why).
 
 Answers, labels and token texts may come from an uploaded file: they are shown as code or plain
 text, or Markdown-escaped with `ui.inert`, never rendered.
@@ -15,7 +18,7 @@ import streamlit as st
 
 from kvviz.app import links, ui, uploads
 from kvviz.core.units import fmt_bytes, fmt_ms
-from kvviz.shrink import presses, quant_cache, record, support, sweep, task
+from kvviz.shrink import presses, quant_cache, record, support, sweep, sweep_charts, task
 from kvviz.shrink import charts as shrink_charts
 from kvviz.shrink import compute as shrink
 from kvviz.shrink.compute import Comparison, ShrinkRun
@@ -354,46 +357,50 @@ def page() -> None:
     sweep_section(lm, rules, spec.name)
 
 
-SHIPPED_SWEEP = ui.ASSETS / "shrink_sweep_smollm2.json"  # `kvviz shrink --sweep` on the default model
-SWEEP_INTRO = ("The same question asked of a long context with the full cache and with each press at "
-               "ratios 0.25 / 0.5 / 0.75 / 0.9 and each quantized setting, on a built-in task (facts planted "
-               "among filler sentences, one question each, as RULER does; every item is answered right with "
-               "the full cache). Accuracy is right answers ÷ items; bytes are the cache after the prompt, "
-               "measured; the peak is the most bytes the run's own tensors held at once during any step.")
+# ------------------------------------------------------------------ the quality sweep
+SHIPPED_SWEEP = ui.ASSETS / "shrink_sweep_smollm2.json"  # scripts/shrink_sweep.py on the default model
+HOSTED_ITEMS = 2
+SWEEP_INTRO = ("RULER-style questions (a needle, four keys, four values, a chain of variables; every depth, none "
+               "filtered) asked with the full cache and with each press at the kvpress leaderboard's ratios 0.25 / "
+               "0.5 / 0.75 / 0.875, measured as the leaderboard measures: the context alone is compressed, then the "
+               "question is fed. SnapKV with the question compressed too (its window sees it) is its own entry. "
+               "Accuracy is right answers ÷ items with its 95 % Wilson interval; bytes are the cache after the "
+               "context, measured.")
 
 
-def sweep_settings(lm, rules, items: list) -> tuple[list, int]:
-    """The sweep's presses, quantized settings and item count (hosted: a few, within the caps)."""
-    offered = [] if support.press_refusal(lm.model) else list(presses.offered()[0])
-    backends = {} if support.quant_refusal(lm.model) else quant_cache.available()[0]
-    quant = {f"{b} {n}-bit": (b, n) for b, n in sweep.quant_offered(backends)}
+def sweep_settings(lm, rules, items: list) -> tuple[list, list, int]:
+    """The sweep's settings, the dropped ones and the item count (hosted: a few, within the caps)."""
+    names, dropped = support.sweep_presses(lm.model)
+    quant_settings, dropped_quant = support.sweep_quant(lm.model)
+    quant = {f"{b} {n}-bit": (b, n) for b, n in quant_settings}
     left, mid, right = st.columns([2, 2, 1])
-    names = left.multiselect("Presses", offered, default=offered[:1] if rules.enabled else offered,
-                             key="shrink_sweep_presses", bind=URL)
-    picked = mid.multiselect("Quantized settings", list(quant), default=list(quant)[:1] if rules.enabled else list(quant),
+    picked = left.multiselect("Presses", names, default=names[:1] if rules.enabled else names,
+                              key="shrink_sweep_presses", bind=URL)
+    chosen = mid.multiselect("Quantized settings", list(quant), default=list(quant)[:1] if rules.enabled else list(quant),
                              key="shrink_sweep_quant", bind=URL)
-    n = right.number_input("Items", 1, len(items), min(len(items), 2) if rules.enabled else len(items),
+    n = right.number_input("Items", 1, len(items), min(len(items), HOSTED_ITEMS) if rules.enabled else len(items),
                            key="shrink_sweep_items", bind=URL)
-    modes = sweep.modes(names, [quant[q] for q in picked if q in quant])
-    return modes, int(n)
+    aware = [p for p in picked if p in presses.QUESTION_AWARE]
+    return sweep.modes(picked, [quant[q] for q in chosen if q in quant], question_aware=aware), dropped + dropped_quant, int(n)
 
 
 def sweep_section(lm, rules, spec_name: str) -> None:
-    """Run the quality sweep here (a progress bar, each run's elapsed time), or show a saved one."""
+    """Run the quality sweep here (a progress bar, each item's elapsed time), or show a saved one."""
     st.divider()
     st.subheader("Quality sweep: accuracy against compression")
     st.caption(SWEEP_INTRO)
     items = task.load()
-    modes, n = sweep_settings(lm, rules, items)
+    modes, dropped, n = sweep_settings(lm, rules, items)
     upload = uploads.upload_box("Or show a saved sweep (kvviz-shrink-sweep JSON)", type=["json"],
                                 key="shrink_sweep_upload", max_upload_size=ui.uploader_limit_mb(ui.upload_limit_bytes()))
     left, right = st.columns(2)
-    clicked = left.button(f"Run the sweep ({n} items × {len(modes)} settings)", key="shrink_sweep_run")
+    clicked = left.button(f"Run the sweep ({n} items × {len(sweep.with_full_first(modes))} settings)",
+                          key="shrink_sweep_run")
     shipped = right.button("Show the sweep measured on the default model", key="shrink_sweep_shipped",
                            disabled=not SHIPPED_SWEEP.exists())
     status = st.empty()
     if clicked:
-        run_sweep(lm, rules, spec_name, modes, items[:n], status)
+        run_sweep(lm, rules, spec_name, modes, dropped, items[:n], status)
     elif shipped:
         st.session_state["shrink_sweep"] = (sweep.from_json(SHIPPED_SWEEP.read_bytes()), "shipped")
     elif upload is not None:
@@ -402,18 +409,20 @@ def sweep_section(lm, rules, spec_name: str) -> None:
         draw_sweep(*st.session_state["shrink_sweep"])
 
 
-def run_sweep(lm, rules, spec_name: str, modes: list, items: list, status) -> None:
+def run_sweep(lm, rules, spec_name: str, modes: list, dropped: list, items: list, status) -> None:
     """Every setting on every item in the device's turn; a progress bar with the elapsed time."""
     bar = st.progress(0.0, text="Starting the sweep…")
 
     def show(p: sweep.Progress) -> None:
         bar.progress(p.done / p.total if p.total else 1.0, text=p.line())
     try:
-        rules.check_limits(spec_name, new_tokens=sweep.NEW_TOKENS, points=len(modes) - 1)
+        rules.check_limits(spec_name, new_tokens=max(i.max_new_tokens for i in items),
+                           points=len(sweep.with_full_first(modes)) - 1)
         with ui.device_turn(status) if rules.enabled else nullcontext():
             deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
             result = sweep.run(lm, items, modes, progress=show, should_stop=lambda: time.monotonic() > deadline,
-                               note=f"the built-in task: {len(items)} items")
+                               note=f"the built-in task: {len(items)} items", dropped=dropped,
+                               made_with="the Shrink page")
         st.session_state["shrink_sweep"] = (result, "run here")
         if not result.complete:
             status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s: the rows hold the "
@@ -432,30 +441,71 @@ def read_sweep_upload(upload, status) -> None:
         status.error(f"Cannot show that file: {ui.visitor_text(exc, 'shrink sweep file')}")
 
 
-def draw_sweep(result: sweep.Sweep, origin: str) -> None:
-    """The sweep's accuracy curve, bytes and peaks, and its table; a download of its rows."""
-    df = shrink_charts.sweep_frame(result.rows)
-    where = {"shipped": "shipped with kvviz (`kvviz shrink --sweep`)", "uploaded": "from the uploaded file",
+def provenance(result: sweep.Sweep, origin: str) -> str:
+    """Where the sweep comes from, what it measured and whether it is all of it."""
+    where = {"shipped": "shipped with kvviz (scripts/shrink_sweep.py)", "uploaded": "from the uploaded file",
              "run here": "run here just now"}[origin]
-    st.caption(f"Sweep {where}: {ui.inert(result.model or 'a model')}, {ui.inert(result.task)}, "
-               f"{result.new_tokens} new tokens per answer" + ("" if result.complete else " (stopped early)"))
-    st.altair_chart(shrink_charts.sweep_accuracy_chart(df), key="shrink_sweep_accuracy")
-    st.altair_chart(shrink_charts.sweep_bytes_chart(df), key="shrink_sweep_bytes")
-    table = df.assign(noise=[("within noise" if lo <= 1 <= hi else "") if kind != "full" else "reference"
-                             for kind, lo, hi in zip(df["kind"], df["step_ratio_lo"], df["step_ratio_hi"])])
-    st.dataframe(table[["mode", "ratio", "accuracy", "right", "bytes_mib", "peak_mib", "step_ratio", "step_ratio_lo",
-                        "step_ratio_hi", "noise"]], hide_index=True, key="shrink_sweep_table",
+    done = len(result.items) or (result.rows[0].items if result.rows else 0)
+    words = f"Sweep {where}: {ui.inert(result.model or 'a model')}, {ui.inert(result.task)}"
+    if result.items:
+        tokens = sorted(i.context_tokens for i in result.items)
+        words += f", contexts of {tokens[0]:,}–{tokens[-1]:,} tokens"
+    if not result.complete:
+        words += (f". **Partial: {done} of {result.items_total or '?'} items measured**; the intervals are those of "
+                  "the items measured")
+    return words + "."
+
+
+def draw_sweep(result: sweep.Sweep, origin: str) -> None:
+    """The sweep's accuracy panels, the quantized caches, the table, per task, each item's answer."""
+    df = sweep_charts.sweep_frame(result.rows)
+    st.caption(provenance(result, origin))
+    st.caption("Protocol: " + (ui.inert(result.protocol) if result.protocol else
+                               "not recorded (a version 1 file: the question was compressed with the context)") + ".")
+    if (df["kind"] == "press").any():
+        st.altair_chart(sweep_charts.press_accuracy_chart(df), key="shrink_sweep_accuracy")
+        st.caption("Each panel: one press; dots are accuracy, bars its 95 % Wilson interval, the grey band the full "
+                   "cache's interval. Two settings whose intervals overlap are not told apart by these items.")
+    if (df["kind"] == "quantized").any():
+        st.altair_chart(sweep_charts.quant_accuracy_chart(df), key="shrink_sweep_quant_chart")
+    for d in result.dropped:
+        st.caption(f"Not in this sweep: {ui.inert(d.setting)}, because {ui.inert(d.why)}.")
+    table = df.assign(noise=[("within noise" if lo <= 1 <= hi else "") if kind != "full" and timed else
+                             ("reference" if kind == "full" else "not timed")
+                             for kind, lo, hi, timed in zip(df["kind"], df["step_ratio_lo"], df["step_ratio_hi"],
+                                                            df["timed_steps"])])
+    st.dataframe(table[["mode", "ratio", "accuracy", "lo", "hi", "right", "bytes_mib", "kept_share", "step_ratio",
+                        "step_ratio_lo", "step_ratio_hi", "noise"]], hide_index=True, key="shrink_sweep_table",
                  column_config={"mode": st.column_config.TextColumn("setting"),
-                                "ratio": st.column_config.NumberColumn("ratio", format="%.2f",
+                                "ratio": st.column_config.NumberColumn("ratio", format="%.3f",
                                                                        help="press: share evicted; quantized: bytes saved"),
                                 "accuracy": st.column_config.NumberColumn("accuracy", format="percent"),
-                                "bytes_mib": st.column_config.NumberColumn("cache after prompt (MiB)", format="%.3f"),
-                                "peak_mib": st.column_config.NumberColumn("peak (MiB)", format="%.3f"),
+                                "lo": st.column_config.NumberColumn("95% from", format="percent"),
+                                "hi": st.column_config.NumberColumn("95% to", format="percent"),
+                                "bytes_mib": st.column_config.NumberColumn("cache after context (MiB)", format="%.3f"),
+                                "kept_share": st.column_config.NumberColumn(
+                                    "still attended", format="percent",
+                                    help="share of (layer, head, context position) a query can still read; a head-wise "
+                                         "press masks positions and keeps their bytes"),
                                 "step_ratio": st.column_config.NumberColumn("step time ÷ full (median)", format="%.2f"),
                                 "step_ratio_lo": st.column_config.NumberColumn("25th pct", format="%.2f"),
                                 "step_ratio_hi": st.column_config.NumberColumn("75th pct", format="%.2f"),
                                 "noise": st.column_config.TextColumn("step time")})
-    st.caption(f"Peak: {result.peak_how}. Step time ÷ full: each decode step over the full cache's same step "
-               "on the same item; the median and the 25th–75th percentiles of those ratios.")
+    st.caption(f"Step time ÷ full: each decode step over the full cache's same step on the same item, the two taking "
+               f"turns step by step (first {result.timed_items} items); the median and the 25th–75th percentiles. "
+               "Bytes of a head-wise press (AdaKV, KVzip) are the full cache's: kvpress masks the positions it drops.")
+    if result.items:
+        draw_items(result)
     st.download_button("Download the sweep (JSON)", sweep.to_json(result), file_name="kvviz-shrink-sweep.json",
                        mime="application/json", key="shrink_sweep_download")
+
+
+def draw_items(result: sweep.Sweep) -> None:
+    """Accuracy per task format, and each item's answer under a chosen setting."""
+    with st.expander("Accuracy per task format"):
+        st.dataframe(sweep_charts.task_table(result), hide_index=True, key="shrink_sweep_tasks")
+    with st.expander("Each item's answer"):
+        modes = [r.mode for r in result.rows]
+        mode = st.selectbox("Setting", modes, index=min(1, len(modes) - 1), key="shrink_sweep_answers_mode")
+        st.dataframe(sweep_charts.answers_frame(result, mode), hide_index=True, key="shrink_sweep_answers")
+

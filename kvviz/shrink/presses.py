@@ -9,13 +9,15 @@ score is recorded per layer to give back the kept positions, per KV head.
 """
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from kvviz.core.errors import UserError
 
-# name -> (kvpress class, one plain sentence on what it keeps and why)
+# name -> (kvpress class, one plain sentence on what it keeps and why): the presses the Shrink page's
+# side-by-side offers (its kept map reads each one's scores, `adapt`)
 PRESSES = {
     "StreamingLLM": ("StreamingLLMPress", "Keeps the first 4 tokens (the 'attention sinks' every "
                      "head leans on) and the most recent ones, and drops the middle, whatever it said."),
@@ -27,6 +29,27 @@ PRESSES = {
                           "expected to attend to, estimated from the statistics of recent queries."),
     "TOVA": ("TOVAPress", "Keeps the tokens the last prompt token attends to most, per head."),
 }
+# The presses the quality sweep adds, as the kvpress leaderboard configures them (its
+# press_init_command): name -> (kvpress class, sentence). "Head-wise" presses (HEADWISE) keep a
+# different number of positions per head: kvpress masks the others in attention (a key no query
+# can attend to) and the cache keeps every row, so they save no bytes in kvpress 0.5.5.
+MORE_PRESSES = {
+    "KVzip": ("KVzipPress", "Keeps what the model needs to repeat the context word for word (it scores "
+              "positions by replaying the context once more), per head and layer, whatever the question."),
+    "AdaKV-ExpectedAttention": ("AdaKVPress", "ExpectedAttention's scores, with the budget shared across "
+                                "heads (AdaKV): each head keeps what it needs, at least 20% of its share. "
+                                "The kvpress leaderboard's 'ExpectedAttention' entry."),
+    "KeyDiff": ("KeyDiffPress", "Keeps the tokens whose keys differ most from the average key."),
+    "LagKV": ("LagKVPress", "Scores each stretch of 128 tokens against the next stretch's keys and "
+              "values, without attention weights or the question."),
+    "PyramidKV": ("PyramidKVPress", "SnapKV's scores with more positions kept in lower layers and "
+                  "fewer in higher ones (the same total)."),
+    "CUR": ("CURPress", "Keeps the tokens whose keys and values carry the most weight (approximate "
+            "leverage scores of a CUR decomposition), the first 4 always."),
+}
+ALL_PRESSES = {**PRESSES, **MORE_PRESSES}
+HEADWISE = frozenset({"KVzip", "AdaKV-ExpectedAttention"})
+QUESTION_AWARE = frozenset({"SnapKV"})  # the leaderboard also reports these with the question compressed
 NONE = "none"
 MIN_PROMPT_TOKENS = 8  # fewer leave a press nothing to choose between
 SNAPKV_WINDOW = 64  # kvpress's default observation window (tokens at the end of the prompt)
@@ -38,14 +61,16 @@ def kvpress_module():
     return kvpress
 
 
-def offered() -> tuple[dict[str, str], dict[str, str]]:
-    """({name: sentence} for presses that can run here, {name: why not} for the others)."""
+def offered(registry: dict | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """({name: sentence} for presses that can run here, {name: why not} for the others), of
+    `registry` (default: PRESSES, the side-by-side's; the sweep passes ALL_PRESSES)."""
+    registry = PRESSES if registry is None else registry
     try:
         module = kvpress_module()
     except Exception as exc:  # noqa: BLE001 - any import failure means no presses, said plainly
-        return {}, {name: f"kvpress does not import: {exc}" for name in PRESSES}
+        return {}, {name: f"kvpress does not import: {exc}" for name in registry}
     ok, refused = {}, {}
-    for name, (cls, sentence) in PRESSES.items():
+    for name, (cls, sentence) in registry.items():
         if hasattr(module, cls):
             ok[name] = sentence
         else:
@@ -55,8 +80,8 @@ def offered() -> tuple[dict[str, str], dict[str, str]]:
 
 def check(name: str, ratio: float) -> None:
     """ValueError in plain words for a press kvviz does not offer or a ratio outside (0, 1)."""
-    if name not in PRESSES:
-        raise UserError(f"unknown press {name!r}: pick one of {', '.join(PRESSES)}")
+    if name not in ALL_PRESSES:
+        raise UserError(f"unknown press {name!r}: pick one of {', '.join(ALL_PRESSES)}")
     if not 0 < ratio < 1:
         raise UserError(f"the compression ratio is {ratio}; it must be above 0 and below 1")
 
@@ -68,9 +93,14 @@ def make_press(name: str, ratio: float, prompt_tokens: int):
         noun = "token" if prompt_tokens == 1 else "tokens"
         raise UserError(f"the prompt is {prompt_tokens} {noun}; a press needs at least {MIN_PROMPT_TOKENS} "
                         "to choose from")
-    cls = getattr(kvpress_module(), PRESSES[name][0])
-    if name == "SnapKV":  # its window must be shorter than the prompt
+    kvpress = kvpress_module()
+    cls = getattr(kvpress, ALL_PRESSES[name][0])
+    if name in ("SnapKV", "PyramidKV"):  # the window must be shorter than the prompt
         return cls(compression_ratio=ratio, window_size=min(SNAPKV_WINDOW, prompt_tokens // 2))
+    if name == "KVzip":  # (its constructor logs a warning about its cost on every call)
+        logging.getLogger("kvpress.presses.kvzip_press").setLevel(logging.ERROR)
+    if name == "AdaKV-ExpectedAttention":  # the leaderboard's ExpectedAttention entry
+        return cls(press=kvpress.ExpectedAttentionPress(compression_ratio=ratio, epsilon=0.01), alpha_safeguard=0.2)
     return cls(compression_ratio=ratio)
 
 
@@ -82,19 +112,32 @@ class Kept:
     prompt_tokens: int = 0
 
 
+def kwargs_for_kvpress(module, kwargs: dict) -> dict:
+    """The attention hook's kwargs as kvpress 0.5.5 reads them: the cache also as
+    `past_key_values`, and `cache_position` (the last q_len positions of the layer's length)."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    q_len = kwargs["hidden_states"].shape[1]
+    length = cache.layers[module.layer_idx].get_seq_length()
+    positions = torch.arange(length - q_len, length, device=kwargs["hidden_states"].device)
+    return dict(kwargs, past_key_values=cache, cache_position=positions)
+
+
+def shim(press):
+    """Make `press` run on 5.24 (patches this press instance's hook only; nothing recorded)."""
+    hook = press.forward_hook
+    press.forward_hook = lambda module, args, kwargs, output: hook(module, args, kwargs_for_kvpress(module, kwargs),
+                                                                   output)
+    return press
+
+
 def adapt(press, kept: Kept):
     """Make `press` run on 5.24 and record what it keeps (patches this press instance only)."""
     hook, score = press.forward_hook, press.score
     current = {}
 
     def forward_hook(module, args, kwargs, output):
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        q_len = kwargs["hidden_states"].shape[1]
-        length = cache.layers[module.layer_idx].get_seq_length()
-        device = kwargs["hidden_states"].device
         current["layer"] = module.layer_idx
-        kw = dict(kwargs, past_key_values=cache, cache_position=torch.arange(length - q_len, length, device=device))
-        return hook(module, args, kw, output)
+        return hook(module, args, kwargs_for_kvpress(module, kwargs), output)
 
     def recorded_score(module, hidden_states, keys, values, attentions, kwargs):
         scores = score(module, hidden_states, keys, values, attentions, kwargs)

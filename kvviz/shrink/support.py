@@ -13,6 +13,8 @@ The sentence says which layers are what, so a user knows it is the model, not th
 """
 from __future__ import annotations
 
+import os
+
 from kvviz.core.errors import UserError
 
 FULL = "DynamicLayer"
@@ -98,3 +100,59 @@ def check(model, mode) -> None:
     why = refusal(model, mode)
     if why:
         raise UserError(f"{mode.label()} is not offered for this model: {why}")
+
+
+# ------------------------------------------------------------------ the quality sweep's settings
+# Presses kvpress 0.5.5 ships that cannot follow the leaderboard's protocol on transformers 5.24,
+# whatever the model: name -> why (measured: kvpress's own pipeline raises the same error).
+BROKEN_ON_524 = {
+    "PyramidKV": ("it keeps a different number of positions in each layer, and transformers 5.24 builds one "
+                  "attention mask for every layer from the first layer's length, so the question's forward fails "
+                  "(kvpress's own pipeline raises the same size mismatch)"),
+}
+
+
+def headwise_refusal(model, name: str) -> str:
+    """Why press `name` cannot follow the leaderboard's protocol on `model` although its every
+    layer is full attention; "" when it can."""
+    from kvviz.shrink import presses
+    if name in BROKEN_ON_524:
+        return BROKEN_ON_524[name]
+    attention = getattr(model.config, "_attn_implementation", "")
+    if name in presses.HEADWISE and attention == "eager":
+        return ("it masks positions per head inside the attention kernel kvpress patches, which kvpress does "
+                "not support for eager attention")
+    if name == "KVzip":
+        folder = str(getattr(model.config, "name_or_path", "") or "")
+        if not folder or not any(os.path.exists(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+            return ("it reads the tokenizer from the model's folder (config.name_or_path) and this model was not "
+                    "loaded from a folder holding one")
+    return ""
+
+
+def sweep_presses(model) -> tuple[list[str], list]:
+    """(the presses the sweep runs on `model`, a sweep.Dropped for each one it cannot, with why)."""
+    from kvviz.shrink import presses
+    from kvviz.shrink.sweep import Dropped
+    offered, refused = presses.offered(presses.ALL_PRESSES)
+    everyone = press_refusal(model)
+    names, dropped = [], []
+    for name in presses.ALL_PRESSES:
+        why = everyone or refused.get(name, "") or headwise_refusal(model, name)
+        if why:
+            dropped.append(Dropped(name, why))
+        else:
+            names.append(name)
+    return names, dropped
+
+
+def sweep_quant(model) -> tuple[list[tuple[str, int]], list]:
+    """(the quantized settings the sweep runs on `model`, a sweep.Dropped for each one it cannot)."""
+    from kvviz.shrink import quant_cache
+    from kvviz.shrink.sweep import QUANT, Dropped, quant_offered
+    backends, refused = quant_cache.available()
+    everyone = quant_refusal(model)
+    kept = [] if everyone else quant_offered(backends)
+    dropped = [Dropped(f"{b} {n}-bit", everyone or refused.get(b, f"{b} offers no {n}-bit packing here"))
+               for b, n in QUANT if (b, n) not in kept]
+    return kept, dropped

@@ -84,18 +84,24 @@ def test_sweep_runs_on_the_page_and_the_shipped_one_shows(at, tmp_path, monkeypa
     at.number_input(key="shrink_sweep_items").set_value(1)
     at.button(key="shrink_sweep_run").click().run()
     assert not at.exception and not at.error, (at.exception, at.error)
-    table = at.dataframe[-1].value  # the sweep's table, the page's only one
-    assert list(table["mode"]) == ["full cache"] + [f"Knorm press, evicting {r:.0%}" for r in (0.25, 0.5, 0.75, 0.9)] \
+    table = at.dataframe(key="shrink_sweep_table").value
+    assert list(table["mode"]) == ["full cache"] + [f"Knorm press, evicting {r * 100:g}%" for r in (0.25, 0.5, 0.75, 0.875)] \
         + ["quantized cache (quanto 4-bit, residual 16)"]
-    assert table["accuracy"].between(0, 1).all() and (table["peak_mib"] >= table["bytes_mib"]).all()
+    assert table["accuracy"].between(0, 1).all() and (table["lo"] <= table["accuracy"]).all() \
+        and (table["accuracy"] <= table["hi"]).all()
     assert any("run here just now" in c.value for c in at.caption)
+    assert any(c.value.startswith("Protocol: the kvpress leaderboard's") for c in at.caption)
+    answers = at.dataframe(key="shrink_sweep_answers").value  # each item's answer, plain cells
+    assert len(answers) == 1 and list(answers["task"]) == ["custom"]
     at.button(key="shrink_sweep_shipped").click().run()
     assert not at.exception
     assert any("shipped with kvviz" in c.value and "SmolLM2" in c.value for c in at.caption)
+    assert any(c.value.startswith("Not in this sweep: PyramidKV") for c in at.caption)
 
 
 def test_hosted_sweep_from_a_crafted_link_is_refused_in_a_sentence(default_lm, monkeypatch):
-    """Hosted: a link naming every press asks 4 × 5 + 1 settings, past the 8 points a visitor may
+    """Hosted: a link naming five presses asks 5 × 4 + 4 (SnapKV with the question) settings past the
+    full cache, more than the 8 points a visitor may
     sweep; the page says so before any run (default_lm: the model converted before the page loads it)."""
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     monkeypatch.delenv("KVVIZ_MODEL", raising=False)
@@ -106,7 +112,7 @@ def test_hosted_sweep_from_a_crafted_link_is_refused_in_a_sentence(default_lm, m
     assert app.number_input(key="shrink_sweep_items").value == 2  # a visitor's default: two items
     app.button(key="shrink_sweep_run").click().run()
     assert not app.exception and not app.dataframe
-    assert any("sweep points is 21; this hosted kvviz allows 8" in e.value for e in app.error)
+    assert any("sweep points is 24; this hosted kvviz allows 8" in e.value for e in app.error)
 
 
 def test_the_default_is_the_demo_and_its_suggestion_sets_the_sidebar(at):

@@ -1,26 +1,27 @@
-"""The quality sweep (kvviz.shrink.sweep, task, peak) on a tiny model and a 2-item task, its file
-and `kvviz shrink --sweep`; once on the default model (slow): the shipped task is answered right
-at ratio 0, as scripts/make_shrink_task.py checked when it built it."""
+"""The quality sweep (kvviz.shrink.sweep) on a tiny model and a 2-item task: rows, intervals, bytes,
+each item's answer, timing in turn with the full cache, resuming, the file (version 2, and version
+1 still read), `kvviz shrink --sweep` (what it drops and why); and the shipped sweep's file."""
 import json
+import math
 
 import pytest
 import torch
-from tiny import tiny_lm
+from tiny import save_tiny, tiny_lm
 
 from kvviz.core.trace import TraceError
 from kvviz.shrink import compute as shrink
-from kvviz.shrink import peak, sweep, task
+from kvviz.shrink import protocol, support, sweep, task
 
-NEW = 3
-WANTED = [shrink.ShrinkMode(press="Knorm", ratio=0.5), shrink.ShrinkMode(press="Knorm", ratio=0.9),
+WANTED = [shrink.ShrinkMode(press="Knorm", ratio=0.5), shrink.ShrinkMode(press="StreamingLLM", ratio=0.875),
+          shrink.ShrinkMode(press="SnapKV", ratio=0.5, question_aware=True),
           shrink.ShrinkMode(backend="quanto", nbits=4, residual_length=sweep.RESIDUAL)]
 
 
 def short_items() -> list[task.TaskItem]:
     """Two items short enough for the tiny model's 256-token context."""
-    return [task.TaskItem(f"The key value cache keeps the keys. The special magic number for {k} is: {n}.",
-                          f"What is the special magic number for {k}?", "It is", str(n))
-            for k, n in (("teal", 4821), ("amber", 1977))]
+    return [task.TaskItem(context=f"The key value cache keeps the keys. The special magic number for {k} is: {n}. " * 3,
+                          question=f"What is the special magic number for {k}?", answer_prefix=" It is", answers=(str(n),),
+                          max_new_tokens=4) for k, n in (("teal", 4821), ("amber", 1977))]
 
 
 @pytest.fixture(scope="module")
@@ -34,124 +35,153 @@ def answered(lm) -> list[task.TaskItem]:
     are noise), so the full cache scores 2 of 2 and the others can score less."""
     out = []
     for item in short_items():
-        text = shrink.run(lm, sweep.item_ids(lm.tokenizer, item), NEW, shrink.ShrinkMode()).text
-        out.append(task.TaskItem(item.context, item.question, item.answer_prefix, text.replace(",", "").strip()))
-    assert all(i.answer for i in out)
+        got = protocol.answer(lm, protocol.item_prompt(lm.tokenizer, item), shrink.ShrinkMode(), item.max_new_tokens,
+                              shrink.stop_ids(lm))
+        out.append(task.TaskItem(context=item.context, question=item.question, answer_prefix=item.answer_prefix,
+                                 answers=(got.text.strip(),), max_new_tokens=item.max_new_tokens))
+    assert all(i.answers[0] for i in out)
     return out
 
 
 @pytest.fixture(scope="module")
 def result(lm, answered):
-    seen = []
-    done = sweep.run(lm, answered, WANTED, progress=seen.append, new_tokens=NEW, note="two items")
-    return done, seen
+    seen, logged = [], []
+    done = sweep.run(lm, answered, WANTED, progress=seen.append, note="two items", on_item=logged.append, timed_items=1)
+    return done, seen, logged
 
 
-def test_rows_accuracy_bytes_peaks_and_progress(lm, answered, result):
-    done, seen = result
+def test_wilson_interval():
+    assert sweep.wilson(4, 6) == pytest.approx((0.300, 0.903), abs=1e-3)  # the 6-item sweep's "4/6"
+    assert sweep.wilson(0, 50)[1] == pytest.approx(0.0714, abs=1e-4) and sweep.wilson(50, 50)[0] == pytest.approx(0.9286, abs=1e-4)
+    assert sweep.wilson(0, 0) == (0.0, 0.0)
+
+
+def test_rows_intervals_bytes_and_each_items_answer(lm, answered, result):
+    done, seen, logged = result
     assert [r.mode for r in done.rows] == [m.label() for m in [shrink.ShrinkMode()] + WANTED]
-    full, half, most, quanto = done.rows
-    assert (full.kind, full.accuracy, full.right, full.items) == ("full", 1.0, 2, 2)
-    assert (full.step_ratio, full.step_ratio_lo, full.step_ratio_hi) == (1.0, 1.0, 1.0)  # itself, step by step
+    full, knorm, streaming, aware, quanto = done.rows
+    assert (full.kind, full.right, full.items, full.interval) == ("full", 2, 2, sweep.wilson(2, 2))
+    assert aware.question_aware and aware.mode.endswith("question in the window") and not knorm.question_aware
     c = lm.model.config
     per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4
-    lengths = [sweep.item_ids(lm.tokenizer, i).shape[1] for i in answered]
-    assert full.bytes == round(sum(per_token * n for n in lengths) / 2)
-    for r, ratio in ((half, 0.5), (most, 0.9)):
-        assert r.ratio == ratio and r.kind == "press"
-        assert r.bytes == round(sum(per_token * int(n * (1 - ratio)) for n in lengths) / 2)
-        assert r.peak_bytes > r.bytes  # the prompt's forward held more than what was kept
-    assert quanto.kind == "quantized" and quanto.ratio == round(1 - quanto.bytes / full.bytes, 4)
-    assert all(r.peak_bytes >= r.bytes for r in done.rows) and done.complete
-    assert [p.done for p in seen] == list(range(len(seen)))  # one line per run, then the last
-    assert seen[-1].done == seen[-1].total == 2 * 4 and seen[-1].mode == "done"
-    assert "item 1 of 2" in seen[0].line() and "(0m 0" in seen[0].line()
+    context = [protocol.item_prompt(lm.tokenizer, i).context_tokens for i in answered]
+    assert full.bytes == round(sum(per_token * n for n in context) / 2)
+    assert knorm.bytes == round(sum(per_token * int(n * 0.5) for n in context) / 2) and knorm.kept_share < 0.51
+    assert streaming.ratio == 0.875 and quanto.ratio == round(1 - quanto.bytes / full.bytes, 4)
+    for r in done.rows:  # the answers are kept, one per item, and they are what is scored
+        assert len(r.answers) == 2 and r.right == sum(i.is_right(a) for i, a in zip(answered, r.answers))
+        assert r.answers == tuple(rec.answers[r.mode].text for rec in logged)
+    assert [i.expected for i in done.items] == [i.answers for i in answered]
+    assert [p.item for p in seen[:-1]] == [1, 2] and seen[-1].mode == "done" and done.complete
 
 
-def test_the_file_round_trips_and_refuses_bad_rows(result):
-    done, _ = result
+def test_steps_take_turns_with_the_full_cache_on_timed_items_only(result):
+    done, _, logged = result
+    first, second = logged
+    assert all(a.step_ratios for label, a in first.answers.items() if label != "full cache" and a.new_tokens > 1)
+    assert not any(a.step_ratios for a in second.answers.values())  # timed_items=1
+    assert done.rows[0].timed_steps == 0 and done.timed_items == 1
+    assert all(r.timed_steps == len(first.answers[r.mode].step_ratios) for r in done.rows[1:])
+
+
+def test_taking_turns_gives_the_tokens_each_side_gives_alone():
+    def steps(tokens):
+        return iter([protocol.Step(t, 1.0) for t in tokens])
+    mine, ref = sweep.in_turn(steps([1, 2]), steps([7, 8, 9]))
+    assert [s.token_id for s in mine] == [1, 2] and [s.token_id for s in ref] == [7, 8, 9]
+
+
+def test_a_stopped_sweep_resumes_where_it_stopped(lm, answered, result):
+    done, _, logged = result
+    asked = []
+    stopped = sweep.run(lm, answered, WANTED, should_stop=lambda: bool(asked.append(1)) or len(asked) > 1, timed_items=1)
+    assert not stopped.complete and [r.items for r in stopped.rows] == [1] * 5
+    again = sweep.run(lm, answered, WANTED, done=[sweep.record_from_json(sweep.record_to_json(logged[0]))], timed_items=1)
+    assert again.complete and [r.answers for r in again.rows] == [r.answers for r in done.rows]
+
+
+def test_the_file_round_trips_and_refuses_answers_its_counts_do_not_hold(result):
+    done, _, _ = result
     back = sweep.from_json(sweep.to_json(done))
-    assert back.rows == done.rows and back.model == done.model and back.task == "two items"
+    assert back.rows == done.rows and back.items == done.items and back.protocol == protocol.PROTOCOL
     doc = json.loads(sweep.to_json(done))
-    doc["rows"][0]["right"] = 5
-    with pytest.raises(TraceError, match="more right answers than items"):
+    doc["rows"][1]["right"] = (doc["rows"][1]["right"] + 1) % 3
+    doc["rows"][1]["accuracy"] = doc["rows"][1]["right"] / 2
+    with pytest.raises(TraceError, match="its answers hold"):
         sweep.from_json(json.dumps(doc))
-    doc["rows"][0]["accuracy"] = 7
+    doc = json.loads(sweep.to_json(done))
+    doc["rows"][0]["answers"] = doc["rows"][0]["answers"][:1]
+    with pytest.raises(TraceError, match="holds 1 answers for 2 items"):
+        sweep.from_json(json.dumps(doc))
+    doc = json.loads(sweep.to_json(done))
+    doc["protocol"] = "my own"
     with pytest.raises(TraceError, match="not a valid kvviz-shrink-sweep file"):
         sweep.from_json(json.dumps(doc))
     assert sweep.is_sweep(sweep.to_json(done)) and not sweep.is_sweep(b"[1]")
 
 
-def test_a_stop_keeps_the_rows_measured_so_far(lm, answered):
-    asked = []
-
-    def stop_after_two():
-        asked.append(1)
-        return len(asked) > 2
-    done = sweep.run(lm, answered, WANTED[:1], should_stop=stop_after_two, new_tokens=NEW)
-    assert not done.complete and [r.items for r in done.rows] == [1, 1]
+def test_a_version_1_file_is_still_read():
+    row = {"mode": "full cache", "kind": "full", "press": "", "ratio": 0.0, "backend": "", "nbits": 0, "items": 6,
+           "right": 4, "accuracy": 4 / 6, "bytes": 10, "peak_bytes": 20, "cuda_peak_bytes": 0, "step_ratio": 1.0,
+           "step_ratio_lo": 1.0, "step_ratio_hi": 1.0}
+    old = sweep.from_json(json.dumps({"format": "kvviz-shrink-sweep", "version": 1, "rows": [row]}))
+    assert old.rows[0].interval == pytest.approx((0.300, 0.903), abs=1e-3) and old.protocol == "" and not old.items
 
 
-def test_the_tracker_counts_what_is_alive_at_once():
-    tracker = peak.PeakTracker()
-    with tracker.step(torch.device("cpu")) as memory:
-        a = torch.ones(1000)  # 4,000 B
-        b = a * 2  # + 4,000 B
-        del a, b
-        c = torch.zeros(500)  # 2,000 B, after both were freed
-    assert memory["peak_bytes"] == 8000 and tracker.now == 2000
-    with tracker.step(torch.device("cpu")) as memory:
-        d = c[:10] + 1  # 40 B beside c's 2,000
-    assert memory["peak_bytes"] == 2040 and d.numel() == 10
-
-
-def test_a_task_file_is_checked(tmp_path):
-    bad = tmp_path / "t.json"
-    bad.write_text("{\"items\": [{\"context\": 1}]}")
-    with pytest.raises(ValueError, match="is not a kvviz shrink task"):
-        task.load(bad)
-    bad.write_text(task.to_json([], "nothing"))
-    with pytest.raises(ValueError, match="a task holds 1 to"):
-        task.load(bad)
-    items = task.candidates(1, 3)
-    assert all(i.answer in i.context and i.is_right(f" {i.answer}.") and not i.is_right(" 12") for i in items)
-
-
-def test_cli_sweep_writes_rows_and_a_progress_line(tiny_dir, tmp_path, capsys):
+def test_cli_sweep_writes_rows_answers_and_names_what_it_dropped(tiny_dir, tmp_path, capsys):
     from kvviz import cli
     path, out = tmp_path / "task.json", tmp_path / "sweep.json"
     path.write_text(task.to_json(short_items(), "test"))
     code = cli.main(["shrink", "--sweep", "--task", str(path), "--items", "1", "--model", str(tiny_dir),
-                     "--max-new-tokens", "2", "--out", str(out)])
+                     "--presses", "Knorm,SnapKV", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    rows = sweep.from_json(out.read_bytes()).rows
-    assert len(rows) == 1 + 5 * 4 + len(sweep.QUANT)  # every press and setting runs here
-    assert {(r.kind, r.ratio) for r in rows if r.press == "SnapKV"} == {("press", x) for x in sweep.RATIOS}
-    assert f"[  0/{len(rows)}] item 1 of 1: full cache" in captured.err
-    assert "SnapKV press, evicting 90%" in captured.out and "written to" in captured.out
+    result = sweep.from_json(out.read_bytes())
+    presses = {r.mode for r in result.rows if r.kind == "press"}
+    assert presses == {f"{p} press, evicting {x * 100:g}%" for p in ("Knorm", "SnapKV") for x in sweep.RATIOS} | {
+        f"SnapKV press, evicting {x * 100:g}%, question in the window" for x in sweep.RATIOS}
+    assert all(len(r.answers) == 1 for r in result.rows) and len(result.items) == 1
+    assert "item 1 of 1" in captured.err and "SnapKV press, evicting 87.5%" in captured.out
+    assert "dropped PyramidKV: it keeps a different number of positions in each layer" in captured.out
 
 
-@pytest.mark.slow
-def test_default_model_answers_the_shipped_task_at_ratio_0(default_lm):
-    items = task.load()
-    done = sweep.run(default_lm, items, [], new_tokens=sweep.NEW_TOKENS)
-    assert [(r.kind, r.right, r.items) for r in done.rows] == [("full", len(items), len(items))]
+def test_cli_sweep_on_a_model_it_cannot_shrink_says_why_and_exits_2(tmp_path, capsys):
+    from kvviz import cli
+    folder = save_tiny(tmp_path / "sliding", "sliding")  # every layer keeps a sliding window
+    code = cli.main(["shrink", "--sweep", "--items", "1", "--model", str(folder), "--out", str(tmp_path / "s.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "nothing to compare on this model" in err and "Traceback" not in err
+    assert "dropped SnapKV: this model's layers 0–1 keep a sliding window" in err
+    assert "dropped quanto 4-bit: this model's layers 0–1 keep a sliding window" in err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_support_drops_settings_with_reasons(lm):
+    names, dropped = support.sweep_presses(lm.model)
+    assert "PyramidKV" not in names and {d.setting for d in dropped} >= {"PyramidKV", "KVzip"}
+    assert "config.name_or_path" in next(d.why for d in dropped if d.setting == "KVzip")  # built in memory
+    assert len(names) >= 8 and {"AdaKV-ExpectedAttention", "KeyDiff", "LagKV", "CUR"} <= set(names)
 
 
 def test_the_shipped_sweep_of_the_default_model():
-    """kvviz/assets/shrink_sweep_smollm2.json (`kvviz shrink --sweep` on SmolLM2): every press at
-    every ratio and every quantized setting; the full cache answers every item; the figures agree."""
+    """kvviz/assets/shrink_sweep_smollm2.json (scripts/shrink_sweep.py on SmolLM2): the leaderboard's
+    protocol and ratios, at least 8 presses, SnapKV's question-aware entry, the quantized caches,
+    each item's answer in every row, at least 50 items asked (a partial file says so)."""
     from kvviz.shrink import panel
     done = sweep.from_json(panel.SHIPPED_SWEEP.read_bytes())
+    assert "SmolLM2" in done.model and done.protocol == protocol.PROTOCOL and done.items_total >= 50
+    assert done.complete == (len(done.items) == done.items_total) and len(done.items) >= 1
+    presses = {r.press for r in done.rows if r.kind == "press"}
+    assert len(presses) >= 8 and {"KVzip", "AdaKV-ExpectedAttention"} <= presses
+    assert {(r.press, r.ratio) for r in done.rows if r.kind == "press" and not r.question_aware} == {
+        (p, x) for p in presses for x in sweep.RATIOS}
+    assert {r.ratio for r in done.rows if r.question_aware} == set(sweep.RATIOS)
+    assert {(r.backend, r.nbits) for r in done.rows if r.kind == "quantized"} == set(sweep.QUANT)
     full = done.rows[0]
-    assert done.complete and "SmolLM2" in done.model and (full.kind, full.accuracy) == ("full", 1.0)
-    presses = {(r.press, r.ratio) for r in done.rows if r.kind == "press"}
-    assert presses == {(p, x) for p in {r.press for r in done.rows if r.kind == "press"} for x in sweep.RATIOS}
-    assert len(presses) == 5 * 4 and len([r for r in done.rows if r.kind == "quantized"]) == len(sweep.QUANT)
     for r in done.rows:
-        assert r.peak_bytes > r.bytes and r.right == round(r.accuracy * r.items)
-        if r.kind == "press":  # the kept share of the prompt, within one position per layer and head
+        assert len(r.answers) == len(done.items) and r.right == round(r.accuracy * r.items)
+        if r.kind == "press" and r.press not in ("KVzip", "AdaKV-ExpectedAttention"):  # rows removed
             assert abs(r.bytes / full.bytes - (1 - r.ratio)) < 0.01
-        if r.kind == "quantized":
-            assert r.ratio == round(1 - r.bytes / full.bytes, 4)
+        if r.press in ("KVzip", "AdaKV-ExpectedAttention"):  # masked, not removed: bytes stay
+            assert r.bytes == full.bytes and math.isclose(r.kept_share, 1 - r.ratio, abs_tol=0.01)
+    assert torch.tensor([i.depth for i in done.items]).max() <= 1
