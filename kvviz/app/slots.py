@@ -15,18 +15,38 @@ come and go (a wait line, a note) stay in `st.empty()`.
 from __future__ import annotations
 
 
+SKIPPED_WHEN_SAME = frozenset({"caption", "code", "markdown", "metric", "text", "success", "warning", "info"})
+# Text elements whose arguments are plain values: drawn again with the same ones, they are not
+# sent. The live page redraws its figures and captions several times a second, most of them
+# unchanged; each one sent costs the script thread a message (while a fast model's worker waits
+# for the interpreter) and the browser a render.
+
+
 class Slot:
     """`slot.caption(...)`, `slot.vega_lite_chart(...)`, ...: each call replaces the element
-    shown; the first one replaces the previous script run's element, if any."""
+    shown; the first one replaces the previous script run's element, if any. A text element
+    (SKIPPED_WHEN_SAME) drawn again exactly as it stands is left alone."""
 
     def __init__(self, parent):
         self._box = parent.container()
         self._element = None  # the element's own handle once drawn: later calls replace it
+        self._shown: tuple | None = None  # (method, args, kwargs) of the element drawn last
 
     def __getattr__(self, name: str):
         target = getattr(self._element if self._element is not None else self._box, name)
 
         def draw(*args, **kwargs):
-            self._element = target(*args, **kwargs)
+            call = (name, args, kwargs)
+            if name in SKIPPED_WHEN_SAME and self._element is not None and same_call(call, self._shown):
+                return self._element  # already on the page as asked
+            self._element, self._shown = target(*args, **kwargs), call
             return self._element
         return draw
+
+
+def same_call(call: tuple, shown: tuple | None) -> bool:
+    """Whether two (method, args, kwargs) are equal; False where they cannot be compared."""
+    try:
+        return bool(call == shown)
+    except (TypeError, ValueError):  # e.g. a DataFrame among the arguments
+        return False

@@ -2,7 +2,8 @@
 
 Fills a container the page hands it (a Streamlit container; this module imports no streamlit).
 Each chart spec is built once per run shape and then only re-fed with data (~2-4 ms a redraw,
-against ~25 ms for a fresh chart); the page calls `draw` at its chart rate (≤ 10 Hz).
+against ~25 ms for a fresh chart); the page calls `draw` at its chart rate (kvviz.live.panel.Cadence:
+at most 2 Hz).
 """
 from __future__ import annotations
 
@@ -49,12 +50,14 @@ class CacheMapPanel:
         self.attention_slot = Slot(container) if self.attention else None
         self.caption_slot = Slot(container)
         self.seq, self.draws, self.picked = 0, 0, False
+        self.drawn_steps = 0  # cached events the map last showed
 
     def draw(self, cached: list[StepEvent], final: bool) -> None:
-        """Redraw from the cached events so far; the attention map at half rate until the end."""
-        if not cached:
+        """Redraw from the cached events so far; the attention map at half rate until the end.
+        Nothing is sent while the run has no new step (a race's no-cache steps, between)."""
+        if not cached or (not final and len(cached) == self.drawn_steps):
             return
-        self.draws += 1
+        self.draws, self.drawn_steps = self.draws + 1, len(cached)
         if final:
             self.pick_row()
         specs = {name: charts.with_font_scale(spec, self.font_scale) for name, spec in map_specs(self.meta).items()}

@@ -1,12 +1,19 @@
 """The live page's panels: placeholders built once, then filled from a growing list of events.
 
-Text updates on every event; figures and charts at most every `CHART_INTERVAL_S`. Each chart
-spec is built once per run and only its data is swapped (kvviz.viz.charts.spec_with_data).
+The page draws from the latest events at a rate a screen and a viewer can use, never at the
+model's: the text at most every TEXT_S, the figures every FIGURES_S, the charts every
+CHART_INTERVAL_S, each part slower still when its drawing would take more than its share of the
+wall clock (`Cadence`). Drawing runs on the script thread while the model runs on a worker
+(kvviz.engine.pump): both need the interpreter, so on a fast engine (a GPU, or a tiny model) every
+millisecond spent drawing is one the model waits. Each chart spec is built once per run and only
+its data is swapped (kvviz.viz.charts.spec_with_data); a chart whose picture did not move, and a
+figure or caption that reads the same, is not sent again (kvviz.app.slots).
 """
 from __future__ import annotations
 
 import itertools
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 
 import streamlit as st
@@ -16,6 +23,7 @@ from kvviz.live import cache_map_panel
 from kvviz.live import captions
 from kvviz.engine import loop as engine
 from kvviz.live import charts as live_charts
+from kvviz.live import frames
 from kvviz.engine import race
 from kvviz.viz import charts
 from kvviz.live import report
@@ -26,12 +34,17 @@ from kvviz.app.slots import Slot
 from kvviz.core.meta import RunMeta
 from kvviz.core.trace import RunSummary, Trace, summary
 
-CHART_INTERVAL_S = 0.15  # ≈ 7 chart refreshes a second while generating
 TICK_S = 0.25  # the page redraws at least this often during a run (a long step's progress)
 FRAME_S = 0.1  # and at most ten times a second: tokens arriving faster are drawn together
 WAIT_SHOWN_S = 1.0  # a forward pass running longer than this gets a progress line
 LONG_PASS_S = 2.0  # and one modelled to take this long gets it from its start
-REDRAW_SHARE = 0.25  # at most this share of a run's wall clock goes to redrawing figures
+# What each part of the page may cost while a run goes on (Cadence): (at most every s, at most
+# this share of the wall clock, at least every s). The text streams at up to 10 Hz, the figures
+# at 4 Hz and the charts at 2 Hz: on a 3 ms-a-token engine, drawing every event held the model
+# back by a third or more (docs/benchmarks.md, the fast model's rows).
+TEXT_S, TEXT_SHARE = 0.1, 0.03
+FIGURES_S, FIGURES_SHARE = 0.25, 0.02
+CHART_INTERVAL_S, REDRAW_SHARE, CHART_MAX_GAP_S = 0.5, 0.05, 2.0  # charts keep moving, however slow
 TOKEN_MARK = "│"
 RACE_NOTES_CSS = """<style>.st-key-race-notes { min-height: 9.5rem; }</style>"""
 # Room for the parity line and the race's end note at two lines each (measured 109 + 21 + 64 px at
@@ -45,13 +58,48 @@ def text_of(events, show_tokens: bool) -> str:
     return TOKEN_MARK.join(pieces) if show_tokens else "".join(pieces)
 
 
+class Cadence:
+    """When each part of the page may draw again: no sooner than its shortest gap, and late
+    enough that its drawing takes at most its share of the wall clock (a part that took c
+    seconds waits c / share), but never later than its longest gap. Measured in wall-clock time:
+    on a loaded machine a frame's time includes the moments its thread held the interpreter
+    while waiting for a core, and the model's worker waits through those too."""
+
+    def __init__(self, parts: dict[str, tuple[float, float, float]]):
+        self.parts = parts  # name -> (shortest gap s, share of the wall clock, longest gap s)
+        self.next_s = dict.fromkeys(parts, 0.0)  # when each may draw next (time.monotonic)
+        self.spent_s = dict.fromkeys(parts, 0.0)  # wall seconds each has drawn, in all
+        self.frames = dict.fromkeys(parts, 0)
+
+    def due(self, part: str, now: float) -> bool:
+        return now >= self.next_s[part]
+
+    @contextmanager
+    def drawing(self, part: str):
+        """Time the drawing of `part` and set when it may draw next."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            cost = time.monotonic() - started
+            shortest, share, longest = self.parts[part]
+            self.next_s[part] = started + min(max(shortest, cost / share), longest)
+            self.spent_s[part] += cost
+            self.frames[part] += 1
+
+
+def page_cadence() -> Cadence:
+    return Cadence({"text": (TEXT_S, TEXT_SHARE, TEXT_S * 5), "figures": (FIGURES_S, FIGURES_SHARE, FIGURES_S * 4),
+                    "charts": (CHART_INTERVAL_S, REDRAW_SHARE, CHART_MAX_GAP_S)})
+
+
 class LiveView:
     """All panels of one run. Build it before the first event; call `update` after each."""
 
     def __init__(self, meta: RunMeta, max_new_tokens: int, race_on: bool, show_tokens: bool):
         self.meta, self.race_on, self.show_tokens = meta, race_on, show_tokens
-        self.last_chart_t = 0.0
-        self.chart_gap_s = CHART_INTERVAL_S  # grows when redraws are slow (REDRAW_SHARE)
+        self.cadence = page_cadence()  # when the text, the figures and the charts may draw again
+        self.every_step = False  # slow motion: every update draws the text and the figures
         self.measure_wall = False  # run_live: time the tokens' arrival for the wall-clock rate
         self.arrivals: list[float] = []  # monotonic seconds when each cached event arrived
         self.wall_rate: float | None = None  # show_result: the rate its run measured
@@ -103,8 +151,8 @@ class LiveView:
                 self.race_on != ("recompute" in previous.modes)):
             return False
         self.update(previous, final=True)
-        self.specs, self.drawn, self.figure_updates, self.last_chart_t = None, {}, 0, 0.0
-        self.cache_map.draws = 0
+        self.specs, self.drawn, self.figure_updates, self.cadence = None, {}, 0, page_cadence()
+        self.cache_map.draws = self.cache_map.drawn_steps = 0  # the new run draws its own map
         self.dimmed = {"cached", "recompute"} if self.race_on else {"cached"}
         for mode in self.dimmed:
             self.dim_slots[mode].html(DIM_CSS[mode])  # fixed stylesheets, never user text
@@ -173,6 +221,26 @@ class LiveView:
             self.undim("cached")
         if recompute:
             self.undim("recompute")
+        now = time.monotonic()
+        if self.measure_wall and len(cached) > len(self.arrivals):
+            self.arrivals += [now] * (len(cached) - len(self.arrivals))
+        if final or self.every_step or self.cadence.due("text", now):
+            with self.cadence.drawing("text"):
+                self.draw_texts(cached, recompute, final)
+        if cached and (final or self.every_step or self.cadence.due("figures", now)):
+            with self.cadence.drawing("figures"):  # the figures go with the text: never "1 × 1" beside a box of words
+                self.draw_metrics(summary(trace), cached, recompute)
+                if self.race_on:
+                    same, line = captions.parity(cached, recompute, final)
+                    (self.parity_slot.success if same else self.parity_slot.warning)(line)
+        if cached and (final or self.cadence.due("charts", now)):
+            with self.cadence.drawing("charts"):
+                self.draw_figures(trace, cached, recompute, final)
+        if self.tour is not None:
+            self.tour.draw(trace, final, self.race_on)
+
+    def draw_texts(self, cached, recompute, final: bool) -> None:
+        """Both runs' texts so far; at the end the race's note, and the boxes their own height."""
         if "cached" not in self.dimmed:
             self.text_slot.code(text_of(cached, self.show_tokens) or " ", language=None, wrap_lines=True)
         if self.race_on and "recompute" not in self.dimmed:
@@ -185,21 +253,6 @@ class LiveView:
             for ghost in self.ghosts.values():
                 if ghost is not None:
                     ghost.empty()
-        now = time.monotonic()
-        if self.measure_wall and len(cached) > len(self.arrivals):
-            self.arrivals += [now] * (len(cached) - len(self.arrivals))
-        if cached:  # the figures go with the text: never "1 × 1" beside a box of words
-            self.draw_metrics(summary(trace), cached, recompute)
-            if self.race_on:
-                same, line = captions.parity(cached, recompute, final)
-                (self.parity_slot.success if same else self.parity_slot.warning)(line)
-        if cached and (final or now - self.last_chart_t >= self.chart_gap_s):
-            self.last_chart_t = now
-            self.draw_figures(trace, cached, recompute, final)
-            # the time budget: redraws take at most REDRAW_SHARE of the wall clock
-            self.chart_gap_s = max(CHART_INTERVAL_S, (time.monotonic() - now) / REDRAW_SHARE)
-        if self.tour is not None:
-            self.tour.draw(trace, final, self.race_on)
 
     def wall_tokens_per_s(self) -> float | None:
         """Tokens × batch per wall-clock second from the first cached token to the latest."""
@@ -216,12 +269,10 @@ class LiveView:
         self.figure_updates += 1
         if self.figure_updates == 1 or final:
             self.draw_notes(cached[-1])
-        data = live_charts.chart_data(self.meta, cached, recompute)
         if self.specs is None:
-            self.specs = build_specs(self.meta, self.max_new_tokens, data)
-        for name, df in data.items():
-            if name in self.slots and self.shows_this_run(name) and self.needs_redraw(name, cached[-1], final):
-                self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
+            self.specs = build_specs(self.meta, self.max_new_tokens, live_charts.chart_data(self.meta, cached, recompute))
+        for name, df in self.moved_charts(cached, recompute, final).items():
+            self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
         self.cache_map.draw(cached, final)
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
@@ -235,14 +286,35 @@ class LiveView:
         token must not draw into a panel labelled "previous run" (they wait for a recomputed one)."""
         return not ("recompute" in self.dimmed and panel in live_charts.RACE_PANELS)
 
-    def needs_redraw(self, name: str, last, final: bool) -> bool:
-        """Block charts change only when a block fills; the heatmap is redrawn at half rate."""
+    def moved_charts(self, cached, recompute, final: bool) -> dict:
+        """chart name -> its frame, for the charts of this page whose picture moved since their last
+        redraw (`needs_redraw`); each frame built only for them, and a frame two charts share once."""
+        steps, built, moved = None, {}, {}
+        for chart in live_charts.CHARTS:
+            if (chart.name not in self.slots or (chart.paged and cached[-1].blocks is None)
+                    or not self.shows_this_run(chart.name) or not self.needs_redraw(chart.name, cached, recompute, final)):
+                continue
+            if steps is None:
+                steps = frames.steps_frame(cached + recompute)
+            if chart.data not in built:  # the race's two charts draw one frame
+                built[chart.data] = chart.data(self.meta, cached, recompute, steps)
+            moved[chart.name] = built[chart.data]
+        return moved
+
+    def needs_redraw(self, name: str, cached, recompute, final: bool) -> bool:
+        """Block charts change only when a block fills; the heatmap is redrawn at half rate; a
+        chart of the cached run alone only when that run has a new step; the rest always."""
+        last = cached[-1]
         if name in ("grid", "reservation"):
             key = (last.blocks, last.seq_len) if name == "reservation" else last.blocks
-        elif name == "layer_times" and not final:
-            key = self.figure_updates // 2
-        else:
+        elif final:
             return True
+        elif name == "layer_times":
+            key = self.figure_updates // 2
+        elif name in CACHED_ONLY:
+            key = len(cached)
+        else:
+            key = (len(cached), len(recompute))
         changed = self.drawn.get(name, object()) != key
         self.drawn[name] = key
         return changed
@@ -254,6 +326,9 @@ class LiveView:
             draw_card(slot, *figure, basis)
         if self.figure_line is not None:
             self.figure_line.caption(figure_line(figures, basis))
+
+
+CACHED_ONLY = frozenset({"layers", "total"})  # charts drawn from the cached run's events alone
 
 
 def draw_card(slot, label: str, value: str, help_text: str, basis: str | None) -> None:
@@ -542,6 +617,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
     if not view.show_previous(previous):
         view.clear()
     view.measure_wall, view.work = True, cost.model_work(lm)
+    view.every_step = opts.pace > 1.0  # slow motion shows each step's text and figures
     view.tour = tour  # after show_previous: the tour follows this run only, from its prefill on
     if tour is not None:
         tour.draw(trace)
@@ -589,6 +665,7 @@ def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flo
                     ui.pace_delay(event.step_ms, pace)
         if arrived and pace <= 1.0:
             view.update(trace)
+        if any(e.phase == "prefill" or e.mode == "recompute" for e in arrived):  # the passes it fits
             per_flop = seconds_per_flop(trace.events, view.work) or per_flop
         view.show_wait(pump.running, trace, per_flop or view.timed_pace)
         rest = FRAME_S - (time.monotonic() - started)

@@ -32,3 +32,31 @@ def test_a_slot_returns_the_element_it_drew():
     log: list = []
     drawn = Slot(Recorder("page", log)).code(" ")
     assert drawn.name == "page.container.code"
+
+
+def test_a_text_element_drawn_again_as_it_stands_is_not_sent_again():
+    log: list = []
+    slot = Slot(Recorder("page", log))
+    first = slot.metric("Tokens", "3 × 1", None, help="generated")
+    assert slot.metric("Tokens", "3 × 1", None, help="generated") is first  # unchanged: nothing sent
+    slot.metric("Tokens", "4 × 1", None, help="generated")  # a new value
+    slot.metric("Tokens", "4 × 1", None, help="another help")  # a new help
+    slot.caption("4 × 1")  # another element
+    slot.metric("Tokens", "4 × 1", None, help="another help")  # back: sent again, it had been replaced
+    assert [(method, args) for _, method, args in log[1:]] == [
+        ("metric", ("Tokens", "3 × 1", None)), ("metric", ("Tokens", "4 × 1", None)),
+        ("metric", ("Tokens", "4 × 1", None)), ("caption", ("4 × 1",)), ("metric", ("Tokens", "4 × 1", None))]
+
+
+def test_charts_and_other_elements_are_always_sent():
+    import pandas as pd
+    log: list = []
+    slot = Slot(Recorder("page", log))
+    spec = {"mark": "bar", "datasets": {"table": pd.DataFrame({"x": [1, 2]})}}
+    slot.vega_lite_chart(spec)
+    slot.vega_lite_chart(spec)  # a chart's data is never compared: it is sent each time asked
+    slot.empty()
+    slot.empty()
+    slot.markdown("a", help=pd.DataFrame({"x": [1]}))  # arguments that cannot be compared: sent
+    slot.markdown("a", help=pd.DataFrame({"x": [1]}))
+    assert [method for _, method, _ in log[1:]] == ["vega_lite_chart"] * 2 + ["empty"] * 2 + ["markdown"] * 2

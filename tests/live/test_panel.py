@@ -412,3 +412,59 @@ def test_the_timed_pass_runs_on_the_worker_with_its_own_line():
     shown.show_timing = lambda running, s: panels.LiveView.show_timing(shown, running, s)
     panels.LiveView.show_wait(shown, Running(panels.TIMING, 0, time.monotonic() - 1.5), None, None)
     assert drawn == ["Timing a 32-token pass, for the prefill's time left: 2 s so far."]
+
+
+
+def test_a_fast_engine_is_drawn_at_the_pages_rates_not_at_its_own(monkeypatch):
+    """A model making a token every 5 ms (a GPU's pace), drawn as `drive` draws it: ten frames a
+    second of ten tokens each, for two seconds. The text goes out with every frame; the figures at
+    most every FIGURES_S and the charts every CHART_INTERVAL_S, and a figure that reads the same is
+    not sent again. Before, every frame also sent all eight cards and every chart every 0.15 s
+    (160 cards and 66 charts here): on a fast engine the drawing thread held the interpreter the
+    model's worker needed, and the page ran at 0.36-0.64 of headless (issue 39)."""
+    import collections
+
+    import streamlit.delta_generator as delta_generator
+    from tiny import tiny_lm
+
+    from kvviz.core.config import RunConfig
+    from kvviz.core.trace import Trace
+    from kvviz.engine import loop as engine
+    from kvviz.live import panel as panels
+    lm, cfg = tiny_lm(), RunConfig(max_new_tokens=200, stop_on_eos=False)
+    meta, events = engine.run_meta(lm, cfg), list(engine.generate(lm, cfg))
+    sent, real = collections.Counter(), delta_generator.DeltaGenerator._enqueue
+
+    def counted(dg, delta_type, *args, **kwargs):
+        sent[delta_type] += 1
+        return real(dg, delta_type, *args, **kwargs)
+    monkeypatch.setattr(delta_generator.DeltaGenerator, "_enqueue", counted)
+    view = panels.LiveView(meta, cfg.max_new_tokens, race_on=False, show_tokens=False)  # bare mode: no page
+    clock = {"t": 1000.0}
+    monkeypatch.setattr(panels.time, "monotonic", lambda: clock["t"])  # drawing takes no time here
+    sent.clear()
+    trace = Trace(meta, [])
+    for first in range(0, 200, 10):
+        for event in events[first:first + 10]:
+            trace.append(event)
+        view.update(trace)
+        clock["t"] += panels.FRAME_S
+    assert sent["code"] == 20  # the text streams with every frame
+    assert sent["metric"] <= 8 * (2.0 / panels.FIGURES_S + 1), sent
+    assert 3 * 6 <= sent["vega_lite_chart"] <= 7 * (2.0 / panels.CHART_INTERVAL_S + 1), sent  # moving, at 2 Hz
+
+def test_each_part_of_the_page_waits_its_gap_and_its_share_of_the_wall_clock(monkeypatch):
+    """A part that took c seconds to draw may draw again after max(shortest gap, c / share),
+    never later than its longest gap."""
+    from kvviz.live import panel as panels
+    clock = {"t": 100.0}
+    monkeypatch.setattr(panels.time, "monotonic", lambda: clock["t"])
+    cadence = panels.Cadence({"charts": (0.5, 0.05, 2.0)})
+    assert cadence.due("charts", 100.0)
+    for cost, gap in ((0.01, 0.5), (0.04, 0.8), (0.5, 2.0)):  # cheap: the shortest gap; costly: its share; capped
+        start = clock["t"]
+        with cadence.drawing("charts"):
+            clock["t"] += cost
+        assert not cadence.due("charts", start + gap - 0.001) and cadence.due("charts", start + gap + 1e-9)
+        clock["t"] = start + gap + 1e-9
+    assert cadence.frames["charts"] == 3 and cadence.spent_s["charts"] == pytest.approx(0.55)
