@@ -129,10 +129,13 @@ def test_the_default_model_ends_its_answer_at_the_turn(default_lm):
 
 def shipped_answers() -> dict[str, list[str]]:
     """Every answer in kvviz/assets/traces/: a run trace's text per mode and sequence, a shrink
-    file's two sides."""
+    file's two sides (a vLLM watch holds events, no answer)."""
+    from kvviz.vllm.recording import FORMAT as WATCH, peek_format
     answers = {}
     for path in sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json")):
         data = path.read_bytes()
+        if peek_format(data) == WATCH:
+            continue
         if record.is_record(data):
             rec = record.from_json(data).result
             answers[path.name] = [rec.full.text, rec.shrunk.text]

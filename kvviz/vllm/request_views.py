@@ -9,7 +9,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvviz.viz import export
+from kvviz.viz.export import csv_text
 from kvviz.vllm import lifetimes
 from kvviz.vllm.reasons import CODES
 from kvviz.vllm.state import EngineState
@@ -62,4 +62,4 @@ def value_histogram(df: pd.DataFrame, column: str, title: str) -> alt.Chart:
 
 def csv_bytes(df: pd.DataFrame) -> bytes:
     """The table as CSV; request names and session ids come from clients: no cell starts a formula."""
-    return export.csv_text(df).encode()
+    return csv_text(df).encode()
