@@ -9,7 +9,8 @@ benchmark are written as Markdown (docs/benchmarks.md). One module per benchmark
 |---|---|
 | `engine_runs` | hook overhead, engine vs `model.generate`, recompute vs cached (headless) |
 | `cache_map` | attention capture (eager + hooks) vs sdpa per decode step; a cache-map redraw |
-| `browser_page` | the live page in Chromium against `streamlit run`, beside headless runs |
+| `browser_page` | the live page in Chromium against `streamlit run`, beside headless runs, at the same torch threads |
+| `fast_model` | a tiny random Llama with SmolLM2's tokenizer, ~3 ms a step: the GPU's regime on this CPU (`*-fast` rows) |
 | `app_server` | `streamlit run` as `make run` starts it, and Chromium's launch (also used by the browser tests) |
 | `apptest_page` | the live page in Streamlit's AppTest harness (informational) |
 | `load`, `soak` | default model load times; memory over many generations |

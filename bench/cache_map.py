@@ -32,6 +32,15 @@ def loops(s: Settings) -> int:
 
 
 def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
+    """The capture's cost on the default model, and a map redraw."""
+    row, note = attention_capture(lm, s)
+    redraw, redraw_note = map_redraw(s)
+    return [row, redraw], note + " " + redraw_note
+
+
+def attention_capture(lm, s: Settings, label: str | None = None) -> tuple[Result, str]:
+    """Eager attention + the capture hooks against sdpa, per decode step of `lm`; `label`: the
+    model, in the row's name, when it is not the default model."""
     cfg = bench_config(2 * s.new_tokens + 2)
     samples: dict[str, list[float]] = {"attention": [], "sdpa": []}
     previous = lm.model.config._attn_implementation
@@ -46,18 +55,17 @@ def attention_cost(lm, s: Settings) -> tuple[list[Result], str]:
     finally:
         lm.model.set_attn_implementation(previous)
     m = medians(samples)
-    row = Result("Attention over the cache: decode step, eager + capture / sdpa", f"{m['attention']:.2f} ms",
-                 f"{m['sdpa']:.2f} ms", m["attention"] / m["sdpa"], "<=", ATTENTION_LIMIT)
-    redraw, redraw_note = map_redraw(s)
-    return [row, redraw], (
+    row = Result(f"Attention over the cache: decode step, eager + capture / sdpa{f' ({label})' if label else ''}",
+                 f"{m['attention']:.2f} ms", f"{m['sdpa']:.2f} ms", m["attention"] / m["sdpa"], "<=", ATTENTION_LIMIT)
+    return row, (
         "The Live page's \"Attention over the cache\" toggle loads the model with eager attention "
         "(sdpa returns no weights) and hooks every layer's attention module to keep the newest "
         "token's weights, averaged over heads (`kvviz.engine.hooks.attention_rows`). A bare greedy loop "
-        "(`BareDecodeLoop`) on the default model alternates its decode steps one by one between "
+        f"(`BareDecodeLoop`) on the {label or 'default model'} alternates its decode steps one by one between "
         "that (the rows read after each step, as the engine does) and sdpa without hooks, so both "
         f"see the same lengths and load; {loops(s)} loops of {s.new_tokens} steps per variant after "
         f"a discarded pair. With capture: {spread(samples['attention'])} ms; sdpa: "
-        f"{spread(samples['sdpa'])} ms. " + redraw_note)
+        f"{spread(samples['sdpa'])} ms.")
 
 
 def long_run(positions: int, layers: int):
@@ -66,7 +74,7 @@ def long_run(positions: int, layers: int):
     from kvviz.core.meta import LayerRecord, RunMeta
 
     prompt = positions // 2
-    meta = RunMeta(num_layers=layers, layers=[LayerRecord("full")] * layers, prompt_tokens=prompt,
+    meta = RunMeta(num_layers=layers, layers=[LayerRecord(kind="full")] * layers, prompt_tokens=prompt,
                    max_len=positions + 1, batch=1, prompt_pieces=[[f" p{i}" for i in range(prompt)]])
     events = [StepEvent(mode="cached",
                         phase="decode",

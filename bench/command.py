@@ -30,9 +30,44 @@ def default_lm(ctx: dict):
     return ctx["lm"]
 
 
+def fast_lm(ctx: dict):
+    """The fast tiny model (bench.fast_model: ~3 ms a decode step, the GPU's regime), loaded once."""
+    if "fast_lm" not in ctx:
+        from bench.fast_model import fast_model_dir
+        from kvviz.core.config import ModelSpec
+        from kvviz.engine.models import load_model
+        ctx["fast_lm"] = load_model(ModelSpec(str(fast_model_dir())))
+    return ctx["fast_lm"]
+
+
+def hooks_fast(s: Settings, ctx: dict):
+    from bench.engine_runs import hook_overhead
+    from bench.fast_model import LABEL
+    rows, method = hook_overhead(fast_lm(ctx), s, LABEL)
+    return rows, FAST_NOTE + method
+
+
+def cache_map_fast(s: Settings, ctx: dict):
+    from bench.cache_map import attention_capture
+    from bench.fast_model import LABEL
+    row, method = attention_capture(fast_lm(ctx), s, LABEL)
+    return [row], FAST_NOTE + method
+
+
+FAST_NOTE = ("The default model's decode step takes 50-70 ms on this CPU and a few on a GPU; what a step "
+             "costs on top weighs more on a fast engine. This benchmark runs on the fast tiny model of "
+             "`bench/fast_model.py` (a random Llama, 4 layers, hidden 64, SmolLM2's tokenizer: a few "
+             "milliseconds a step on one core). ")
+
+
 def live_browser(s: Settings, ctx: dict):
     from bench.browser_page import browser_vs_headless
     return browser_vs_headless(s)
+
+
+def live_browser_fast(s: Settings, ctx: dict):
+    from bench.browser_page import browser_vs_headless, fast_bench
+    return browser_vs_headless(s, fast_bench(s))
 
 
 def live_apptest(s: Settings, ctx: dict):
@@ -80,7 +115,10 @@ BENCHES: dict[str, tuple[str, Callable]] = {  # --only name -> (title, measure(s
     "generate": ("Engine vs model.generate", engine_bench("engine_vs_generate")),
     "recompute": ("Recompute vs cached", engine_bench("recompute_vs_cached")),
     "cache-map": ("Cache map: attention capture and redraw", cache_map_costs),
+    "hooks-fast": ("Hook overhead on a fast engine", hooks_fast),
+    "cache-map-fast": ("Attention capture on a fast engine", cache_map_fast),
     "live-browser": ("Live page in a real browser vs headless", live_browser),
+    "live-browser-fast": ("Live page in a real browser vs headless, on a fast engine", live_browser_fast),
     "live-apptest": ("Live page in AppTest vs headless (harness)", live_apptest),
     "live-threads": ("Torch thread policy on the live page", live_threads),
     "load": ("Default model load", model_load),
@@ -141,7 +179,7 @@ def settings_of(args) -> Settings:
     s = QUICK if args.quick else FULL
     if args.reps:
         s = dataclasses.replace(s, reps=args.reps, recompute_reps=min(args.reps, s.recompute_reps),
-                                browser_reps=args.reps)
+                                browser_reps=args.reps, fast_browser_reps=args.reps)
     return s
 
 

@@ -122,7 +122,8 @@ def generate_s(lm, cfg, mode: str) -> float:
     return time.perf_counter() - start
 
 
-def hook_overhead(lm, s: Settings) -> tuple[list[Result], str]:
+def hook_overhead(lm, s: Settings, label: str | None = None) -> tuple[list[Result], str]:
+    """`label`: the model, in the row's name, when it is not the default model."""
     cfg = bench_config(2 * s.new_tokens + 2)
     samples: dict[str, list[float]] = {"hooked": [], "bare": []}
     for _ in range(s.reps):
@@ -132,8 +133,8 @@ def hook_overhead(lm, s: Settings) -> tuple[list[Result], str]:
         for name, values in interleaved(variants, s.new_tokens).items():
             samples[name] += values
     m = medians(samples)
-    row = Result("Hook overhead: decode step, hooked / un-hooked", f"{m['hooked']:.2f} ms",
-                 f"{m['bare']:.2f} ms", m["hooked"] / m["bare"], "<=", 1.03)
+    row = Result(f"Hook overhead: decode step, hooked / un-hooked{f' ({label})' if label else ''}",
+                 f"{m['hooked']:.2f} ms", f"{m['bare']:.2f} ms", m["hooked"] / m["bare"], "<=", 1.03)
     return [row], (
         "A bare greedy loop (`BareDecodeLoop` in `bench/engine_runs.py`) runs the engine's own `prefill` "
         "and `decode_step` and nothing else. Its decode steps alternate one by one (A, B, A, B, …) "

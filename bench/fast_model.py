@@ -24,6 +24,7 @@ INIT_STD = 0.3  # weights' spread: at transformers' 0.02 greedy text is one toke
 # which a page shows as blank); at 0.3 the default prompt gets 256 tokens of 234 different ones
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 MARKER = "bench-fast-model.json"  # written last: the folder is complete when it is there
+LABEL = "fast model, 4 layers × hidden 64"  # in the names of the rows measured on it
 
 
 def fast_model_dir(root: Path | None = None) -> Path:

@@ -16,9 +16,12 @@ class Settings:
     load_reps: int = 3  # warm loads, each in a fresh subprocess
     soak_runs: int = 30  # consecutive live-page generations in one process
     browser_reps: int = 3  # rounds of the live page in Chromium (each: race off, headless, race on)
+    fast_tokens: int = 512  # new tokens per run on the fast model (bench.fast_model): ~3 ms each
+    fast_browser_reps: int = 5  # its rounds: short runs, so more of them
     suite_vllm: bool = True  # the suite-load benchmark includes the vLLM server and visitors tests
 
 
 FULL = Settings()
 QUICK = Settings(reps=3, new_tokens=16, recompute_lengths=(8, 16, 32), recompute_reps=1,
-                 cold_load=False, load_reps=1, soak_runs=8, browser_reps=2, suite_vllm=False)
+                 cold_load=False, load_reps=1, soak_runs=8, browser_reps=2, suite_vllm=False,
+                 fast_tokens=256, fast_browser_reps=2)

@@ -161,13 +161,14 @@ def test_bench_command_fails_on_a_missed_target_and_writes_only_what_it_measured
     assert "cores" in doc and "Load average at start" in doc and "chromium" in doc.lower()
 
 
-def test_written_benchmarks_doc_states_verdicts_that_match_its_ratios():
-    """docs/benchmarks.md as committed: every row's verdict is its ratio checked against its target."""
-    from pathlib import Path
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "docs").glob("benchmarks*.md")))
+def test_written_benchmarks_doc_states_verdicts_that_match_its_ratios(name):
+    """docs/benchmarks.md (the last full run) and docs/benchmarks-*.md (runs of some benchmarks,
+    `--only`) as committed: every row's verdict is its ratio checked against its target."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / name).read_text()
     rows = [line.split(" | ") for line in doc.splitlines() if line.startswith("| ") and
             line.rstrip().endswith(("| PASS |", "| FAIL |", "| info |"))]
-    assert rows, "no result rows in docs/benchmarks.md"
+    assert rows, f"no result rows in docs/{name}"
     for cells in rows:
         ratio, target, verdict = float(cells[-3]), cells[-2], cells[-1].strip(" |")
         if target == "—":
@@ -207,10 +208,24 @@ def test_browser_rows_check_each_ratio_against_its_target():
     page = {"compute": 9.0, "wall": 7.0, "step_ms": 100.0, "click_to_idle_s": 4.0}
     alone = {"compute": 10.0, "wall": 10.0, "step_ms": 100.0, "total_s": 3.0}
     race = {"compute": 8.0, "wall": 5.0, "step_ms": 115.0}
-    rows = browser_page.browser_rows({"page": [page], "headless": [alone], "race": [race]})
+    samples, same = {"page": [page], "headless": [alone], "race": [race]}, {"server torch threads": 1,
+                                                                          "headless torch threads": 1}
+    fast = browser_page.PageBench("fast model", "/a/folder", 512, 5, 0.9)
+    rows = browser_page.browser_rows(samples, fast, same)
     assert [(r.ratio, r.verdict) for r in rows] == [
         (pytest.approx(0.9), "PASS"), (pytest.approx(0.7), "FAIL"), (pytest.approx(7 / 9), "FAIL"),
-        (pytest.approx(1.15), "FAIL"), (pytest.approx(4 / 3), "info")]
+        (pytest.approx(1.0), "info"), (pytest.approx(1.15), "FAIL"), (pytest.approx(4 / 3), "info")]
+    assert all("fast model" in r.name for r in rows) and "(fast model, both at 1 torch thread)" in rows[0].name
+    default = browser_page.browser_rows(samples, browser_page.default_bench(Settings()), same)
+    assert default[0].verdict == "FAIL" and "default model" in default[0].name  # like for like: at least 0.95
+    unequal = browser_page.browser_rows(samples, fast, {"server torch threads": 1, "headless torch threads": 2})
+    assert "page at 1, headless at 2 torch threads" in unequal[0].name
+
+
+def test_browser_rounds_rotate_so_a_drifting_load_weighs_on_every_variant():
+    orders = [browser_page.round_order(r) for r in range(4)]
+    assert orders[:3] == [["page", "headless", "race"], ["headless", "race", "page"], ["race", "page", "headless"]]
+    assert orders[3] == orders[0]
 
 
 def test_thread_policy_rows_compare_the_policy_with_torchs_default():
@@ -248,3 +263,23 @@ def test_suite_load_reads_pytest_summaries_and_fails_a_loaded_run_that_did_not_p
     (ratio, passed), _ = suite_load.suite_load(QUICK)
     assert ratio.ratio == 2.5 and ratio.passed
     assert passed.measured == "killed at the bound" and passed.passed is False
+
+
+@pytest.mark.slow
+def test_the_fast_model_is_a_four_layer_llama_with_the_default_tokenizer(tmp_path):
+    """bench.fast_model: built once into its folder, loadable like any local model, the default
+    model's tokenizer, text a page can show (not one token repeated)."""
+    from bench import fast_model
+    from kvviz.core.config import ModelSpec, RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.engine.models import convert_default_model, load_model
+    folder = fast_model.fast_model_dir(tmp_path)
+    stamp = (folder / fast_model.MARKER).stat().st_mtime_ns
+    assert fast_model.fast_model_dir(tmp_path) == folder and (folder / fast_model.MARKER).stat().st_mtime_ns == stamp
+    lm = load_model(ModelSpec(str(folder)))
+    config = lm.model.config
+    assert (config.num_hidden_layers, config.hidden_size, config.model_type) == (4, 64, "llama")
+    default_tokenizer = (convert_default_model() / "tokenizer.json").read_bytes()
+    assert (folder / "tokenizer.json").read_bytes() == default_tokenizer and lm.tokenizer.chat_template
+    events = list(engine.generate(lm, RunConfig(max_new_tokens=32, stop_on_eos=False)))
+    assert len({e.token_ids[0] for e in events}) > 10 and "".join(e.texts[0] for e in events).strip()

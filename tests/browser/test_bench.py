@@ -22,10 +22,12 @@ def chromium():
 
 
 def test_browser_benchmark_measures_page_and_headless_on_a_tiny_model(chromium, tiny_dir):
-    rows, method = browser_page.browser_vs_headless(Settings(browser_reps=1, new_tokens=6), str(tiny_dir))
-    assert [r.op for r in rows] == [">=", ">=", ">=", "<=", None]
-    assert [r.limit for r in rows[:4]] == [browser_page.COMPUTE_TARGET, browser_page.WALL_TARGET,
-                                          browser_page.OWN_WALL_TARGET, browser_page.RACE_TARGET]
+    s = Settings(browser_reps=1, new_tokens=6)
+    rows, method = browser_page.browser_vs_headless(s, browser_page.default_bench(s, str(tiny_dir)))
+    assert [r.op for r in rows] == [">=", ">=", ">=", None, "<=", None]
+    assert [r.limit for r in rows] == [0.95, browser_page.WALL_TARGET, browser_page.OWN_WALL_TARGET, None,
+                                       browser_page.RACE_TARGET, None]
+    assert all("(default model" in r.name for r in rows) and "both at 1 torch thread" in rows[0].name
     for row in rows:
         assert row.ratio > 0 and row.measured.split()[0] != "0.00"
         assert row.passed == (None if row.op is None else OPS[row.op](row.ratio, row.limit))
