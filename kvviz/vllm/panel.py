@@ -174,11 +174,11 @@ def show_engine(state: EngineState, text_fn, key: str, alone: bool = False) -> N
         show_numbers(state)
         show_pool(state)
         st.altair_chart(views.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks"),
-                        width="stretch", height=240)
+                        width="stretch")  # its plot's height is the chart's own (views.lines_chart)
     with right:
         show_tree(state, text_fn)
         st.altair_chart(views.lines_chart(views.requests_frame(state), "requests", views.REQUEST_COLORS,
-                                          "requests"), width="stretch", height=200)
+                                          "requests", plot_px=120), width="stretch")
     left, right = st.columns(2)
     with left:
         st.altair_chart(views.histogram_chart(views.histogram_frame(state, "ttft"),
