@@ -451,8 +451,8 @@ def provenance(result: sweep.Sweep, origin: str) -> str:
         tokens = sorted(i.context_tokens for i in result.items)
         words += f", contexts of {tokens[0]:,}–{tokens[-1]:,} tokens"
     if not result.complete:
-        words += (f". **Partial: {done} of {result.items_total or '?'} items measured**; the intervals are those of "
-                  "the items measured")
+        words += (f". Partial: {done} of {result.items_total or '?'} items measured (the intervals are those of the "
+                  "items measured)")
     return words + "."
 
 
@@ -460,12 +460,15 @@ def draw_sweep(result: sweep.Sweep, origin: str) -> None:
     """The sweep's accuracy panels, the quantized caches, the table, per task, each item's answer."""
     df = sweep_charts.sweep_frame(result.rows)
     st.caption(provenance(result, origin))
+    if result.made_with:
+        st.caption(f"Made with: {ui.inert(result.made_with)}")
     st.caption("Protocol: " + (ui.inert(result.protocol) if result.protocol else
                                "not recorded (a version 1 file: the question was compressed with the context)") + ".")
     if (df["kind"] == "press").any():
         st.altair_chart(sweep_charts.press_accuracy_chart(df), key="shrink_sweep_accuracy")
-        st.caption("Each panel: one press; dots are accuracy, bars its 95 % Wilson interval, the grey band the full "
-                   "cache's interval. Two settings whose intervals overlap are not told apart by these items.")
+        st.caption("A row per press, a line in it per share of the context evicted (darker: more); the dot is the "
+                   "accuracy, the bar its 95 % Wilson interval; the grey band is the full cache's interval, the dashed "
+                   "line its accuracy. Two settings whose intervals overlap are not told apart by these items.")
     if (df["kind"] == "quantized").any():
         st.altair_chart(sweep_charts.quant_accuracy_chart(df), key="shrink_sweep_quant_chart")
     for d in result.dropped:

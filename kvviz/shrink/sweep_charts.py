@@ -1,7 +1,6 @@
 """Pure frames and Altair charts of the quality sweep (kvviz.shrink.sweep): accuracy with its 95 %
-interval for every press against the share of the context it evicts, one small panel per press
-beside the full cache's band; the quantized caches on their own axis, bits per value; accuracy per
-task format; each item's answer.
+interval for every press at each share of the context it evicts, beside the full cache's band; the
+quantized caches on their own axis, bits per value; accuracy per task format; each item's answer.
 
 Columns: sweep_frame -> curve, short, kind, mode, ratio, accuracy, lo, hi, right, items, bytes,
 bytes_mib, kept_share, nbits, bits, backend, question_aware, step_ratio, step_ratio_lo,
@@ -13,7 +12,6 @@ import altair as alt
 import pandas as pd
 
 QUESTION_AWARE = "question in the window"
-PANEL_PX = 170  # one press's panel
 COLUMNS = ["curve", "short", "kind", "mode", "ratio", "accuracy", "lo", "hi", "right", "items", "bytes", "bytes_mib",
            "kept_share", "nbits", "bits", "backend", "question_aware", "step_ratio", "step_ratio_lo", "step_ratio_hi",
            "timed_steps"]
@@ -45,44 +43,43 @@ def sweep_frame(rows, full_bits: int = 32) -> pd.DataFrame:
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-def full_band(df: pd.DataFrame, curves: list[str]) -> pd.DataFrame:
-    """The full cache's accuracy interval once per press panel (its band spans the panel)."""
-    full = df[df["kind"] == "full"]
-    if full.empty:
-        return pd.DataFrame(columns=["curve", "lo", "hi", "accuracy", "x0", "x1"])
-    f = full.iloc[0]
-    return pd.DataFrame([{"curve": c, "lo": f["lo"], "hi": f["hi"], "accuracy": f["accuracy"], "x0": 0.0, "x1": 1.0}
-                         for c in curves])
-
-
 TIPS = [alt.Tooltip("mode:N", title="setting"), alt.Tooltip("right:N", title="right answers"),
         alt.Tooltip("accuracy:Q", format=".0%"), alt.Tooltip("lo:Q", title="95% interval from", format=".0%"),
         alt.Tooltip("hi:Q", title="to", format=".0%"), alt.Tooltip("kept_share:Q", title="positions still attended", format=".0%"),
         alt.Tooltip("bytes_mib:Q", title="cache after the context (MiB)", format=",.2f")]
 
 
-def press_accuracy_chart(df: pd.DataFrame) -> alt.FacetChart:
-    """One panel per press: accuracy (dot) and its 95 % Wilson interval (bar) at each share of the
-    context evicted, a line through the dots; the grey band is the full cache's interval."""
-    presses = df[df["kind"] == "press"]
-    curves = list(dict.fromkeys(presses["curve"]))
-    data = pd.concat([presses.assign(layer="press"), full_band(df, curves).assign(layer="full")], ignore_index=True)
-    domain = alt.Scale(domain=[0, 1])
-    x = alt.X("ratio:Q", title="share of the context evicted", scale=domain,
-              axis=alt.Axis(values=[0.25, 0.5, 0.75, 0.875], format="~%", labelAngle=0, labelOverlap=True))
-    y = alt.Y("accuracy:Q", title="accuracy", scale=domain, axis=alt.Axis(format="%"))
-    full = alt.Chart().transform_filter("datum.layer == 'full'").mark_rect(color="#999999", opacity=0.3).encode(
-        x=alt.X("x0:Q", scale=domain, title="share of the context evicted"), x2="x1:Q",
-        y=alt.Y("lo:Q", scale=domain, title="accuracy"), y2="hi:Q",
-        tooltip=[alt.Tooltip("accuracy:Q", title="full cache", format=".0%"),
-                 alt.Tooltip("lo:Q", title="95% interval from", format=".0%"), alt.Tooltip("hi:Q", title="to", format=".0%")])
-    base = alt.Chart().transform_filter("datum.layer == 'press'").encode(x=x, y=y, tooltip=TIPS)
-    bars = base.mark_rule(color="#1f6feb", strokeWidth=2).encode(y="lo:Q", y2="hi:Q")
-    line = base.mark_line(color="#1f6feb", opacity=0.5)
-    dots = base.mark_point(color="#1f6feb", filled=True, size=45)
-    return alt.layer(full, line, bars, dots, data=data).properties(width=PANEL_PX, height=PANEL_PX).facet(
-        facet=alt.Facet("curve:N", sort=curves, title=None, header=alt.Header(labelFontSize=12, labelLimit=PANEL_PX + 40)),
-        columns=4)
+RATIO_COLORS = ["#9ecae1", "#4292c6", "#08519c", "#08306b"]  # lighter: less evicted
+STEP_PX = 12  # one ratio's line in a press's row (Vega-Lite steps the innermost band)
+
+
+def ratio_label(ratio: float) -> str:
+    return f"{ratio * 100:g}%"
+
+
+def press_accuracy_chart(df: pd.DataFrame) -> alt.LayerChart:
+    """Accuracy per press: a row per press, a line in it per share of the context evicted (darker:
+    more), the dot its accuracy and the bar its 95 % Wilson interval; the grey band is the full
+    cache's interval and the dashed line its accuracy. One view, as wide as its container."""
+    presses = df[df["kind"] == "press"].assign(evicted=lambda d: d["ratio"].map(ratio_label))
+    order = list(dict.fromkeys(presses["curve"]))
+    labels = [ratio_label(r) for r in sorted(presses["ratio"].unique())]
+    title = "accuracy (dot) and its 95% interval (bar)"
+    x = alt.X("accuracy:Q", title=title, scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%"))
+    base = alt.Chart(presses).encode(
+        y=alt.Y("curve:N", sort=order, title=None, axis=alt.Axis(labelLimit=230)),
+        yOffset=alt.YOffset("evicted:N", sort=labels),
+        color=alt.Color("evicted:N", sort=labels, title="share of the context evicted",
+                        scale=alt.Scale(domain=labels, range=RATIO_COLORS[:len(labels)]), legend=alt.Legend(orient="top")),
+        tooltip=TIPS)
+    bars = base.mark_rule(strokeWidth=2).encode(x=alt.X("lo:Q", scale=alt.Scale(domain=[0, 1]), title=title), x2="hi:Q")
+    dots = base.mark_point(filled=True, size=36, opacity=1).encode(x=x)
+    full = df[df["kind"] == "full"]
+    full_tips = [alt.Tooltip("accuracy:Q", title="full cache", format=".0%"),
+                 alt.Tooltip("lo:Q", title="95% interval from", format=".0%"), alt.Tooltip("hi:Q", title="to", format=".0%")]
+    band = alt.Chart(full).mark_rect(color="#999999", opacity=0.25).encode(x="lo:Q", x2="hi:Q", tooltip=full_tips)
+    line = alt.Chart(full).mark_rule(color="#222222", strokeDash=[4, 3]).encode(x="accuracy:Q", tooltip=full_tips)
+    return alt.layer(band, line, bars, dots).properties(height=alt.Step(STEP_PX), width="container")
 
 
 def quant_accuracy_chart(df: pd.DataFrame) -> alt.Chart:
@@ -91,10 +88,13 @@ def quant_accuracy_chart(df: pd.DataFrame) -> alt.Chart:
     rows = df[df["kind"].isin(["quantized", "full"])].copy()
     rows["bits_label"] = [f"{int(b)}-bit" + (" (full cache)" if k == "full" else "") for b, k in zip(rows["bits"], rows["kind"])]
     order = [label for _, label in sorted(set(zip(rows["bits"], rows["bits_label"])))]
-    x = alt.X("bits_label:N", sort=order, title="bits per stored value (older tokens; the newest 16 stay full)",
+    x = alt.X("bits_label:N", sort=order, title="bits per stored value (quanto and HQQ keep the newest 16 tokens full)",
               axis=alt.Axis(labelAngle=0))
     y = alt.Y("accuracy:Q", title="accuracy", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%"))
-    color = alt.Color("backend:N", title="backend", legend=alt.Legend(orient="top"))
+    backends = [b for b in ("quanto", "hqq", "fp8", "full cache") if b in set(rows["backend"])]
+    colors = {"quanto": "#4C78A8", "hqq": "#F58518", "fp8": "#54A24B", "full cache": "#222222"}
+    color = alt.Color("backend:N", title="backend", legend=alt.Legend(orient="top"),
+                      scale=alt.Scale(domain=backends, range=[colors[b] for b in backends]))
     base = alt.Chart(rows).encode(x=x, xOffset="backend:N", y=y, color=color, tooltip=TIPS)
     return alt.layer(base.mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q"),
                      base.mark_point(filled=True, size=60)).properties(height=220, width="container")
