@@ -72,7 +72,7 @@ def catalog_specs(name):
 
 def tiny_specs(name):
     specs = layout.layer_specs(arch_config(name))
-    return capacity.ModelKV(name, specs, 1), specs
+    return capacity.ModelKV(name=name, specs=specs, num_attention_heads=1), specs
 
 
 def saved_meta(specs, elem_bytes: int, max_len: int) -> RunMeta:
@@ -88,7 +88,8 @@ def measured_event(specs, tokens: int, elem_bytes: int) -> StepEvent:
     for i, s in enumerate(specs):
         k, v = s.tensor_bytes(tokens, elem_bytes, BATCH)
         layers.append(LayerStat(i, int(k), int(v), s.tokens_held(tokens), 0.0,
-                                int(s.state_bytes(elem_bytes) * BATCH), formula_bytes=s.bytes_at(tokens, elem_bytes, BATCH)))
+                                int(s.state_bytes(elem_bytes) * BATCH), formula_bytes=s.bytes_at(tokens, elem_bytes,
+                                    BATCH)))
     total = sum(s.formula_bytes for s in layers)
     return StepEvent(mode="cached",
                      phase="decode",
@@ -119,7 +120,8 @@ def check_every_path(model, specs, elem_bytes: int, dtype: str, tokens: int) -> 
     # bytes per token: planner, the meta the charts and captions read, the specs
     assert capacity.kv_bytes_per_token(model, dtype) == meta.bytes_per_token == sp.bytes_per_token(specs, elem_bytes)
     # tokens held: the planner's tokens, the cache map's held cells
-    assert capacity.cached_layer_tokens(model, tokens) == sum(s.values_per_token * s.tokens_held(tokens) for s in specs)
+    assert capacity.cached_layer_tokens(model,
+                                        tokens) == sum(s.values_per_token * s.tokens_held(tokens) for s in specs)
     held, dropped, state = {}, {}, {}  # per layer, from the map's first tensor row
     for cell in cache_map.cell_rows(meta, event):
         layer, row, _, status, _, _, positions = cell

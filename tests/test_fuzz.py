@@ -206,7 +206,8 @@ def test_serving_settings_hosted(prompts, share, system, blocks, block_size, max
     from kvviz.app import hosted
     from kvviz.serving import panel as serving_panel
     caps = hosted.Policy(enabled=True)
-    settings_ = serving_panel.Settings(prompts, share, system, blocks, block_size, max_new, every, delay_ms)
+    settings_ = serving_panel.Settings(prompts_text=prompts, share=share, system=system, num_blocks=blocks,
+                                       block_size=block_size, max_new=max_new, every=every, delay_ms=delay_ms)
     try:
         requests = serving_panel.check_settings(caps, "default", settings_)
     except UserError as err:

@@ -61,8 +61,8 @@ def tiny_model(kind: str = "llama", seed: int = 0):
 
 
 def tiny_lm(kind: str = "llama") -> LoadedModel:
-    return LoadedModel(tiny_model(kind), tiny_tokenizer(), f"tiny-{kind}", f"tiny {kind}",
-                       torch.device("cpu"), torch.float32, 0.0)
+    return LoadedModel(model=tiny_model(kind), tokenizer=tiny_tokenizer(), name=f"tiny-{kind}", label=f"tiny {kind}",
+                       device=torch.device("cpu"), dtype=torch.float32, load_s=0.0)
 
 
 def save_tiny(folder: Path, kind: str = "llama") -> Path:
@@ -176,8 +176,8 @@ def arch_lm(name: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
     except ValueError:  # e.g. gpt-oss refuses sdpa
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype)
-    return LoadedModel(model.eval(), tiny_tokenizer(), f"tiny-{name}", f"tiny {name}",
-                       torch.device("cpu"), dtype, 0.0)
+    return LoadedModel(model=model.eval(), tokenizer=tiny_tokenizer(), name=f"tiny-{name}", label=f"tiny {name}",
+                       device=torch.device("cpu"), dtype=dtype, load_s=0.0)
 
 
 def save_arch(folder: Path, name: str) -> Path:

@@ -35,7 +35,7 @@ from kvviz.core.errors import UserError
 UNHOSTED_UPLOAD_MIB = 80  # .streamlit/config.toml's server.maxUploadSize (Streamlit reads it as MiB)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     enabled: bool = False
     models: dict[str, str | None] = field(default_factory=lambda: {DEFAULT_MODEL: None})  # name -> revision

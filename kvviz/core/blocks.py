@@ -25,7 +25,7 @@ class KVCacheBlock:
     ref_cnt: int = 0  # sequences using this block; 0 means free
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BlockPool:
     """A fixed pool of blocks; sequences take blocks as they grow and free them when done."""
 

@@ -22,7 +22,7 @@ class ModelSpec:
     revision: str | None = None  # a pinned Hub revision (hosted mode); implies a Hub id
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
     prompts: tuple[str, ...] = ("What is a KV cache?",)  # one per sequence; see `batch`
     batch: int = 1  # with one prompt: that many copies of it; with several: must equal len(prompts)

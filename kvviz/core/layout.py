@@ -36,8 +36,7 @@ captions) imports this module without loading transformers.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import NamedTuple
+from dataclasses import dataclass, replace
 
 from kvviz.core.spec import (CHUNKED, FULL, KINDS, LATENT, SHARED, SLIDING, STATE, CacheSpec, ChunkedSpec,  # noqa: F401 - re-exported
                               CompressedSpec, FullSpec, LatentSpec, SharedSpec, SlidingSpec, StateSpec, bytes_per_token,
@@ -142,7 +141,7 @@ def _attention_spec(c, layer_type: str, kwargs: dict) -> CacheSpec:
     heads = c.num_attention_heads
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-    return CacheSpec(kind, kv_heads, 2 * kv_heads * head_dim, cap)
+    return CacheSpec(kind=kind, kv_heads=kv_heads, values_per_token=2 * kv_heads * head_dim, token_cap=cap)
 
 
 def _deepseek_v4_spec(c, layer_type: str) -> CacheSpec:
@@ -185,7 +184,8 @@ def _shared_sources(text, types: list[str]) -> dict[int, int]:
 
 # --- recurrent state sizes -----------------------------------------------------------------------
 
-class StateSize(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class StateSize:
     """One layer's recurrent state: what transformers keeps, and the parts vLLM sizes its own way."""
 
     plain: int  # values in the model's dtype
@@ -198,7 +198,7 @@ class StateSize(NamedTuple):
 
 def _state_spec(text, attention: CacheSpec | None) -> CacheSpec:
     rule = _STATE_SIZES.get(text.model_type)
-    size = rule(text) if rule else StateSize(0, 0)
+    size = rule(text) if rule else StateSize(plain=0, float32=0)
     parts = dict(state_known=rule is not None, conv_values=size.conv, conv_kernel=size.kernel,
                  state_family=size.family, state_pinned=size.pinned)
     if attention is None:
@@ -208,14 +208,15 @@ def _state_spec(text, attention: CacheSpec | None) -> CacheSpec:
 
 def _mamba1(inner: int, d_conv: int, d_state: int) -> StateSize:
     """Mamba: conv (inner × d_conv) in the model's dtype + a float32 SSM state (inner × d_state)."""
-    return StateSize(inner * d_conv, inner * d_state, inner * d_conv, d_conv, "mamba1")
+    return StateSize(plain=inner * d_conv, float32=inner * d_state, conv=inner * d_conv, kernel=d_conv,
+                     family="mamba1")
 
 
 def _mamba2(inner: int, groups: int, d_state: int, d_conv: int, heads: int, d_head: int) -> StateSize:
     """Mamba-2: conv ((inner + 2 × groups × d_state) × d_conv) in the model's dtype + a float32
     SSM state (heads × d_head × d_state)."""
     conv = (inner + 2 * groups * d_state) * d_conv
-    return StateSize(conv, heads * d_head * d_state, conv, d_conv, "mamba2")
+    return StateSize(plain=conv, float32=heads * d_head * d_state, conv=conv, kernel=d_conv, family="mamba2")
 
 
 def _jamba_state(c) -> StateSize:
@@ -246,8 +247,8 @@ def _nemotron_h_state(c) -> StateSize:
     size = _mamba2(c.mamba_num_heads * c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel,
                    c.mamba_num_heads, c.mamba_head_dim)
     if getattr(c, "mamba_ssm_cache_dtype", "float32") != "float32":
-        return size._replace(plain=size.plain + size.float32, float32=0)  # an SSM cache in the model's dtype
-    return size._replace(pinned=True)
+        return replace(size, plain=size.plain + size.float32, float32=0)  # an SSM cache in the model's dtype
+    return replace(size, pinned=True)
 
 
 def _gated_delta_state(c) -> StateSize:
@@ -257,33 +258,34 @@ def _gated_delta_state(c) -> StateSize:
     value_dim = c.linear_num_value_heads * c.linear_value_head_dim
     conv = (2 * key_dim + value_dim) * c.linear_conv_kernel_dim
     pinned = getattr(c, "mamba_ssm_dtype", None) == "float32"
-    return StateSize(conv, c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim,
-                     conv, c.linear_conv_kernel_dim, "gated_delta", pinned)
+    return StateSize(plain=conv, float32=c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim,
+                     conv=conv, kernel=c.linear_conv_kernel_dim, family="gated_delta", pinned=pinned)
 
 
 def _short_conv_state(c) -> StateSize:
     """LFM2's short convolution: hidden × conv_L_cache."""
-    return StateSize(c.hidden_size * c.conv_L_cache, 0, c.hidden_size * c.conv_L_cache, c.conv_L_cache,
-                     "short_conv")
+    return StateSize(plain=c.hidden_size * c.conv_L_cache, float32=0, conv=c.hidden_size * c.conv_L_cache,
+                     kernel=c.conv_L_cache,
+                     family="short_conv")
 
 
 def _lightning_state(c) -> StateSize:
     """MiniMax's lightning attention: one head_dim × head_dim state per head."""
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return StateSize(c.num_attention_heads * head_dim * head_dim, 0, family="linear_attention")
+    return StateSize(plain=c.num_attention_heads * head_dim * head_dim, float32=0, family="linear_attention")
 
 
 def _xlstm_state(c) -> StateSize:
     """xLSTM's mLSTM state per block (its `xLSTMCache.rnn_state`): C (heads × qk × v), n (heads × qk)
     and m (heads), in the model's dtype; qk and v head sizes as the config rounds them."""
     heads, qk, v = c.num_heads, c.qk_head_dim, c.v_head_dim
-    return StateSize(heads * qk * v + heads * qk + heads, 0, family="mlstm")
+    return StateSize(plain=heads * qk * v + heads * qk + heads, float32=0, family="mlstm")
 
 
 def _rwkv_state(c) -> StateSize:
     """RWKV's `state=` list, per layer: two hidden-size shift states in the model's dtype and three
     hidden-size WKV states (numerator, denominator, max) in float32."""
-    return StateSize(2 * c.hidden_size, 3 * c.hidden_size, family="rwkv")
+    return StateSize(plain=2 * c.hidden_size, float32=3 * c.hidden_size, family="rwkv")
 
 
 # Recurrent models whose whole state is an object of their own (kvviz.engine.own_cache).

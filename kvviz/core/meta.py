@@ -32,7 +32,7 @@ _Layer = Annotated[int, msgspec.Meta(ge=0, le=4095)]
 _Cap = Annotated[int, msgspec.Meta(ge=1, le=2**40)]
 
 
-class LayerRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+class LayerRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """One decoder layer's cache on file: `kvviz.core.spec.CacheSpec`'s fields, defaults left out."""
 
     kind: Literal[KINDS]  # type: ignore[valid-type] - "full", "sliding", "chunked", "latent", "state", "shared"
@@ -232,9 +232,9 @@ def _legacy_spec(meta: dict, i: int) -> CacheSpec:
     elif kind == "full":
         fields.update(token_cap=None)
     try:
-        return CacheSpec(kind, **fields)
+        return CacheSpec(kind=kind, **fields)
     except ValueError:  # a sliding / chunked layer without a usable window, a latent layer's odd label
-        return CacheSpec("full", **{**fields, "token_cap": None, "latent_rope": 0, "index_values": 0})
+        return CacheSpec(kind="full", **{**fields, "token_cap": None, "latent_rope": 0, "index_values": 0})
 
 
 def _is_int(value) -> bool:

@@ -35,9 +35,9 @@ KINDS = (FULL, SLIDING, CHUNKED, LATENT, STATE, SHARED)
 FLOAT32_BYTES = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CacheSpec:
-    """One decoder layer's cache. Build it by kind (`CacheSpec("full", 8, 2048)`) or by class
+    """One decoder layer's cache. Build it by kind (`CacheSpec(kind="full", kv_heads=8, values_per_token=2048)`) or by class
     (`FullSpec(kv_heads=8, values_per_token=2048)`); the instance is always its kind's class."""
 
     kind: str = ""  # one of KINDS; empty = the class's own kind
@@ -60,14 +60,14 @@ class CacheSpec:
     KIND: ClassVar[str] = ""
     TENSORS: ClassVar[tuple[str, str]] = ("K", "V")  # what its two tensor rows hold (cache map)
 
-    def __new__(cls, kind: str = "", *args, **kwargs):
+    def __new__(cls, *, kind: str = "", **kwargs):
         target = _CLASSES.get(kind or cls.KIND)
         if target is None:
             raise UserError(f"unknown cache kind {kind!r}: kvviz knows {', '.join(KINDS)}")
         if issubclass(cls, target):  # a kind's refinement (CompressedSpec): keep it
             return object.__new__(cls)
         if not issubclass(target, cls):  # replace(sliding, kind="full"): build the other class
-            return target(kind, *args, **kwargs)
+            return target(kind=kind, **kwargs)
         return object.__new__(target)
 
     def __post_init__(self) -> None:

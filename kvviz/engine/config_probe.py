@@ -29,7 +29,7 @@ def measured_layout(config, specs) -> tuple[tuple, str]:
     except Exception as exc:  # noqa: BLE001 - any architecture's constructor
         return tuple(specs), f"sizes from config fields (the architecture could not be built: {type(exc).__name__})"
     ids = torch.zeros((1, 1), dtype=torch.long, device="meta")
-    batch = engine.Batch(ids, torch.ones_like(ids), 1)
+    batch = engine.Batch(ids=ids, mask=torch.ones_like(ids), prompt_len=1)
     probed = layout_probe.measured_specs(specs, engine.probe_run(model, batch, len(specs)), ELEM_BYTES)
     if probed.note:
         return tuple(specs), probed.note

@@ -58,7 +58,7 @@ def calibrated_seconds_per_flop(lm: LoadedModel, cfg: RunConfig, work: ModelWork
         return None
     whole = encode_prompts(lm.tokenizer, cfg, lm.device)
     start = whole.prompt_len - prompt_tokens  # past the first sequence's left padding, if any
-    part = Batch(whole.ids[:1, start:start + n], whole.mask[:1, start:start + n], n)
+    part = Batch(ids=whole.ids[:1, start:start + n], mask=whole.mask[:1, start:start + n], prompt_len=n)
     with torch.inference_mode(), StepClock(lm.device) as clock:  # every call: Streamlit reruns use new threads
         recompute_step(lm.model, part)  # the no-cache pass the decode loop runs, over n tokens
     return clock.ms / 1000 / work.prefill_flops(n, 1)

@@ -73,7 +73,8 @@ NO_CACHE = "this model keeps no KV cache (its forward stores nothing in one): th
 
 def _extra_spec(read: probe.LayerBytes) -> layout.CacheSpec:
     """A cache layer past the decoder count (a looped model's copy of a layer): sized by _corrected."""
-    return layout.CacheSpec(layout.SLIDING if read.window else layout.FULL, 0, 0, read.window, 0, None)
+    return layout.CacheSpec(kind=layout.SLIDING if read.window else layout.FULL, kv_heads=0, values_per_token=0,
+                            token_cap=read.window)
 
 
 def _corrected(spec: layout.CacheSpec, one: probe.LayerBytes, two: probe.LayerBytes,

@@ -35,7 +35,7 @@ from kvviz.core.errors import UserError
 MODES = ("cached", "recompute")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Batch:
     """Token ids and mask of the running batch, grown by one column per step."""
 
@@ -76,7 +76,8 @@ def encode_prompts(tokenizer, cfg: RunConfig, device: torch.device) -> Batch:
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     n = len(rows)
-    return Batch(ids, mask, width, [[] for _ in range(n)], [""] * n, [False] * n)
+    return Batch(ids=ids, mask=mask, prompt_len=width, generated=[[] for _ in range(n)], emitted=[""] * n,
+                 finished=[False] * n)
 
 
 def position_ids(mask: torch.Tensor) -> torch.Tensor:
@@ -285,7 +286,7 @@ def cuda_memory(device: torch.device) -> tuple[int | None, int | None]:
     return torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunPlan:
     """What a run needs before its first step; also the trace's metadata."""
 
@@ -381,13 +382,17 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
     if not takes_cache(lm.model):
         note = (f"{type(lm.model).__name__}.forward takes no cache argument: kvviz cannot keep its "
                 "state, so the cached run recomputes every step")
-        return RunPlan(batch, (), elem, max_len, num_layers, note, recompute_only=True)
+        return RunPlan(batch=batch, specs=(), elem_bytes=elem, max_len=max_len, num_layers=num_layers,
+                       layout_note=note, recompute_only=True)
     if not specs:
-        return RunPlan(batch, specs, elem, max_len, num_layers, note)
+        return RunPlan(batch=batch, specs=specs, elem_bytes=elem, max_len=max_len, num_layers=num_layers,
+                       layout_note=note)
     probed = layout_probe.measured_specs(specs, probe_run(lm.model, batch, num_layers), elem)
     if probed.note == layout_probe.NO_CACHE:
-        return RunPlan(batch, (), elem, max_len, num_layers, probed.note, recompute_only=True)
-    return RunPlan(batch, probed.specs, elem, max_len, num_layers, caveat=probed.caveat or probed.note,
+        return RunPlan(batch=batch, specs=(), elem_bytes=elem, max_len=max_len, num_layers=num_layers,
+                       layout_note=probed.note, recompute_only=True)
+    return RunPlan(batch=batch, specs=probed.specs, elem_bytes=elem, max_len=max_len, num_layers=num_layers,
+                   caveat=probed.caveat or probed.note,
                    module_states=probed.module_states)
 
 
@@ -408,7 +413,7 @@ def probe_run(model, batch: Batch, num_layers: int) -> Callable[[], layout_probe
     On the meta device (a config without weights) there are shapes but no values: the reads only."""
     def run() -> layout_probe.ProbeRun:
         ids = probe_tokens(batch)
-        probed = Batch(ids, torch.ones_like(ids), ids.shape[1])
+        probed = Batch(ids=ids, mask=torch.ones_like(ids), prompt_len=ids.shape[1])
         cache = run_cache(model, "dynamic", layout_probe.PREFILL_TOKENS + 2, 1)
         if ids.is_meta:  # the model's plain forward: its input preparation may read values
             return meta_probe(model, ids, cache, num_layers)
@@ -450,7 +455,8 @@ def meta_probe(model, ids: torch.Tensor, cache, num_layers: int) -> layout_probe
 
 def grown(batch: Batch) -> Batch:
     """The probe batch with one more token (a copy of its last), in place."""
-    batch.ids, batch.mask = torch.cat([batch.ids, batch.ids[:, -1:]], 1), torch.cat([batch.mask, batch.mask[:, -1:]], 1)
+    batch.ids, batch.mask = torch.cat([batch.ids, batch.ids[:, -1:]], 1), torch.cat([batch.mask, batch.mask[:, -1:]],
+                                      1)
     return batch
 
 
@@ -506,7 +512,7 @@ def generate(lm: LoadedModel, cfg: RunConfig, mode: str = "cached",
     model, batch, size = lm.model, plan.batch, len(plan.batch.generated)
     keeps_cache = mode == "cached" and not plan.recompute_only
     cache = run_cache(model, cfg.cache_backend, plan.max_len, size) if keeps_cache else None
-    pool = BlockPool(size * cdiv(plan.max_len, cfg.block_size), cfg.block_size)
+    pool = BlockPool(num_blocks=size * cdiv(plan.max_len, cfg.block_size), block_size=cfg.block_size)
     generator = torch.Generator().manual_seed(cfg.seed)
     eos = eos_token_ids(lm) if cfg.stop_on_eos else set()
     per_token = plan.bytes_per_token

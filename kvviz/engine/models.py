@@ -44,7 +44,7 @@ class ModelLoadError(KvvizError):
     """A model that cannot be loaded, with a message fit to show a user as is."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadedModel:
     model: torch.nn.Module  # eval mode, on `device`
     tokenizer: object  # the model's tokenizer
@@ -258,7 +258,8 @@ def load_model(spec: ModelSpec, progress: Progress | None = None) -> LoadedModel
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     warm_up(model, device)
-    return LoadedModel(model, tok, spec.name, label, device, dtype, time.perf_counter() - start, fallback)
+    return LoadedModel(model=model, tokenizer=tok, name=spec.name, label=label, device=device, dtype=dtype,
+                       load_s=time.perf_counter() - start, attn_fallback=fallback)
 
 
 def stop_token_ids(model, tokenizer) -> frozenset[int]:

@@ -64,7 +64,7 @@ class UnreadableCache(KvvizError):
     """A cache layer class kvviz cannot read; the message names the class."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LayerBytes:
     """What one cache layer holds right now."""
 

@@ -27,7 +27,7 @@ def headline(meta: RunMeta, sums: trace.RunSummary, last: StepEvent,
     return [
         ("Tokens", f"{c.new_tokens} × {meta.batch}", "generated per sequence × batch"),
         cache_figure(last),
-        ("Formula (computed)", fmt_bytes(last.formula_bytes),
+        (FORMULA_LABEL, fmt_bytes(last.formula_bytes),
          "computed from the model's config, not measured: per layer (kvviz.core.layout): tokens held × K+V values per token × batch × bytes per element, "
          "a sliding / chunked layer holding at most its window − 1, plus state layers' fixed state"),
         ("Time to first token", fmt_ms(c.ttft_ms), "the prefill: the whole prompt in one pass"),
@@ -46,6 +46,7 @@ def headline(meta: RunMeta, sums: trace.RunSummary, last: StepEvent,
     ]
 
 
+FORMULA_LABEL = "Formula (computed)"
 LAST_STEP_LABEL = "No cache ÷ cache: last step"
 RUN_LABEL = "No cache ÷ cache: whole run"
 
@@ -155,7 +156,7 @@ def widest_headline() -> list[tuple[str, str, str]]:
     run's first figure arrives (kvviz.live.panel.metric_cards), so nothing below moves then."""
     help_text = "?"  # a help icon's room beside the label, as every figure has
     return [("Tokens", "9999 × 64", help_text), ("KV cache (allocated)", "1,023 MiB", help_text),
-            ("Formula (computed)", "1,023 MiB", help_text), ("Time to first token", "999.99 s", help_text),
+            (FORMULA_LABEL, "1,023 MiB", help_text), ("Time to first token", "999.99 s", help_text),
             ("Decode step (median)", "99.99 s", help_text), ("Tokens/s (compute)", "9999.9", help_text),
             ("Tokens/s (wall clock)", "9999.9", help_text), (LAST_STEP_LABEL, "≈ 999.9×", help_text),
             (RUN_LABEL, "≈ 999.9×", help_text)]

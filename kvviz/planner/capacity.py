@@ -56,7 +56,7 @@ ATTENTION_VARIANTS = ("mha", "gqa", "mqa")
 ATTENTION_KINDS = (FULL, SLIDING, CHUNKED)  # layers whose K/V heads the what-ifs may change
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelKV:
     """A model as the planner sees it: its per-layer cache specs and its weights."""
 
@@ -141,8 +141,8 @@ def uniform_model(num_layers: int, num_kv_heads: int, head_dim: int, num_attenti
     for field_name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
                               ("head_dim", head_dim)):
         _require_positive_int(field_name, value)
-    spec = CacheSpec(FULL, num_kv_heads, 2 * num_kv_heads * head_dim, None, 0, None)
-    return ModelKV(name, (spec,) * num_layers, num_attention_heads or num_kv_heads,
+    spec = CacheSpec(kind=FULL, kv_heads=num_kv_heads, values_per_token=2 * num_kv_heads * head_dim)
+    return ModelKV(name=name, specs=(spec,) * num_layers, num_attention_heads=num_attention_heads or num_kv_heads,
                    params_total=params_total, params_active=params_total,
                    params_source="given" if params_total is not None else "")
 

@@ -312,7 +312,7 @@ def _overhead(args: argparse.Namespace) -> float:
     return capacity.DEFAULT_OVERHEAD_FRACTION if args.overhead is None else args.overhead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSummary:
     """The model as `kvviz plan` describes it (its layers at the chosen KV dtype)."""
 
@@ -329,9 +329,11 @@ class ModelSummary:
 
     @classmethod
     def of(cls, model: capacity.ModelKV, kv_dtype: str) -> "ModelSummary":
-        return cls(model.name, model.num_layers, model.kinds, model.num_attention_heads, model.kv_heads,
-                   model.head_dim, model.max_position, capacity.layer_kind_bytes_per_token(model, kv_dtype),
-                   capacity.state_bytes_per_request(model, kv_dtype), list(model.notes))
+        return cls(name=model.name, num_layers=model.num_layers, layer_kinds=model.kinds,
+                   num_attention_heads=model.num_attention_heads, num_kv_heads=model.kv_heads,
+                   head_dim=model.head_dim, max_position=model.max_position,
+                   bytes_per_token_by_kind=capacity.layer_kind_bytes_per_token(model, kv_dtype),
+                   state_bytes_per_request=capacity.state_bytes_per_request(model, kv_dtype), notes=list(model.notes))
 
 
 @dataclass(frozen=True)
@@ -342,7 +344,7 @@ class GpuSummary:
     memory_source: str = "given with --gpu-gb"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CliPlan:
     """Everything `kvviz plan` prints: the model, the GPU, a row per context and the deployment
     planned at the longest context (with its what-ifs)."""
@@ -400,15 +402,16 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
     kv_dtype = capacity.normalize_dtype(args.kv_dtype)  # checked by plan_setup above
     log_rows = tuple(_log_rows(facts, model, setup)) if facts is not None else ()
     advice = deployment.fit_advice(model, setup) if deployment.refused(deployed) else ""
-    return CliPlan(ModelSummary.of(model, kv_dtype), model.attention_kind, kv_dtype,
-                   capacity.kv_bytes_per_element(kv_dtype), capacity.kv_bytes_per_token(model, kv_dtype),
-                   GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
+    return CliPlan(model=ModelSummary.of(model, kv_dtype), attention=model.attention_kind, kv_dtype=kv_dtype,
+                   kv_bytes_per_element=capacity.kv_bytes_per_element(kv_dtype),
+                   kv_bytes_per_token=capacity.kv_bytes_per_token(model, kv_dtype),
+                   gpu=GpuSummary(gpu["name"], gpu["memory_bytes"], gpu.get("bandwidth_bytes_per_s"),
                               gpu.get("memory_source", "given with --gpu-gb")),
-                   setup.overhead_fraction, rows, deployed,
-                   advice, setup, log_rows,
-                   tuple(will_start.refusals(deployed, setup, advice, model=model)),
-                   will_start.serve_command(model_id(args, model), setup, deployed),
-                   tuple(will_start.risks(deployed)))
+                   overhead_fraction=setup.overhead_fraction, rows=rows, deployment=deployed,
+                   fit_advice=advice, setup=setup, log_rows=log_rows,
+                   refusals=tuple(will_start.refusals(deployed, setup, advice, model=model)),
+                   serve_command=will_start.serve_command(model_id(args, model), setup, deployed),
+                   risks=tuple(will_start.risks(deployed)))
 
 
 def model_id(args: argparse.Namespace, model: capacity.ModelKV) -> str:
@@ -514,7 +517,8 @@ def _vllm_lines(plan: CliPlan) -> list[str]:
         f"group(s) of {v.group_size} layers) → KV cache size {v.num_tokens:,} tokens; "
         f"maximum concurrency for {v.max_model_len:,} tokens per request: "
         f"{v.max_concurrency:.3f}×",
-    ] + (["  " + words.refusal_sentence(v, plan.fit_advice)] if _blocks_refused(plan) else []) + _in_flight_lines(plan) \
+    ] + (["  " + words.refusal_sentence(v,
+                                        plan.fit_advice)] if _blocks_refused(plan) else []) + _in_flight_lines(plan) \
         + _start_lines(plan)
 
 

@@ -188,8 +188,9 @@ def model_shape(text, cfg: dict | None = None) -> ModelShape:
         if shared is None and getattr(text, "model_type", "") in ("llama4_text", "llama4"):
             shared = positive("intermediate_size")  # Llama 4's shared expert has the routed one's width
     dense = positive("intermediate_size") if not moe else positive("intermediate_size_mlp")
-    return ModelShape(positive("hidden_size"), dense, positive("vocab_size"), expert, k if moe else None,
-                      shared, str(getattr(text, "model_type", "") or ""))
+    return ModelShape(hidden_size=positive("hidden_size"), intermediate_size=dense, vocab_size=positive("vocab_size"),
+                      expert_intermediate_size=expert, experts_per_token=k if moe else None,
+                      shared_intermediate_size=shared, model_type=str(getattr(text, "model_type", "") or ""))
 
 
 def _layer_specs(config, measured: bool) -> tuple[tuple, str]:

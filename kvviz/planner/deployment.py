@@ -131,7 +131,8 @@ def weight_parts(model: ModelKV, s: Setup) -> checkpoint_weights.WeightParts | N
     if not model.config_json or not model.params_source.startswith("meta-device count"):
         return None
     override = None if s.weight_dtype == CHECKPOINT else s.weight_dtype
-    kernel = checkpoint_weights.mxfp4_kernel(s.gpu_arch, vllm_versions.parse_version(s.vllm_version or vllm_versions.LATEST))
+    kernel = checkpoint_weights.mxfp4_kernel(s.gpu_arch,
+                                             vllm_versions.parse_version(s.vllm_version or vllm_versions.LATEST))
     return checkpoint_weights.cached_weight_parts(model.config_json, override, kernel)
 
 
@@ -162,9 +163,10 @@ def _weights(model: ModelKV, s: Setup) -> Weights:
         total = capacity.weight_bytes(model.weight_params or 0, dtype)
         read = capacity.weight_bytes(model.read_params or 0, dtype)
         label = weight_format(model, s.weight_dtype)
-    return Weights(model.params_total, model.params_active, model.params_total is not None,
-                   model.params_source, label, total, read,
-                   max(stage_weight_bytes(model, s, total)), model.moe,
+    return Weights(params_total=model.params_total, params_active=model.params_active,
+                   params_known=model.params_total is not None,
+                   params_source=model.params_source, weight_dtype=label, bytes_total=total, bytes_active=read,
+                   bytes_per_gpu=max(stage_weight_bytes(model, s, total)), moe=model.moe,
                    checkpoint_bytes=model.checkpoint_bytes)
 
 
@@ -230,8 +232,11 @@ def _offload(plain: Plain, budget: int, s: Setup) -> OffloadWhatIf:
     per_request = plain.kv_bytes_per_request_per_gpu
     cpu_per_gpu = s.offload_bytes // s.par.gpus_per_replica
     kept = (budget + cpu_per_gpu) // per_request
-    return OffloadWhatIf(s.offload_bytes, kept, kept * s.par.dp, plain.requests_per_replica,
-                         per_request * s.par.gpus_per_replica / PCIE_BYTES_PER_S, PCIE_BYTES_PER_S)
+    return OffloadWhatIf(offload_bytes=s.offload_bytes, requests_kept_per_replica=kept,
+                         requests_kept_total=kept * s.par.dp,
+                         requests_decoding_per_replica=plain.requests_per_replica,
+                         swap_in_s_per_request=per_request * s.par.gpus_per_replica / PCIE_BYTES_PER_S,
+                         pcie_bytes_per_s=PCIE_BYTES_PER_S)
 
 
 def _bandwidth(stages: list[ModelKV], weights: Weights, plain: Plain, s: Setup) -> Bandwidth | None:
@@ -404,15 +409,15 @@ def plan_setup(model: ModelKV, s: Setup, names: Mapping[str, str] = SETTING_NAME
     else:
         overhead = max(0, by_vllm.deducted_bytes)
     plain = _plain(stages, budgets, s, s.context_tokens)
-    per_gpu = PerGpu(s.gpu_bytes, overhead,
-                     weights.bytes_per_gpu, budget,
-                     max(capacity.kv_bytes_per_token(m, s.kv_dtype) for m in stages),
-                     max(m.num_layers for m in stages))
-    plan = SetupPlan(s.par.label(s.gpu_name), s.par.tp, s.par.pp, s.par.dp, s.par.gpus, weights,
-                     per_gpu, plain, _vllm(stages, budgets, model, s),
-                     _bandwidth(stages, weights, plain, s),
-                     _prefix(stages, budgets, s) if s.prefix_tokens else None,
-                     _offload(plain, budget, s) if s.offload_bytes else None, by_vllm)
+    per_gpu = PerGpu(memory_bytes=s.gpu_bytes, overhead_bytes=overhead,
+                     weight_bytes=weights.bytes_per_gpu, kv_budget_bytes=budget,
+                     kv_bytes_per_token=max(capacity.kv_bytes_per_token(m, s.kv_dtype) for m in stages),
+                     layers=max(m.num_layers for m in stages))
+    plan = SetupPlan(label=s.par.label(s.gpu_name), tp=s.par.tp, pp=s.par.pp, dp=s.par.dp, gpus=s.par.gpus,
+                     weights=weights, per_gpu=per_gpu, plain=plain, vllm=_vllm(stages, budgets, model, s),
+                     bandwidth=_bandwidth(stages, weights, plain, s),
+                     prefix=_prefix(stages, budgets, s) if s.prefix_tokens else None,
+                     offload=_offload(plain, budget, s) if s.offload_bytes else None, vllm_budget=by_vllm)
     verdict = start_checks(model, s, plan)
     vllm = plan.vllm
     if isinstance(vllm, VllmPlan) and vllm.starts != verdict.starts:
@@ -424,10 +429,11 @@ def context_row(plan: SetupPlan, batch: int) -> ContextRow:
     """One table row from a plan: KV per request per GPU, requests per replica (plain and in whole
     vLLM blocks) and in all, and the bandwidth bounds when known."""
     plain, vllm = plan.plain, plan.vllm
-    return ContextRow(plain.context_tokens, plain.kv_bytes_per_request_per_gpu, batch,
-                      plain.kv_bytes_per_request_per_gpu * batch, plain.requests_per_replica,
-                      plain.requests_total, getattr(vllm, "requests_at_context_per_replica", None),
-                      getattr(vllm, "requests_at_context_total", None), plan.bandwidth)
+    return ContextRow(context_tokens=plain.context_tokens, kv_bytes_per_request=plain.kv_bytes_per_request_per_gpu,
+                      batch=batch, kv_bytes_for_batch=plain.kv_bytes_per_request_per_gpu * batch,
+                      max_concurrent_requests=plain.requests_per_replica, requests_total=plain.requests_total,
+                      vllm_requests_per_replica=getattr(vllm, "requests_at_context_per_replica", None),
+                      vllm_requests_total=getattr(vllm, "requests_at_context_total", None), bandwidth=plan.bandwidth)
 
 
 def context_rows(model: ModelKV, s: Setup, contexts, names: Mapping[str, str] = SETTING_NAMES) -> list[ContextRow]:

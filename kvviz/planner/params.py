@@ -35,7 +35,7 @@ class UnknownArchitecture(UserError):
     """transformers cannot build this config (unknown model_type or architecture)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ParamCount:
     total: int  # every parameter, tied embeddings once
     active: int  # parameters a token passes through (= total for a dense model)
@@ -174,7 +174,8 @@ def _count_from_json(config_json: str) -> ParamCount:
     total = sum(t.numel for t in tensors)
     active = sum(active_share(t, num, per_token, t.numel) for t in tensors)
     lookup = sum(t.numel for t in tensors if t.lookup)
-    return ParamCount(total, active, num, per_token, architecture, lookup)
+    return ParamCount(total=total, active=active, num_experts=num, experts_per_token=per_token,
+                      architecture=architecture, lookup=lookup)
 
 
 def parameter_count(cfg: dict) -> ParamCount:

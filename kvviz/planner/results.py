@@ -14,7 +14,7 @@ from typing import ClassVar
 from kvviz.planner.vllm_memory import VllmBudget
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Weights:
     """The weights of the whole model and one GPU's share."""
 
@@ -30,7 +30,7 @@ class Weights:
     checkpoint_bytes: int | None = None  # as the checkpoint stores them (bytes_total: as vLLM holds them)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PerGpu:
     """One GPU's memory: what is left for KV caches after the weights and the overhead."""
 
@@ -52,7 +52,7 @@ class Plain:
     requests_total: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VllmPlan:
     """vLLM's allocation on one GPU, as its start-up log reports it."""
 
@@ -132,7 +132,7 @@ class PrefixWhatIf:
     requests_total: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OffloadWhatIf:
     """Requests whose caches a CPU tier keeps (modelled)."""
 
@@ -155,7 +155,7 @@ class Bandwidth:
     tokens_per_s_aggregate_ceiling_at_max: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SetupPlan:
     """One serving setup, planned: `deployment.plan_setup`."""
 
@@ -175,7 +175,7 @@ class SetupPlan:
     start: StartVerdict = StartVerdict()  # will it start (kvviz.planner.deployment.start_checks)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContextRow:
     """One line of the requests-vs-context table."""
 

@@ -104,7 +104,7 @@ FAILURES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LogFacts:
     """What a vLLM start-up log printed (None: the log did not say)."""
 

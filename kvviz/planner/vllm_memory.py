@@ -57,7 +57,7 @@ CUDA_GRAPH_BASE_BYTES = GIB // 4
 CAPTURE_SIZE_OVERRIDES = {"gpt_oss": 1024}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelShape:
     """What the profile run's size depends on (None: the config does not say)."""
 
@@ -70,7 +70,7 @@ class ModelShape:
     model_type: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageBudget:
     """One GPU of one pipeline stage (every TP rank of a stage holds the same)."""
 
@@ -84,7 +84,7 @@ class StageBudget:
     kv_bytes: int  # what this stage would give the KV cache (may be negative)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VllmBudget:
     """The KV budget per GPU as vLLM computes it: the smallest stage's (`stage`)."""
 
@@ -199,7 +199,8 @@ def _stage(shape: ModelShape, x: BudgetInputs, stage: int, requested: int) -> St
     deducted = graphs if x.release.deducts_cuda_graphs else 0
     weights = x.stage_weight_bytes[stage]
     kv = requested - weights - peak - non_torch - deducted
-    return StageBudget(stage, weights, forward, sampler, peak, non_torch, graphs, kv)
+    return StageBudget(stage=stage, weight_bytes=weights, forward_bytes=forward, sampler_bytes=sampler,
+                       activation_peak_bytes=peak, non_torch_bytes=non_torch, cuda_graph_bytes=graphs, kv_bytes=kv)
 
 
 def vllm_budget(shape: ModelShape, x: BudgetInputs) -> VllmBudget:

@@ -51,7 +51,7 @@ MIN_BLOCK_SIZE = 4  # transformers refuses smaller pages
 MAX_REQUESTS = 10  # one colour each in the grid
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServingConfig:
     block_size: int = 16  # tokens per block (transformers: ContinuousBatchingConfig.page_size)
     num_blocks: int = 32  # blocks in the pool (ContinuousBatchingConfig.num_blocks)
@@ -63,7 +63,7 @@ class ServingConfig:
     step_delay_ms: float = 0.0  # slow motion: pause the loop this long after each step (not timed)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RequestView:
     """One request as the scheduler saw it after one step."""
 
@@ -80,7 +80,7 @@ class RequestView:
         return self.step_tokens > 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepSnapshot:
     """The pool and the requests after one forward pass."""
 
@@ -118,7 +118,7 @@ class StepSnapshot:
         return sum(r.step_tokens for r in self.requests)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RequestResult:
     request_id: str
     prompt_tokens: int
@@ -131,7 +131,7 @@ class RequestResult:
     total_ms: float  # submitted -> end of the step that finished it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServingResult:
     config: ServingConfig
     snapshots: tuple[StepSnapshot, ...]
@@ -336,7 +336,8 @@ class StepRecorder:
         lengths = block_table_lengths(self.proc.cache) if self.source == "real" else self.model_lengths()
         views = tuple(self.view(rid, active, waiting, batch, tokens, lengths) for rid in self.ids)
         unshared = sum(cdiv(n, self.cfg.block_size) for n in tokens.values())
-        return StepSnapshot(self.step, time_s, step_ms, owners, views, free, unshared, self.source)
+        return StepSnapshot(step=self.step, time_s=time_s, step_ms=step_ms, block_owners=owners, requests=views,
+                            num_free_blocks=free, unshared_blocks=unshared, source=self.source)
 
     def pool_state(self, tokens: dict[str, int]) -> tuple[tuple[str, ...], int]:
         if self.source == "real":
@@ -349,7 +350,7 @@ class StepRecorder:
     def model_pool(self, tokens: dict[str, int]) -> tuple[tuple[str, ...], int]:
         """The pool modelled by kvviz.core.blocks from each running request's token count (no sharing)."""
         if self.model is None:
-            self.model = BlockPool(self.cfg.num_blocks, self.cfg.block_size)
+            self.model = BlockPool(num_blocks=self.cfg.num_blocks, block_size=self.cfg.block_size)
         names = list(self.ids)
         for seq, rid in enumerate(names):
             if rid not in tokens:
@@ -376,8 +377,9 @@ class StepRecorder:
             self.generated[rid] = len(s.initial_tokens) + len(s.generated_tokens) - len(self.ids[rid])
         elif state == "finished" and rid in batch and self.last_batch.get(rid):
             self.generated[rid] = self.generated.get(rid, 0) + 1  # its last token, never cached
-        return RequestView(rid, state, batch.get(rid, 0), tokens.get(rid, 0), self.generated.get(rid, 0),
-                           lengths.get(rid, 0), max(self.seen.get(rid, 0), 0))
+        return RequestView(request_id=rid, state=state, step_tokens=batch.get(rid, 0),
+                           cached_tokens=tokens.get(rid, 0), generated_tokens=self.generated.get(rid, 0),
+                           num_blocks=lengths.get(rid, 0), prefix_tokens_reused=max(self.seen.get(rid, 0), 0))
 
     def state_of(self, rid: str, active: dict, waiting: dict) -> str:
         if rid in self.upcoming:
@@ -463,8 +465,9 @@ def build_result(lm, cfg, recorder: StepRecorder, snapshots, outputs, total_s: f
     results = tuple(request_result(lm, rid, outputs[rid], recorder, snapshots) for rid in recorder.ids)
     source = "real" if all(s.source == "real" for s in snapshots) else "modelled"
     num_blocks = snapshots[0].num_blocks if snapshots else cfg.num_blocks
-    return ServingResult(cfg, tuple(snapshots), results, num_blocks, source,
-                         prefill_ms_per_token(snapshots), total_s)
+    return ServingResult(config=cfg, snapshots=tuple(snapshots), requests=results, num_blocks=num_blocks,
+                         source=source,
+                         prefill_ms_per_token=prefill_ms_per_token(snapshots), total_s=total_s)
 
 
 def request_result(lm, rid: str, output, recorder: StepRecorder, snapshots) -> RequestResult:
@@ -476,9 +479,11 @@ def request_result(lm, rid: str, output, recorder: StepRecorder, snapshots) -> R
     started = next((s.time_s - s.step_ms / 1000 for s, v in views if v.in_batch), submitted)
     first = next((s.time_s for s, v in views if v.generated_tokens > 0), submitted)
     done = next((s.time_s for s, v in views if v.state == "finished"), first)
-    ms = [max(t - submitted, 0.0) * 1000 for t in (started, first, done)]
-    return RequestResult(rid, len(recorder.ids[rid]), ids, lm.tokenizer.decode(ids, skip_special_tokens=True),
-                         recorder.arrival[rid], max(recorder.seen.get(rid, 0), 0), *ms)
+    queued_ms, ttft_ms, total_ms = (max(t - submitted, 0.0) * 1000 for t in (started, first, done))
+    return RequestResult(request_id=rid, prompt_tokens=len(recorder.ids[rid]), output_ids=ids,
+                         text=lm.tokenizer.decode(ids, skip_special_tokens=True), arrival_step=recorder.arrival[rid],
+                         prefix_tokens_reused=max(recorder.seen.get(rid, 0), 0), queued_ms=queued_ms,
+                         ttft_ms=ttft_ms, total_ms=total_ms)
 
 
 def prefill_ms_per_token(snapshots) -> float | None:

@@ -38,7 +38,7 @@ def default_system() -> str:
     return ui.prompt_presets()["Chat with a long system prompt"]["system"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """What the visitor set in the sidebar."""
     prompts_text: str
@@ -117,7 +117,8 @@ def sidebar_settings(rules: hosted.Policy) -> Settings:
                              key="srv_delay", bind=URL,
                              help="Holds the batching loop after every step so each one can be followed; "
                                   "pauses are left out of every time shown")
-    return Settings(prompts_text, share, system, int(num_blocks), block_size, max_new, every, delay_ms)
+    return Settings(prompts_text=prompts_text, share=share, system=system, num_blocks=int(num_blocks),
+                    block_size=block_size, max_new=max_new, every=every, delay_ms=delay_ms)
 
 
 def pool_help(rules: hosted.Policy) -> str | None:

@@ -57,7 +57,7 @@ class SweepSettings:
         return [(p, b) for b in sorted(set(self.batches)) for p in sorted(set(self.prompt_tokens))]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepRow:
     """One measured point; the measured fields are None unless status is "ok"."""
 
@@ -238,7 +238,7 @@ def measured_fields(events: list[StepEvent], weight_bytes: int) -> dict:
 # ---------------------------------------------------------------- the device
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceFacts:
     """What the charts need to know about the device, read once per model."""
 
@@ -255,10 +255,10 @@ class DeviceFacts:
 def device_facts(lm: LoadedModel) -> DeviceFacts:
     name, memory = device_name(lm.device), device_memory_bytes(lm.device)
     preset = gpu_preset(name, memory) if lm.device.type == "cuda" else None
-    return DeviceFacts(name, memory, preset and preset["name"],
-                       preset and preset["bandwidth_bytes_per_s"],
-                       kv_budget_bytes(memory, lm.weight_bytes), bytes_per_token(lm),
-                       layout.layer_specs(lm.model.config), torch.finfo(lm.dtype).bits // 8)
+    return DeviceFacts(name=name, memory_bytes=memory, preset=preset and preset["name"],
+                       peak_bandwidth_bytes_per_s=preset and preset["bandwidth_bytes_per_s"],
+                       kv_budget_bytes=kv_budget_bytes(memory, lm.weight_bytes), bytes_per_token=bytes_per_token(lm),
+                       specs=layout.layer_specs(lm.model.config), elem_bytes=torch.finfo(lm.dtype).bits // 8)
 
 
 def reset_peak(device: torch.device) -> None:

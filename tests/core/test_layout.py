@@ -130,10 +130,10 @@ def test_window_on_every_layer_without_layer_types():
 
 
 def test_tokens_held_follow_dynamic_cache_rules():
-    full = layout.CacheSpec(FULL, 8, 2048, None, 0, None)
-    sliding = layout.CacheSpec(SLIDING, 8, 2048, 128, 0, None)
-    chunked = layout.CacheSpec(CHUNKED, 8, 2048, 8192, 0, None)
-    state = layout.CacheSpec(STATE, 0, 0, None, 100, None, 50)
+    full = layout.CacheSpec(kind=FULL, kv_heads=8, values_per_token=2048)
+    sliding = layout.CacheSpec(kind=SLIDING, kv_heads=8, values_per_token=2048, token_cap=128)
+    chunked = layout.CacheSpec(kind=CHUNKED, kv_heads=8, values_per_token=2048, token_cap=8192)
+    state = layout.CacheSpec(kind=STATE, state_values=100, state_float32_values=50)
     assert [layout.layer_tokens_held(full, t) for t in (0, 5, 10_000)] == [0, 5, 10_000]
     assert [layout.layer_tokens_held(sliding, t) for t in (5, 127, 128, 10_000)] == [5, 127, 127, 127]
     assert layout.layer_tokens_held(chunked, 10_000) == 8191
@@ -143,13 +143,13 @@ def test_tokens_held_follow_dynamic_cache_rules():
 
 
 def test_labels_and_summary():
-    assert layout.CacheSpec(SHARED, 0, 0, None, 0, 18).label() == "shared ← 18"
-    assert layout.CacheSpec(LATENT, 1, 576, None, 0, None, latent_rope=64).label() == "latent 512+64"
-    assert layout.CacheSpec(CHUNKED, 8, 2048, 8192, 0, None).label() == "chunked 8192"
-    dsa = layout.CacheSpec(LATENT, 1, 704, None, 0, None, latent_rope=64, index_values=128)
+    assert layout.CacheSpec(kind=SHARED, shared_with=18).label() == "shared ← 18"
+    assert layout.CacheSpec(kind=LATENT, kv_heads=1, values_per_token=576, latent_rope=64).label() == "latent 512+64"
+    assert layout.CacheSpec(kind=CHUNKED, kv_heads=8, values_per_token=2048, token_cap=8192).label() == "chunked 8192"
+    dsa = layout.CacheSpec(kind=LATENT, kv_heads=1, values_per_token=704, latent_rope=64, index_values=128)
     assert dsa.label() == "latent 512+64 + index 128"
-    assert layout.CacheSpec(FULL, 8, 2048, None, 10, None).label() == "full + state"
-    specs = [layout.CacheSpec(FULL, 2, 64, None, 0, None)] * 30
+    assert layout.CacheSpec(kind=FULL, kv_heads=8, values_per_token=2048, state_values=10).label() == "full + state"
+    specs = [layout.CacheSpec(kind=FULL, kv_heads=2, values_per_token=64)] * 30
     assert layout.kinds_summary(specs) == "30 × full"
 
 
@@ -195,10 +195,11 @@ from kvviz.core import spec as sp  # noqa: E402
 
 
 def test_each_kind_builds_its_own_class_and_replace_changes_class_with_kind():
-    assert type(layout.CacheSpec(FULL, 8, 2048)) is sp.FullSpec
-    assert type(sp.CacheSpec(SLIDING, 8, 2048, 128)) is sp.SlidingSpec
+    assert type(layout.CacheSpec(kind=FULL, kv_heads=8, values_per_token=2048)) is sp.FullSpec
+    assert type(sp.CacheSpec(kind=SLIDING, kv_heads=8, values_per_token=2048, token_cap=128)) is sp.SlidingSpec
     window = sp.SlidingSpec(kv_heads=8, values_per_token=2048, token_cap=128)
-    assert window.kind == SLIDING and window == layout.CacheSpec(SLIDING, 8, 2048, 128, 0, None)
+    assert window.kind == SLIDING and window == layout.CacheSpec(kind=SLIDING, kv_heads=8, values_per_token=2048,
+                                                                 token_cap=128)
     full = replace(window, kind=FULL, token_cap=None)  # what the planner's what-if does
     assert type(full) is sp.FullSpec and full.tokens_held(10_000) == 10_000
     back = replace(full, kind=SLIDING, token_cap=64)
@@ -213,7 +214,7 @@ def test_each_kind_builds_its_own_class_and_replace_changes_class_with_kind():
 ])
 def test_specs_refuse_what_their_kind_cannot_be(kind, cap, message):
     with pytest.raises(ValueError, match=message):
-        sp.CacheSpec(kind, 8, 2048, cap)
+        sp.CacheSpec(kind=kind, kv_heads=8, values_per_token=2048, token_cap=cap)
 
 
 def test_k_and_v_are_halves_unless_latent_indexed_or_measured():
@@ -243,7 +244,8 @@ def test_bytes_at_n_tokens_hold_the_cap_and_the_state_in_its_own_dtype():
 
 def test_model_figures_from_specs():
     specs = (sp.FullSpec(kv_heads=2, values_per_token=64), sp.SlidingSpec(kv_heads=2, values_per_token=64,
-             token_cap=4), sp.LatentSpec(kv_heads=1, values_per_token=96, latent_rope=32), sp.SharedSpec(shared_with=0))
+             token_cap=4), sp.LatentSpec(kv_heads=1, values_per_token=96,
+                                         latent_rope=32), sp.SharedSpec(shared_with=0))
     assert sp.layer_groups(specs) == {"full": [0], "sliding 4": [1], "latent 64+32": [2], "shared ← 0": [3]}
     assert sp.kinds_summary(specs + specs[:1]) == "2 × full, 1 × sliding 4, 1 × latent 64+32, 1 × shared"
     assert sp.widest(specs) == (1, 96) and sp.widest(specs[:2]) == (2, 16) and sp.widest(()) == (0, 0)

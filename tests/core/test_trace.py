@@ -412,7 +412,8 @@ def test_dataclass_fields_all_checked():
 
 from kvviz.core import spec as sp  # noqa: E402
 
-V3_SPECS = (sp.FullSpec(kv_heads=2, values_per_token=64), sp.SlidingSpec(kv_heads=2, values_per_token=64, token_cap=4),
+V3_SPECS = (sp.FullSpec(kv_heads=2, values_per_token=64), sp.SlidingSpec(kv_heads=2, values_per_token=64,
+                        token_cap=4),
             sp.LatentSpec(kv_heads=1, values_per_token=576, latent_rope=64),
             sp.StateSpec(state_values=30, state_float32_values=8, conv_values=30, conv_kernel=4,
                          state_family="mamba2", state_pinned=True),
@@ -424,7 +425,8 @@ def test_layers_round_trip_as_specs():
     t = Trace({"num_layers": len(V3_SPECS), "layers": [spec_record(s) for s in V3_SPECS]}, [event()])
     back = Trace.from_json(t.to_json())
     assert back == t and back.meta.specs == V3_SPECS
-    assert as_dict(back.meta)["layers"][0] == {"kind": "full", "kv_heads": 2, "values_per_token": 64}  # defaults left out
+    assert as_dict(back.meta)["layers"][0] == {"kind": "full", "kv_heads": 2,
+                   "values_per_token": 64}  # defaults left out
 
 
 def test_version_2_meta_loads_as_specs():

@@ -158,8 +158,9 @@ def cache_storages(obj, seen: set | None = None, out: dict | None = None) -> dic
 def outcome(model_type: str) -> dict:
     """What happened to one type: {"skip": reason} or the checks' results."""
     try:
-        lm = LoadedModel(build(sized_config(model_type)), tiny_tokenizer(), model_type, model_type,
-                         torch.device("cpu"), torch.float32, 0.0)
+        lm = LoadedModel(model=build(sized_config(model_type)), tokenizer=tiny_tokenizer(), name=model_type,
+                         label=model_type,
+                         device=torch.device("cpu"), dtype=torch.float32, load_s=0.0)
     except Skip as why:
         return {"skip": str(why)}
     except ImportError as exc:
@@ -340,8 +341,9 @@ def test_what_a_models_own_code_does_is_said_in_the_trace_and_on_the_page(model_
     from kvviz.live.panel import run_notes
     from kvviz.cli import layout_lines
     from kvviz.core.trace import Trace
-    lm = LoadedModel(build(sized_config(model_type)), tiny_tokenizer(), model_type, model_type,
-                     torch.device("cpu"), torch.float32, 0.0)
+    lm = LoadedModel(model=build(sized_config(model_type)), tokenizer=tiny_tokenizer(), name=model_type,
+                     label=model_type,
+                     device=torch.device("cpu"), dtype=torch.float32, load_s=0.0)
     meta = engine.run_meta(lm, run_config())
     assert words in caveat_of(meta)
     events = list(engine.generate(lm, run_config(), "cached"))
@@ -354,8 +356,8 @@ def test_state_kept_on_modules_survives_a_race():
     reset them. Taking turns with the cached run ahead (as on the page), the cached run still holds,
     after every step, the very states it holds alone, makes the same tokens, and its bytes (module
     states included) equal the formula."""
-    lm = LoadedModel(build(sized_config("recurrent_gemma")), tiny_tokenizer(), "recurrent_gemma",
-                     "recurrent_gemma", torch.device("cpu"), torch.float32, 0.0)
+    lm = LoadedModel(model=build(sized_config("recurrent_gemma")), tokenizer=tiny_tokenizer(), name="recurrent_gemma",
+                     label="recurrent_gemma", device=torch.device("cpu"), dtype=torch.float32, load_s=0.0)
 
     def states_into(seen: list):
         return lambda cache: seen.append([v.clone() for _, v in sorted(module_storages_named(lm.model))])
@@ -369,7 +371,8 @@ def test_state_kept_on_modules_survives_a_race():
         runs[who][1].append(next(runs[who][0]))
     ahead, behind = runs["c"][1], runs["r"][1]
     assert len(alone_states[0]) == 6  # conv and recurrent state of 3 recurrent layers
-    assert all(torch.equal(a, b) for step_a, step_b in zip(alone_states, raced_states) for a, b in zip(step_a, step_b))
+    assert all(torch.equal(a, b) for step_a, step_b in zip(alone_states, raced_states) for a,
+               b in zip(step_a, step_b))
     assert [e.token_ids for e in ahead] == alone == [e.token_ids for e in behind]
     assert all(e.kv_bytes == e.formula_bytes > 0 for e in ahead)
     assert ahead[0].kv_bytes > sum(s.k_bytes + s.v_bytes for s in ahead[0].layers)  # states counted
@@ -397,7 +400,8 @@ def test_a_pasted_falcon_config_plans_the_bytes_a_run_measures():
     from kvviz.planner import frames as planner_frames
     config = sized_config("falcon")
     model = planner_frames.model_from_pasted_config(config.to_json_string())
-    lm = LoadedModel(build(config), tiny_tokenizer(), "falcon", "falcon", torch.device("cpu"), torch.float32, 0.0)
+    lm = LoadedModel(model=build(config), tokenizer=tiny_tokenizer(), name="falcon", label="falcon",
+                     device=torch.device("cpu"), dtype=torch.float32, load_s=0.0)
     plan = engine.plan_run(lm, run_config())
     assert sum(s.values_per_token for s in model.specs) == sum(s.values_per_token for s in plan.specs) > 0
     assert any("measured from the architecture" in note for note in model.notes)

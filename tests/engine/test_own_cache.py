@@ -20,8 +20,9 @@ from tiny import tiny_tokenizer
 
 @lru_cache(maxsize=None)
 def tiny(model_type: str) -> LoadedModel:
-    return LoadedModel(build(sized_config(model_type)), tiny_tokenizer(), model_type, model_type,
-                       torch.device("cpu"), torch.float32, 0.0)
+    return LoadedModel(model=build(sized_config(model_type)), tokenizer=tiny_tokenizer(), name=model_type,
+                       label=model_type,
+                       device=torch.device("cpu"), dtype=torch.float32, load_s=0.0)
 
 
 @pytest.mark.parametrize("model_type, per_sequence", [
@@ -45,7 +46,8 @@ def test_rwkv_own_batched_step_is_wrong_and_kvviz_decodes_row_by_row():
     lm = tiny("rwkv")
     rows, batched = hf_tokens(lm, rows=True), hf_tokens(lm)
     assert batched != rows
-    assert [e.token_ids for e in engine.generate(lm, run_config(), "cached")] == rows == hf_tokens(lm, use_cache=False)
+    assert [e.token_ids for e in engine.generate(lm, run_config(),
+                                                 "cached")] == rows == hf_tokens(lm, use_cache=False)
     assert "kvviz decodes a batch sequence by sequence" in caveat_of(engine.run_meta(lm, run_config()))
 
 
@@ -67,7 +69,8 @@ def compressed_config(dtype_rates=(4, 8)):
                                                                                "heavily_compressed_attention": hca},
                 sliding_window=6, head_dim=32, index_head_dim=16, q_lora_rank=32, o_lora_rank=16, index_n_heads=2)
     base.pop("model_type", None)
-    return AutoConfig.for_model("deepseek_v4", **{k: v for k, v in base.items() if k not in ("transformers_version",)})
+    return AutoConfig.for_model("deepseek_v4",
+                                **{k: v for k, v in base.items() if k not in ("transformers_version",)})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -43,7 +43,8 @@ def test_wasted_fractions():
 def test_parity_reports_first_divergence():
     cached = [event(i, 32 + i, 10.0) for i in range(3)]
     same = [event(i, 32 + i, 30.0, "recompute", blocks=False) for i in range(2)]
-    assert captions.parity(cached, same) == (True, "Same tokens: all 2 tokens recomputed so far match the cached run.")
+    assert captions.parity(cached, same) == (True,
+                           "Same tokens: all 2 tokens recomputed so far match the cached run.")
     flipped = same[:1] + [StepEvent(**{**same[1].__dict__, "token_ids": (9,)})]
     ok, text = captions.parity(cached, flipped)
     assert not ok and "from step 1" in text

@@ -111,7 +111,7 @@ def test_attention_kind_and_heads():
     assert plan_models.catalog_model("GPT-2").attention_kind == "MHA"
     assert plan_models.catalog_model("DeepSeek-V3").attention_kind == "MLA"
     assert capacity.uniform_model(4, 1, 64, 8).attention_kind == "MQA"
-    only_state = capacity.ModelKV("s", (CacheSpec(STATE, 0, 0, None, 10, None),), 1)
+    only_state = capacity.ModelKV(name="s", specs=(CacheSpec(kind=STATE, state_values=10),), num_attention_heads=1)
     assert only_state.attention_kind == "no attention" and only_state.kv_heads == 0
 
 
@@ -190,8 +190,8 @@ def test_shared_prefix():
     assert shared == 131_072_000
     assert capacity.requests_with_shared_prefix(10**9, 262_144_000, shared) == 6
     assert capacity.requests_with_shared_prefix(10**8, 262_144_000, shared) == 0
-    sliding = capacity.ModelKV("w", (CacheSpec(SLIDING, 1, 2, 8, 0, None),
-                                     CacheSpec(FULL, 1, 2, None, 0, None)), 1)
+    sliding = capacity.ModelKV(name="w", specs=(CacheSpec(kind=SLIDING, kv_heads=1, values_per_token=2, token_cap=8),
+                                     CacheSpec(kind=FULL, kv_heads=1, values_per_token=2)), num_attention_heads=1)
     assert capacity.shareable_prefix_bytes(sliding, 10) == 2 * 10 * 2  # full layers only
 
 
@@ -248,7 +248,7 @@ def test_gpu_presets():
 
 def test_model_needs_layers_and_heads():
     with pytest.raises(ValueError):
-        capacity.ModelKV("x", (), 1)
+        capacity.ModelKV(name="x", specs=(), num_attention_heads=1)
     with pytest.raises(ValueError, match="num_kv_heads"):
         capacity.uniform_model(2, 0, 4, 2)
 

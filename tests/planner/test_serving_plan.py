@@ -98,15 +98,16 @@ def test_mamba_hybrid_pads_the_state_page_qwen3_next():
 
 def test_group_size_takes_the_larger_count_within_one_and_a_half():
     # gpt-oss-20b + a drafter: 12 sliding + 13 full → groups of 13 (pad one), not 12 + 24
-    full = CacheSpec(FULL, 8, 1024, None, 0, None)
-    sliding = CacheSpec(SLIDING, 8, 1024, 128, 0, None)
+    full = CacheSpec(kind=FULL, kv_heads=8, values_per_token=1024)
+    sliding = CacheSpec(kind=SLIDING, kv_heads=8, values_per_token=1024, token_cap=128)
     alloc = sp.allocate(sp.page_specs([sliding] * 12 + [full] * 13, "bf16", 16), 32_768 * 13 * 10, 4096)
     assert (alloc.num_groups, alloc.group_size, alloc.num_blocks) == (2, 13, 10)
 
 
 def test_uniform_type_with_different_head_sizes():
     # two full layers with different widths: one group, num_blocks = memory // Σ pages
-    a, b = CacheSpec(FULL, 2, 256, None, 0, None), CacheSpec(FULL, 2, 512, None, 0, None)
+    a, b = CacheSpec(kind=FULL, kv_heads=2, values_per_token=256), CacheSpec(kind=FULL, kv_heads=2,
+                     values_per_token=512)
     alloc = sp.allocate(sp.page_specs([a, b], "bf16", 16), (8192 + 16_384) * 7, 160)
     assert (alloc.layout, alloc.num_blocks, alloc.num_tokens, alloc.blocks_per_request) == (
         "uniform type", 7, 112, 10)

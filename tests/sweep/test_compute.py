@@ -27,7 +27,8 @@ def ok_row(prompt_tokens: int, batch: int, wall_s: float = 1.0, **fields) -> Swe
     formula = TINY_BYTES_PER_TOKEN * prompt_tokens * batch
     values = dict(prefill_kv_bytes=formula, end_kv_bytes=formula + 1, ttft_ms=5.0,
                   itl_median_ms=2.0, tokens_per_s=100.0, decode_bandwidth_bytes_per_s=1e9)
-    return SweepRow(prompt_tokens, batch, 4, "ok", formula, formula + 1, wall_s=wall_s,
+    return SweepRow(prompt_tokens=prompt_tokens, batch=batch, new_tokens=4, status="ok",
+                    prefill_formula_bytes=formula, end_formula_bytes=formula + 1, wall_s=wall_s,
                     **{**values, **fields})
 
 
@@ -123,7 +124,8 @@ def test_should_stop_ends_between_and_within_points(lm):
 
 def test_a_resumed_sweep_measures_only_what_is_missing(lm):
     settings = SweepSettings((8, 16), (1, 2), 2)
-    done = [ok_row(8, 1), SweepRow(8, 2, 2, "oom", 0, 0)]
+    done = [ok_row(8, 1), SweepRow(prompt_tokens=8, batch=2, new_tokens=2, status="oom", prefill_formula_bytes=0,
+                   end_formula_bytes=0)]
     rows = list(sweep.run_sweep(lm, settings, done=done, warmup=False))
     assert [(r.prompt_tokens, r.batch, r.status) for r in rows] == [(16, 1, "ok"), (16, 2, "skipped")]
     assert sweep.pending_points(settings, done + rows) == []
@@ -161,10 +163,13 @@ def test_predicted_out_of_memory_boundary():
     assert sweep.kv_budget_bytes(None, 1) is None
     # 1,000,000 B of budget at 1,000 B per token and batch 2: 500 cached tokens each at the end
     # (prompt + 16 new - 1, the last token is never cached), so a 485-token prompt is the longest
-    specs = (layout.CacheSpec("full", 1, 250, None, 0, None),)  # 250 values x 4 B = 1,000 B
+    specs = (layout.CacheSpec(kind="full", kv_heads=1, values_per_token=250),)  # 250 values x 4 B = 1,000 B
     assert sweep.predicted_max_prompt_tokens(1_000_000, specs, 4, 2, 16) == 485
-    device = sweep.DeviceFacts("cuda", 10**9, None, None, 1_000_000, 1000, specs, 4)
-    rows = [ok_row(64, 2), SweepRow(512, 2, 16, "oom", 0, 0), SweepRow(1024, 2, 16, "oom", 0, 0)]
+    device = sweep.DeviceFacts(name="cuda", memory_bytes=10**9, preset=None, peak_bandwidth_bytes_per_s=None,
+                               kv_budget_bytes=1_000_000, bytes_per_token=1000, specs=specs, elem_bytes=4)
+    rows = [ok_row(64, 2), SweepRow(prompt_tokens=512, batch=2, new_tokens=16, status="oom", prefill_formula_bytes=0,
+                   end_formula_bytes=0), SweepRow(prompt_tokens=1024, batch=2, new_tokens=16, status="oom",
+                   prefill_formula_bytes=0, end_formula_bytes=0)]
     assert sweep.boundary_rows(rows, device, 16) == [
         {"batch": 2, "predicted_max_prompt_tokens": 485, "first_oom_prompt_tokens": 512}]
 
@@ -181,8 +186,9 @@ def test_boundary_and_predicted_oom_flag_agree_with_sliding_windows():
     prompts = list(range(1, 3000, 7))
     for batch in (1, 2, 3):
         longest = sweep.predicted_max_prompt_tokens(budget, specs, 4, batch, new_tokens)
-        rows = [SweepRow(p, batch, new_tokens, "ok", 0,
-                         layout.formula_bytes(specs, p + new_tokens - 1, batch, 4)) for p in prompts]
+        rows = [SweepRow(prompt_tokens=p, batch=batch, new_tokens=new_tokens, status="ok", prefill_formula_bytes=0,
+                         end_formula_bytes=layout.formula_bytes(specs, p + new_tokens - 1, batch,
+                                                                4)) for p in prompts]
         flags = sweep.rows_frame(rows, budget_bytes=budget)["predicted_oom"].tolist()
         assert flags == [p > longest for p in prompts]
         assert any(flags) and not all(flags)
@@ -261,8 +267,10 @@ def test_device_facts_on_cpu(lm):
 
 
 def sample_frame():
-    rows = [ok_row(64, 1), ok_row(128, 1), SweepRow(256, 1, 4, "oom", 9, 9, message="OOM"),
-            SweepRow(512, 1, 4, "skipped", 9, 9)]
+    rows = [ok_row(64, 1), ok_row(128, 1), SweepRow(prompt_tokens=256, batch=1, new_tokens=4, status="oom",
+                   prefill_formula_bytes=9, end_formula_bytes=9, message="OOM"),
+            SweepRow(prompt_tokens=512, batch=1, new_tokens=4, status="skipped", prefill_formula_bytes=9,
+                     end_formula_bytes=9)]
     return sweep.rows_frame(rows, budget_bytes=TINY_BYTES_PER_TOKEN * 200)
 
 
