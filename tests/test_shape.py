@@ -38,7 +38,6 @@ POSITIONAL_RECORDS = {
     "kvviz/vllm/metrics.py",
     "kvviz/vllm/pool.py",
     "kvviz/vllm/reasons.py",
-    "kvviz/vllm/recording.py",
     "kvviz/vllm/requests.py",
     "kvviz/vllm/watch.py",
 }

@@ -17,6 +17,10 @@ def add_parser(sub) -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="how long to watch")
     p.add_argument("--scrape-every", type=float, default=1.0, help="seconds between /metrics reads")
     p.add_argument("--out", required=True, help="where to write the watch (JSON, kvviz-vllm-watch)")
+    p.add_argument("--request-log", metavar="PATH",
+                   help="a client's request log to read beside the events (JSON lines: which replica "
+                        "served each request and vLLM's own cached_tokens; scripts/vllm_fleet_load.py "
+                        "writes one): every request gets a row, also those no KV event names")
     p.add_argument("--requests-json", metavar="PATH",
                    help="also write one object per request seen (prompt_tokens, cached_tokens, "
                         "reused_blocks, stored_blocks, miss_reason, ...) as a JSON array")
@@ -25,7 +29,7 @@ def add_parser(sub) -> None:
 
 def run_watch(args) -> int:
     try:
-        watch = EngineWatch(args.urls, scrape_every_s=args.scrape_every)
+        watch = EngineWatch(args.urls, scrape_every_s=args.scrape_every, request_log=args.request_log)
     except EngineError as exc:
         print(f"kvviz watch: error: {exc}", file=sys.stderr)
         return 2

@@ -200,7 +200,10 @@ def show_requests(state: EngineState, key: str) -> None:
                "chains). cached_tokens = reused blocks × block size, vLLM's own count of prompt tokens "
                "served from the cache; prompt_tokens counts the prompt's whole blocks (a partial last "
                "block is never cached, so never in an event). Needs requests sent with "
-               "kv_cache_report_mode=full, else reuse is inferred from the chains.")
+               "kv_cache_report_mode=full, else reuse is inferred from the chains. Where a client's request "
+               "log was read (`kvviz watch --request-log`), vllm_cached_tokens is vLLM's own figure from "
+               "each response, and a request no event names (an exact repeat that stored nothing new) "
+               "gets a row from the log (source).")
     if df.empty:
         st.info("No request has stored or reused a whole block yet.")
         return

@@ -10,7 +10,10 @@ held, in this order:
 3. a block after the same prefix holds the very same tokens under another hash: `extra keys`
    (a different LoRA, cache salt or multimodal input, which vLLM hashes with the tokens);
 4. a block after the same prefix shares its first tokens: `diverged` at token k, from the request
-   that stored that block (for a first block, at least a quarter block in common);
+   that stored that block, naming the token ids that differ there. For a first block (every chat
+   prompt shares its template's first few tokens) it takes at least a quarter block in common, or
+   an edit: after the first difference the rest of the block lines up again (`realigned`), as
+   when one word of a system prompt was changed;
 5. otherwise `extends` (some prefix was cached, this continuation never seen) or `first seen`.
 
 Steps 3 and 4 ask the block log's sibling index (`kvviz.vllm.siblings`), never a scan of the
@@ -30,7 +33,8 @@ from kvviz.vllm.events import BlockHash
 FIRST_SEEN, EXTENDS, DIVERGED = "first seen", "extends", "diverged"
 EVICTED, CLEARED_CODE, RECOMPUTED = "evicted", "cleared", "recomputed"
 EXTRA_KEYS, PARTIAL_TAIL = "extra keys", "partial tail"
-CODES = (FIRST_SEEN, EXTENDS, DIVERGED, EVICTED, CLEARED_CODE, RECOMPUTED, EXTRA_KEYS, PARTIAL_TAIL)
+NO_EVENT = "no event"  # a request only the client's request log names (kvviz.vllm.replies)
+CODES = (FIRST_SEEN, EXTENDS, DIVERGED, EVICTED, CLEARED_CODE, RECOMPUTED, EXTRA_KEYS, PARTIAL_TAIL, NO_EVENT)
 
 
 @dataclass(frozen=True)
@@ -71,15 +75,43 @@ def explain(log: BlockLog, miss: Miss, usable: int | None = None) -> tuple[str, 
                             f"multimodal input ({keys_text(same.keys)} then, "
                             f"{keys_text(miss.keys)} now)"), start
     best, common = log.siblings.closest(miss.parent, miss.tokens)
-    if best is not None and (miss.position > 0 or common >= max(1, miss.block_size // 4)):
+    if best is not None and (miss.position > 0 or common >= max(1, miss.block_size // 4)
+                             or (common > 0 and realigned(best.tokens, miss.tokens, common))):
         k = start + common
-        return DIVERGED, f"diverged at token {k} from the prefix request {best.owner} cached", k
+        return DIVERGED, diverged_text(k, best, miss.tokens, common), k
     if miss.position > 0:
         owner = log.known(miss.parent)
         return EXTENDS, (f"the first {start} tokens were cached (request "
                          f"{owner.owner if owner else 'before kvviz attached'}); what follows was "
                          "seen for the first time"), start
     return FIRST_SEEN, "first time this prefix was seen", 0
+
+
+def diverged_text(k: int, best: Life, tokens: tuple, common: int) -> str:
+    """Where the prompt left the cached one, the token ids there, and which request cached it."""
+    here = tokens[common] if common < len(tokens) else None
+    there = best.tokens[common] if common < len(best.tokens) else None
+    ids = f": token id {here} here, {there} in request {best.owner}'s prompt" if None not in (here, there) else ""
+    return f"diverged at token {k} from the prefix request {best.owner} cached{ids}"
+
+
+MAX_SHIFT = 4  # tokens an edit may add or drop (a word changed, inserted or deleted)
+
+
+def realigned(cached: tuple, tokens: tuple, common: int) -> bool:
+    """True when, after the first `common` shared tokens, the two blocks line up again: for some
+    shift of at most MAX_SHIFT tokens, at least half of the remaining positions hold the same
+    token. An edit, not another prompt (two prompts that share only a chat template's first
+    tokens have nothing in common after it)."""
+    rest = len(tokens) - common - 1
+    if rest < 2:
+        return False
+    for shift in range(-MAX_SHIFT, MAX_SHIFT + 1):
+        same = sum(1 for j in range(common + 1, len(tokens))
+                   if 0 <= j + shift < len(cached) and cached[j + shift] == tokens[j])
+        if 2 * same >= rest:
+            return True
+    return False
 
 
 def gone_reason(gone: Life, miss: Miss, usable: int | None) -> tuple[str, str]:

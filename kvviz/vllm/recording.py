@@ -1,8 +1,11 @@
 """A watch of vLLM engines on file: the trace kind `kvviz-vllm-watch` (docs/trace-format.md).
 
 It holds what was received, in arrival order: every KV-event batch (decoded, with its sequence
-number and the engine it came from), every `/metrics` scrape (parsed per engine) and the notes
-shown to the user (disconnects, restarts). Replaying it through `kvviz.vllm.state` rebuilds the
+number and the engine it came from), every `/metrics` scrape (parsed per engine), every line of a
+client's request log (version 2: `kvviz.vllm.request_log`, which replica served which request and
+vLLM's own cached-token count) and the notes shown to the user (disconnects, restarts). One file
+holds every server watched (a fleet): each record names its server's URL and DP rank, and
+`meta["replicas"]` names each URL (r0, r1, ... in the order given). Replaying it through `kvviz.vllm.state` rebuilds the
 very states the live page showed. Loading is strict: anything else is a `TraceError`.
 """
 from __future__ import annotations
@@ -18,10 +21,11 @@ from kvviz.core.trace import MAX_TRACE_BYTES, TraceError, write_atomic
 from kvviz.core.wire import problem
 from kvviz.vllm.events import KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
-from kvviz.vllm.state import EngineState, apply_batch, apply_scrape
+from kvviz.vllm.request_log import Reply
+from kvviz.vllm.state import EngineState, apply_batch, apply_reply, apply_scrape
 
 FORMAT = "kvviz-vllm-watch"
-VERSION = 1
+VERSION = 2  # 2: `replies` (a client's request log); version 1 files read as before
 
 
 WatchS = Annotated[float, msgspec.Meta(ge=0, le=1e8)]  # seconds since the watch started: 3 years
@@ -48,13 +52,19 @@ class NoteRecord(msgspec.Struct):
     text: Annotated[str, msgspec.Meta(max_length=2000)]
 
 
-class _Doc(msgspec.Struct, forbid_unknown_fields=True):
+class ReplyRecord(msgspec.Struct):
+    t_s: WatchS  # when kvviz read the line
+    reply: Reply
+
+
+class _Doc(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     format: str
     version: int
     meta: dict
     batches: list[BatchRecord]
     scrapes: list[ScrapeRecord]
     notes: list[NoteRecord]
+    replies: list[ReplyRecord] = []
 
 
 @dataclass
@@ -63,14 +73,16 @@ class Recording:
     batches: list[BatchRecord] = field(default_factory=list)
     scrapes: list[ScrapeRecord] = field(default_factory=list)
     notes: list[NoteRecord] = field(default_factory=list)
+    replies: list[ReplyRecord] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
-        times = [r.t_s for r in (self.batches[-1:] + self.scrapes[-1:])]
+        times = [r.t_s for r in (self.batches[-1:] + self.scrapes[-1:] + self.replies[-1:])]
         return max(times, default=0.0)
 
     def to_json(self) -> bytes:
-        doc = _Doc(FORMAT, VERSION, self.meta, self.batches, self.scrapes, self.notes)
+        doc = _Doc(format=FORMAT, version=VERSION, meta=self.meta, batches=self.batches,
+                   scrapes=self.scrapes, notes=self.notes, replies=self.replies)
         return msgspec.json.encode(doc)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -99,7 +111,7 @@ class Recording:
         if doc.version > VERSION:
             raise TraceError(f"this watch was written by a newer kvviz (format version {doc.version}); "
                              f"this kvviz reads version {VERSION}")
-        return cls(doc.meta, doc.batches, doc.scrapes, doc.notes)
+        return cls(doc.meta, doc.batches, doc.scrapes, doc.notes, doc.replies)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Recording:
@@ -137,7 +149,7 @@ def replay_frames(recording: Recording, times_s: list[float],
     leaves stops the replay there (Streamlit stops a script at its next drawing call).
     """
     states: dict[str, EngineState] = {}
-    records = sorted(recording.batches + recording.scrapes, key=lambda r: r.t_s)
+    records = sorted(recording.batches + recording.scrapes + recording.replies, key=lambda r: r.t_s)
     total = sum(len(r.batch.events) for r in recording.batches)
     i, done, told = 0, 0, 0
     for t_s in times_s:
@@ -154,6 +166,8 @@ def replay_frames(recording: Recording, times_s: list[float],
 def apply_record(states: dict[str, EngineState], record) -> None:
     if isinstance(record, BatchRecord):
         apply_batch(states, record.url, record.rank, record.seq, record.batch)
+    elif isinstance(record, ReplyRecord):
+        apply_reply(states, record.reply)
     else:
         apply_scrape(states, record.url, record.engines, record.t_s)
 

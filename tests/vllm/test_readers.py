@@ -142,14 +142,14 @@ def test_text_that_is_not_vllm_metrics_is_refused():
 
 
 def test_pool_picture_is_exact_when_idle():
-    state = EngineState("x", replayed_pool(), parse_metrics(metrics_text("after_reset"))["0"])
+    state = EngineState(key="x", pool=replayed_pool(), metrics=parse_metrics(metrics_text("after_reset"))["0"])
     counts = views.pool_counts(state)
     assert counts == {views.HELD: 0, views.CACHED_FREE: 11, views.FREE: USABLE_BLOCKS - 11}
     assert views.pool_frame(state)["blocks"].sum() == USABLE_BLOCKS
 
 
 def test_frames_and_charts_build_from_a_real_state():
-    state = EngineState("x", replayed_pool(upto=60))
+    state = EngineState(key="x", pool=replayed_pool(upto=60))
     for name in ("idle", "running", "after_load"):
         apply_scrape({"x": state}, "http://x", {}, 0.0)
         state.metrics = parse_metrics(metrics_text(name))["0"]
