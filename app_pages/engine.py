@@ -11,7 +11,7 @@ import os
 import streamlit as st
 
 from kvviz.app import ui
-from kvviz.vllm import panel as panels
+from kvviz.vllm import fleet, panel as panels
 from kvviz.core.errors import UserError
 from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
 
@@ -82,6 +82,9 @@ def live_panels() -> None:
             panels.show_status(watch)
     states, meta, notes = panels.snapshot(watches)
     panels.show_engines(states, panels.text_fns(meta), "live", meta=meta)
+    recording = fleet.merged(watches)
+    if fleet.wanted(recording):  # two servers or more, or a request log
+        panels.show_fleet(recording, states, "live")
     panels.show_notes(notes)
     panels.download(watches)
 

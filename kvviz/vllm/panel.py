@@ -1,7 +1,8 @@
 """Streamlit panels of watched vLLM engines, shared by the Engine page (live) and Replay.
 
 The only module of kvviz.vllm that imports streamlit. Engines are drawn side by side, each from
-its `EngineState`; every label says whether a number comes from events, metrics, or is derived.
+its `EngineState`, then, for two servers or more or a request log, the fleet (`kvviz.vllm.fleet`);
+every label says whether a number comes from events, metrics, or is derived.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.app import ui
-from kvviz.vllm import lifetimes, request_views, tokens, views, would_hit
+from kvviz.vllm import fleet, fleet_charts, fleet_frames, lifetimes, request_views, tokens, views, would_hit
 from kvviz.vllm.recording import FORMAT, Recording, peek_format, replay_frames
 from kvviz.vllm.state import EngineState
 from kvviz.vllm.watch import EngineWatch
@@ -26,8 +27,10 @@ MAX_FRAME_WAIT_S = 2.0  # a played frame waits at most this long: a play lasts m
 @st.cache_resource(show_spinner=False, max_entries=16)
 def watch_for(url: str) -> EngineWatch:
     """One watch per server URL per process: vLLM's publisher feeds one subscriber, so every
-    session looking at the same server shares it."""
-    return EngineWatch([url]).start()
+    session looking at the same server shares it. It reads the request log the host names in
+    KVVIZ_VLLM_REQUEST_LOG (`make vllm-fleet-demo` sets it), its lines for this server only; a
+    visitor never names a path."""
+    return EngineWatch([url], request_log=os.environ.get("KVVIZ_VLLM_REQUEST_LOG") or None).start()
 
 
 def snapshot(watches: list[EngineWatch]):
@@ -302,6 +305,8 @@ def replay(recording: Recording, speed: float, upto_s: float | None) -> None:
         bar.empty()
         with slot.container():
             show_engines(states, texts, "replay", meta=recording.meta)
+            if fleet.wanted(recording):
+                show_fleet(fleet.cut(recording, upto_s), states, "replay")
         show_notes([n for n in recording.notes if n.t_s <= upto_s])
         return
     step_s = max(1.0, recording.duration_s / MAX_PLAY_FRAMES)
@@ -347,10 +352,64 @@ def replay_page(recording: Recording) -> None:
     servers = ", ".join(map(str, named)) if isinstance(named, (dict, list)) else str(named)
     st.caption(f"A vLLM watch of {ui.inert(servers) or 'unknown servers'}, "
                f"{recording.duration_s:.0f} s, {len(recording.batches)} event batches, "
-               f"{len(recording.scrapes)} metrics scrapes (recorded with `kvviz watch` or the Engine page)")
+               f"{len(recording.scrapes)} metrics scrapes, {len(recording.replies)} request-log lines "
+               "(recorded with `kvviz watch` or the Engine page)")
     speed_col, time_col, play_col = st.columns([2, 4, 1], vertical_alignment="bottom")
     speed = speed_col.select_slider("Speed", list(ui.SPEEDS), value="4×", key="watch_speed", bind="query-params")
     end = max(1.0, recording.duration_s)
     upto = time_col.slider("Time (s)", 0.0, end, end, key="watch_time", bind="query-params")
     play = play_col.button("Play", type="primary", key="watch_play")
     replay(recording, ui.SPEEDS[speed], None if play else upto)
+
+
+# --- the fleet: several replicas, and per request what the routing gave up -----------------------
+def show_fleet(recording: Recording, states: dict[str, EngineState], key: str) -> None:
+    st.subheader("The fleet: which replica held what, and what the routing gave up", divider="gray")
+    view = fleet.fleet_requests(recording)
+    st.caption("Replicas " + ", ".join(f"{name} = {ui.inert(url)}" for url, name in view.names.items())
+               + ". Per replica: pool and usage (metrics), cached blocks (events), hit rate since the server "
+               "started (metrics) and over the logged requests (vLLM's own cached_tokens).")
+    replicas = fleet_frames.replicas_frame(recording, view, states)
+    left, right = st.columns([3, 2])
+    left.dataframe(replicas, hide_index=True, width="stretch")
+    if replicas["hit_rate_requests"].notna().any():
+        right.altair_chart(fleet_charts.replicas_chart(replicas), width="stretch", height=60 + 30 * len(replicas))
+    if not view.requests:
+        st.info("Per request, this needs a client's request log (`kvviz watch URL URL --request-log PATH`, or "
+                "KVVIZ_VLLM_REQUEST_LOG for this page; scripts/vllm_fleet_load.py writes one): KV events and "
+                "metrics do not say which replica served which request.")
+        return
+    show_fleet_requests(view, key)
+    show_policies(recording, view, states)
+
+
+def show_fleet_requests(view: fleet.Fleet, key: str) -> None:
+    st.markdown("**Per request: where it went, what was cached there, and what the best replica held**")
+    st.text(fleet_frames.totals_sentence(fleet.totals(view.requests)))
+    incomplete = [r.name for r in view.requests if not r.complete]
+    st.caption("cached_tokens: vLLM's own figure (the response's usage). held_there / best_tokens: the "
+               "prompt's token ids walked down each replica's cache as its KV events had rebuilt it when the "
+               "request was sent (derived). given_up = best − cached. "
+               + (f"{len(incomplete)} rows rest on a view that missed part of a replica's event stream "
+                  "(complete = False): joined late, a gap or a restart." if incomplete else
+                  "Every replica's event stream was seen whole from its first batch (complete)."))
+    df = fleet_frames.requests_frame(view)
+    st.dataframe(df, hide_index=True, width="stretch", height=300,
+                 column_config={"reason": st.column_config.TextColumn("reason", width="large")})
+    st.altair_chart(fleet_charts.given_up_chart(fleet_frames.given_up_frame(view)), width="stretch", height=260)
+
+
+def show_policies(recording: Recording, view: fleet.Fleet, states: dict[str, EngineState]) -> None:
+    st.markdown("**What-if routing (modelled)**")
+    df = fleet_frames.policies_frame(recording, view, states)
+    if isinstance(df, str):
+        st.caption(f"The routing model cannot run on this stream: {ui.inert(df)}.")
+        return
+    real = df[df.policy == "as routed"].iloc[0]
+    st.caption("The logged requests replayed, one at a time in the order sent, through a model of each "
+               "replica's pool with vLLM's eviction order (kvviz.vllm.fleet_model). Its check: routed as "
+               f"they really were, it gives {real.matches_real} of {real.requests} requests vLLM's own "
+               "cached_tokens.")
+    left, right = st.columns([3, 2])
+    left.dataframe(df, hide_index=True, width="stretch")
+    right.altair_chart(fleet_charts.policies_chart(df), width="stretch", height=60 + 30 * len(df))

@@ -119,9 +119,11 @@ def test_several_servers_are_shown_side_by_side(fake):
     try:
         assert not at.exception and not at.error
         headers = [h.value for h in at.subheader]
-        assert headers == sorted([ui.inert(f"127.0.0.1:{fake.http_port} · rank 0"),
-                                  ui.inert(f"127.0.0.1:{other.http_port} · rank 0")])
+        assert headers[:2] == sorted([ui.inert(f"127.0.0.1:{fake.http_port} · rank 0"),
+                                      ui.inert(f"127.0.0.1:{other.http_port} · rank 0")])
+        assert headers[2].startswith("The fleet")  # two servers: side by side as replicas too
         assert len([m for m in at.metric if m.label == "Cached (events)"]) == 2
+        assert any("needs a client's request log" in i.value for i in at.info)
     finally:
         panels.watch_for(fake.url).stop()
         panels.watch_for(other.url).stop()
@@ -190,3 +192,20 @@ def test_replay_of_the_shipped_watch_shows_every_request_without_a_server():
         "first seen", "diverged", "partial tail", "extra keys", "evicted"]
     assert any("evicted blocks idled a median of" in c.value for c in at.caption)  # block lifetimes
     assert any(e.label.startswith("Would this prompt hit now?") for e in at.expander)
+
+
+def test_replay_of_a_fleet_shows_what_each_request_gave_up(monkeypatch):
+    """The captured two-replica watch (tests/data/vllm/fleet): both engines, then the fleet section:
+    replicas side by side, a row per logged request, the totals sentence, the what-if policies."""
+    path = ROOT / "tests" / "data" / "vllm" / "fleet" / "watch.json"
+    monkeypatch.setattr(ui, "example_traces", lambda: {"vllm-watch": path})
+    at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
+    assert not at.exception and not at.error
+    tables = {tuple(d.value.columns)[:2]: d.value for d in at.dataframe}
+    requests = tables[("request", "replica")]
+    assert len(requests) == 18 and requests["given_up"].sum() == 448
+    assert list(tables[("replica", "url")]["replica"]) == ["r0", "r1"]
+    policies = tables[("policy", "how")].set_index("policy")
+    assert policies.loc["as routed", "matches_real"] == 18
+    assert any("Locality given up: 448 tokens in 6 requests." in t.value for t in at.text)
+    assert any("gives 18 of 18 requests vLLM's own cached_tokens" in c.value for c in at.caption)

@@ -1,0 +1,37 @@
+"""The fleet view's Altair charts: per request what was cached where it went and what the best
+replica held beyond that; per policy the modelled hit rate; per replica the hit rate. Pure."""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+PARTS = ["cached where it went", "given up (the best replica held it)"]
+PART_COLORS = ["#4C78A8", "#E45756"]
+
+
+def given_up_chart(df: pd.DataFrame) -> alt.Chart:
+    """Stacked bars, one per request in sending order (columns of fleet_frames.given_up_frame)."""
+    order = df.drop_duplicates("request").sort_values("order")["request"].tolist()
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("request:N", sort=order, title="request (in the order sent)", axis=alt.Axis(labelAngle=-45)),
+        y=alt.Y("tokens:Q", stack=True, title="prompt tokens (vLLM's cached; derived given up)"),
+        color=alt.Color("part:N", scale=alt.Scale(domain=PARTS, range=PART_COLORS), title=None,
+                        legend=alt.Legend(orient="top")),
+        tooltip=["request:N", "part:N", "tokens:Q"])
+
+
+def policies_chart(df: pd.DataFrame) -> alt.Chart:
+    """Hit rate per routing policy (columns of fleet_frames.policies_frame)."""
+    return alt.Chart(df).mark_bar(color="#54A24B").encode(
+        x=alt.X("hit_rate:Q", title="prompt tokens served from the cache (modelled)", axis=alt.Axis(format="%")),
+        y=alt.Y("policy:N", sort=None, title=None),
+        tooltip=["policy:N", alt.Tooltip("hit_rate:Q", format=".1%"), "cached_tokens:Q", "recomputed_tokens:Q"])
+
+
+def replicas_chart(df: pd.DataFrame) -> alt.Chart:
+    """Each replica's hit rate over the logged requests (columns of fleet_frames.replicas_frame)."""
+    return alt.Chart(df).mark_bar(color="#4C78A8").encode(
+        x=alt.X("hit_rate_requests:Q", title="hit rate of its logged requests (vLLM's cached_tokens)",
+                axis=alt.Axis(format="%")),
+        y=alt.Y("replica:N", title=None),
+        tooltip=["replica:N", "url:N", alt.Tooltip("hit_rate_requests:Q", format=".1%"), "requests:Q"])
