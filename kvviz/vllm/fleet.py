@@ -114,6 +114,7 @@ class Fleet:
     requests: list[FleetRequest] = field(default_factory=list)
     pools: dict[str, CachedBlocks] = field(default_factory=dict)  # engine key -> its cache (events)
     streams: dict[str, StreamView] = field(default_factory=dict)
+    first_seq: dict[str, int] = field(default_factory=dict)  # url -> its first batch's sequence number
 
 
 def fleet_requests(recording: Recording) -> Fleet:
@@ -124,6 +125,8 @@ def fleet_requests(recording: Recording) -> Fleet:
     replies = sorted((r.reply for r in recording.replies if r.reply.url in names), key=lambda r: r.sent_s)
     replies = replies[-MAX_FLEET_REQUESTS:]
     t0 = replies[0].sent_s if replies else 0.0
+    for b in reversed(batches):  # each replica's first batch: seen from sequence 0, or not
+        fleet.first_seq[b.url] = b.seq
     i = 0
     for reply in replies:
         while i < len(batches) and batches[i].batch.ts < reply.sent_s:
@@ -144,7 +147,9 @@ def fleet_request(fleet: Fleet, reply: Reply, replies: list[Reply], t0: float) -
         held[name] = would_hit.check(pool, ids, size).cached_tokens if pool is not None and size and ids else 0
     in_flight = {name: sum(1 for r in replies if r.url == url and r.sent_s < reply.sent_s < r.done_s)
                  for url, name in fleet.names.items()}
-    complete = all(view.whole for view in fleet.streams.values()) and bool(ids)
+    complete = (bool(ids) and reply.url in fleet.first_seq  # every stream seen from its first batch,
+                and all(seq == 0 for seq in fleet.first_seq.values())  # without a gap so far
+                and not any(view.gap for view in fleet.streams.values()))
     return FleetRequest(name=reply.name, replica=fleet.names[reply.url], sent_s=reply.sent_s - t0,
                         prompt_tokens=reply.prompt_tokens, cached_tokens=reply.cached_tokens, held=held,
                         in_flight=in_flight, complete=complete)
@@ -160,16 +165,19 @@ def cut(recording: Recording, upto_s: float) -> Recording:
 def merged(watches) -> Recording:
     """One recording of several `EngineWatch`es (a page watches each server on its own), their
     records copied under their locks."""
-    out = Recording({"replicas": {}, "urls": []})
+    out = Recording({"kind": "vllm fleet watch", "replicas": {}, "urls": [], "servers": {}})
     for watch in watches:
         with watch.lock:
             rec = watch.recording
+            out.meta["servers"].update(copy.deepcopy(rec.meta.get("servers", {})))
             out.batches += rec.batches
             out.scrapes += rec.scrapes
             out.replies += [ReplyRecord(r.t_s, copy.copy(r.reply)) for r in rec.replies]
         for url in watch.urls:
             out.meta["urls"].append(url)
             out.meta["replicas"].setdefault(url, f"r{len(out.meta['replicas'])}")
+    out.batches.sort(key=lambda b: b.t_s)  # each watch's clock started on its own: close enough to
+    out.scrapes.sort(key=lambda r: r.t_s)  # order a replay (the fleet itself orders by server time)
     return out
 
 

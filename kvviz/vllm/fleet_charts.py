@@ -5,19 +5,24 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-PARTS = ["cached where it went", "given up (the best replica held it)"]
+from kvviz.vllm.views import FIT_WIDTH
+
+PARTS = ["cached where it went", "given up"]
 PART_COLORS = ["#4C78A8", "#E45756"]
+PLOT_PX = 180  # the plot's own height: labels and legend come on top of it, never out of it
+BAR_PX = 28  # per bar of the horizontal charts
 
 
 def given_up_chart(df: pd.DataFrame) -> alt.Chart:
-    """Stacked bars, one per request in sending order (columns of fleet_frames.given_up_frame)."""
+    """Stacked bars, one per request in sending order (columns of fleet_frames.given_up_frame): vLLM's
+    cached tokens where it went, and (derived) what the best replica held beyond that."""
     order = df.drop_duplicates("request").sort_values("order")["request"].tolist()
     return alt.Chart(df).mark_bar().encode(
         x=alt.X("request:N", sort=order, title="request (in the order sent)", axis=alt.Axis(labelAngle=-45)),
-        y=alt.Y("tokens:Q", stack=True, title="prompt tokens (vLLM's cached; derived given up)"),
+        y=alt.Y("tokens:Q", stack=True, title="prompt tokens"),
         color=alt.Color("part:N", scale=alt.Scale(domain=PARTS, range=PART_COLORS), title=None,
                         legend=alt.Legend(orient="top")),
-        tooltip=["request:N", "part:N", "tokens:Q"])
+        tooltip=["request:N", "part:N", "tokens:Q"]).properties(height=PLOT_PX, autosize=FIT_WIDTH)
 
 
 def policies_chart(df: pd.DataFrame) -> alt.Chart:
@@ -25,7 +30,8 @@ def policies_chart(df: pd.DataFrame) -> alt.Chart:
     return alt.Chart(df).mark_bar(color="#54A24B").encode(
         x=alt.X("hit_rate:Q", title="prompt tokens served from the cache (modelled)", axis=alt.Axis(format="%")),
         y=alt.Y("policy:N", sort=None, title=None),
-        tooltip=["policy:N", alt.Tooltip("hit_rate:Q", format=".1%"), "cached_tokens:Q", "recomputed_tokens:Q"])
+        tooltip=["policy:N", alt.Tooltip("hit_rate:Q", format=".1%"), "cached_tokens:Q", "recomputed_tokens:Q"]
+    ).properties(height=BAR_PX * max(1, len(df)), autosize=FIT_WIDTH)
 
 
 def replicas_chart(df: pd.DataFrame) -> alt.Chart:
@@ -34,4 +40,5 @@ def replicas_chart(df: pd.DataFrame) -> alt.Chart:
         x=alt.X("hit_rate_requests:Q", title="hit rate of its logged requests (vLLM's cached_tokens)",
                 axis=alt.Axis(format="%")),
         y=alt.Y("replica:N", title=None),
-        tooltip=["replica:N", "url:N", alt.Tooltip("hit_rate_requests:Q", format=".1%"), "requests:Q"])
+        tooltip=["replica:N", "url:N", alt.Tooltip("hit_rate_requests:Q", format=".1%"), "requests:Q"]
+    ).properties(height=BAR_PX * max(1, len(df)), autosize=FIT_WIDTH)

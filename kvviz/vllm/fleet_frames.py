@@ -37,7 +37,7 @@ def given_up_frame(view: fleet.Fleet) -> pd.DataFrame:
     rows = []
     for i, r in enumerate(view.requests):
         rows.append({"request": r.name, "order": i, "part": "cached where it went", "tokens": r.cached_tokens or 0})
-        rows.append({"request": r.name, "order": i, "part": "given up (the best replica held it)", "tokens": r.given_up})
+        rows.append({"request": r.name, "order": i, "part": "given up", "tokens": r.given_up})
     return pd.DataFrame(rows, columns=["request", "order", "part", "tokens"])
 
 

@@ -373,7 +373,7 @@ def show_fleet(recording: Recording, states: dict[str, EngineState], key: str) -
     left, right = st.columns([3, 2])
     left.dataframe(replicas, hide_index=True, width="stretch")
     if replicas["hit_rate_requests"].notna().any():
-        right.altair_chart(fleet_charts.replicas_chart(replicas), width="stretch", height=60 + 30 * len(replicas))
+        right.altair_chart(fleet_charts.replicas_chart(replicas), width="stretch")
     if not view.requests:
         st.info("Per request, this needs a client's request log (`kvviz watch URL URL --request-log PATH`, or "
                 "KVVIZ_VLLM_REQUEST_LOG for this page; scripts/vllm_fleet_load.py writes one): KV events and "
@@ -381,6 +381,10 @@ def show_fleet(recording: Recording, states: dict[str, EngineState], key: str) -
         return
     show_fleet_requests(view, key)
     show_policies(recording, view, states)
+    if key == "live":
+        st.download_button("Download the fleet's watch: every server and the request log, one file (for Replay)",
+                           recording.to_json, file_name="vllm-fleet-watch.json", mime="application/json",
+                           on_click="ignore", key="fleet_download")
 
 
 def show_fleet_requests(view: fleet.Fleet, key: str) -> None:
@@ -396,7 +400,9 @@ def show_fleet_requests(view: fleet.Fleet, key: str) -> None:
     df = fleet_frames.requests_frame(view)
     st.dataframe(df, hide_index=True, width="stretch", height=300,
                  column_config={"reason": st.column_config.TextColumn("reason", width="large")})
-    st.altair_chart(fleet_charts.given_up_chart(fleet_frames.given_up_frame(view)), width="stretch", height=260)
+    st.caption("Per request: blue, vLLM's cached tokens where it went; red, what the replica holding the most "
+               "of its prompt held beyond that (derived).")
+    st.altair_chart(fleet_charts.given_up_chart(fleet_frames.given_up_frame(view)), width="stretch")
 
 
 def show_policies(recording: Recording, view: fleet.Fleet, states: dict[str, EngineState]) -> None:
@@ -412,4 +418,4 @@ def show_policies(recording: Recording, view: fleet.Fleet, states: dict[str, Eng
                "cached_tokens.")
     left, right = st.columns([3, 2])
     left.dataframe(df, hide_index=True, width="stretch")
-    right.altair_chart(fleet_charts.policies_chart(df), width="stretch", height=60 + 30 * len(df))
+    right.altair_chart(fleet_charts.policies_chart(df), width="stretch")

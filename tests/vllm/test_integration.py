@@ -8,6 +8,7 @@ reason it was designed to show.
 In CI (the CI variable set) a server that cannot start is a failure. Elsewhere the test can be
 skipped, explicitly, with KVVIZ_SKIP_VLLM=1.
 """
+import copy
 import importlib.util
 import json
 import subprocess
@@ -17,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from kvviz.vllm import panel as panels, tokens, views, would_hit
+from kvviz.vllm import fleet, fleet_frames, panel as panels, tokens, views, would_hit
 from kvviz.vllm.metrics import parse_metrics
 from kvviz.vllm.recording import Recording, states_at
 from kvviz.vllm.state import request_rows
@@ -213,3 +214,62 @@ def test_per_request_cached_tokens_equal_vllm_s_and_reasons_are_the_designed_one
     print(f"{len(mine)} requests checked: kvviz cached {sum(r['cached_tokens'] for r in mine)} tokens, "
           f"vLLM {sum(u['prompt_tokens_details']['cached_tokens'] for _, _, u in sent)}; "
           f"reasons: {', '.join(r['reason'] for r in designed)}")
+
+
+def test_the_fleet_each_request_as_its_replica_said_and_the_model_replays_the_routing(vllm_fleet, tmp_path):
+    """Two real replicas (the session's fleet; replica 0 also served the tests above), both prefix
+    caches cleared, then scripts/vllm_fleet_load.py's designed stream, one request at a time, each
+    to the replica its plan names (a prefix-blind order, each blind request followed by a probe of
+    the same prompt on the replica that held it). Checks, per request: kvviz's figure from the
+    serving replica's events equals vLLM's own cached_tokens; the best replica's figure (derived)
+    equals vLLM's answer to the probe; the routing model, routed as it really was, gives every
+    request vLLM's cached_tokens. Then `kvviz watch URL URL --request-log` records the same."""
+    fleet_load, load = fleet_load_generator(), load_generator()
+    tag, log = f"f{int(time.time() * 1000) % 10**7}", tmp_path / "requests.jsonl"
+    for url in vllm_fleet:
+        fleet_load.reset(url)
+    watch = EngineWatch(vllm_fleet, scrape_every_s=0.5, request_log=str(log)).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not all(c.ok for c in watch.connections) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(c.ok for c in watch.connections), [c.status for c in watch.connections]
+        base = [metrics(url).num_requests_success for url in vllm_fleet]
+        stream = fleet_load.designed_stream(load.served_model(vllm_fleet[0]), tag)
+        lines = fleet_load.send(vllm_fleet, stream, str(log), REQUEST_TIMEOUT_S)
+        for url, before in zip(vllm_fleet, base):
+            quiescent(url, watch, before + sum(line["url"] == url for line in lines))
+        time.sleep(1.0)  # the watch reads the log every 0.5 s
+        recording, rows = watch.read(lambda states, conns: (copy.deepcopy(watch.recording), request_rows(states)))
+    finally:
+        watch.stop()
+    states = states_at(recording)
+    view = fleet.fleet_requests(recording)
+    mine = {r.name: r for r in view.requests if r.name.startswith(tag)}
+    assert list(mine) == [line["name"] for line in lines]
+    events = {r["request"]: r for r in rows if r["request"].startswith(tag)}
+    table = []
+    for line in lines:
+        r = mine[line["name"]]
+        assert r.cached_tokens == line["cached_tokens"] == r.held[r.replica], r.row()  # vLLM's = derived
+        assert events[line["name"]]["cached_tokens"] == line["cached_tokens"], events[line["name"]]
+        table.append(f"{r.name[len(tag) + 1:]:<16} {r.replica} cached {r.cached_tokens:>3} best {r.best_replica} "
+                     f"{r.best_tokens:>3} given up {r.given_up:>3}  {r.reason()}")
+    for probe, checked in fleet_load.probes(stream).items():
+        assert (mine[checked].best_replica, mine[checked].best_tokens) == (mine[probe].replica, mine[probe].cached_tokens)
+    policies = fleet_frames.policies_frame(recording, view, states)
+    assert not isinstance(policies, str), policies
+    policies = policies.set_index("policy")
+    assert policies.loc["as routed", "matches_real"] == len(lines), policies
+    print("\n".join(table))
+    print(policies[["cached_tokens", "recomputed_tokens", "hit_rate", "matches_real"]].to_string())
+
+    out = tmp_path / "fleet.json"  # `kvviz watch URL URL`: a fresh process, the servers' replay buffers
+    done = subprocess.run([sys.executable, "-m", "kvviz.cli", "watch", *vllm_fleet, "--seconds", "5",
+                           "--scrape-every", "1", "--request-log", str(log), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    again = Recording.load(out)
+    assert fleet.replica_names(again) == {url: f"r{i}" for i, url in enumerate(vllm_fleet)}
+    replayed = {r.name: r.row() for r in fleet.fleet_requests(again).requests if r.name.startswith(tag)}
+    assert replayed == {name: r.row() for name, r in mine.items()}
