@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 PORT ?= 8501
 
-.PHONY: run present test check bench gpu-check clean vllm-demo
+.PHONY: run present test check bench gpu-check clean vllm-demo vllm-fleet-demo
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,14 +37,17 @@ VLLM_STAMP := .venv-vllm/.installed
 $(VLLM_STAMP):
 	PYTHON=$(PYTHON) bash scripts/vllm_install.sh
 
+# Two pytest-xdist workers; tests/conftest.py keeps each module, the browser tests and the real-vLLM
+# tests whole on one worker (their servers start once). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The fast loop (under 90 s on 2 quiet cores): lint, then every test not marked slow or browser (pyproject's
 # markers: slow is the default model, AppTest pages, model runs, processes, most of the catalog).
 check: $(STAMP)
 	$(VENV)/bin/ruff check kvviz bench app_pages tests app.py scripts
-	$(PY) -m pytest -q -m "not slow and not browser"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not browser"
 
 # Exits non-zero when a target is missed. A subset: make bench BENCH_ARGS="--only live-browser --quick"
 BENCH_ARGS ?=
@@ -56,6 +59,10 @@ gpu-check: $(STAMP)
 
 vllm-demo: $(STAMP) $(VLLM_STAMP)
 	PORT=$(PORT) bash scripts/vllm_demo.sh
+
+# Two replicas, a prefix-blind router's stream and its request log, the engine page's fleet section.
+vllm-fleet-demo: $(STAMP) $(VLLM_STAMP)
+	PORT=$(PORT) bash scripts/vllm_fleet_demo.sh
 
 clean:
 	rm -rf $(VENV) .venv-vllm test-artifacts .pytest_cache

@@ -25,7 +25,8 @@ from kvviz.vllm.recording import Recording, ReplyRecord
 from kvviz.vllm.request_log import Reply
 from kvviz.vllm.state import EngineState, engine_key
 
-MAX_FLEET_REQUESTS = 2000  # the newest requests analysed (each walks every replica's cache)
+MAX_FLEET_REQUESTS = 500  # the newest requests analysed: each walks every replica's cache (its children
+# rebuilt per walk: O(cached blocks)), so a refresh costs at most 500 × replicas × cached blocks
 
 
 @dataclass(kw_only=True)

@@ -379,6 +379,9 @@ def show_fleet(recording: Recording, states: dict[str, EngineState], key: str) -
                 "KVVIZ_VLLM_REQUEST_LOG for this page; scripts/vllm_fleet_load.py writes one): KV events and "
                 "metrics do not say which replica served which request.")
         return
+    if len(recording.replies) > fleet.MAX_FLEET_REQUESTS:
+        st.caption(f"The request log holds {len(recording.replies):,} lines; the fleet view analyses the newest "
+                   f"{fleet.MAX_FLEET_REQUESTS} (each walks every replica's cache).")
     show_fleet_requests(view, key)
     show_policies(recording, view, states)
     if key == "live":

@@ -3,12 +3,13 @@ capture (tests/data/vllm/fleet/README.md) and on small built streams; the live s
 test_integration.py."""
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from kvviz.core.errors import UserError
 from kvviz.vllm import fleet, fleet_charts, fleet_frames, fleet_model
 from kvviz.vllm.fleet_model import ModelPool
-from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.recording import Recording, ReplyRecord, states_at
 from kvviz.vllm.request_log import Reply
 
 FLEET = Path(__file__).resolve().parents[1] / "data" / "vllm" / "fleet"
@@ -103,3 +104,16 @@ def test_the_model_refuses_what_it_cannot_queue_and_unknown_policies():
     reply = Reply(name="a", url="u", sent_s=1.0, done_s=2.0, prompt_tokens=2, prompt_token_ids=[1, 2])
     with pytest.raises(UserError, match="unknown routing policy"):
         fleet_model.replay([reply], ["u"], "random", [4], 2)
+
+
+def test_a_long_request_log_is_analysed_from_its_newest_lines(captured):
+    recording, _, _ = captured
+    many = Recording(recording.meta, recording.batches, recording.scrapes, [], [])
+    for k in range(30):  # 540 lines: the log's 18, again and again, later each time
+        for r in recording.replies:
+            reply = msgspec.structs.replace(r.reply, name=f"{r.reply.name}-{k}", sent_s=r.reply.sent_s + 100 * k,
+                                            done_s=r.reply.done_s + 100 * k)
+            many.replies.append(ReplyRecord(r.t_s + 100 * k, reply))
+    view = fleet.fleet_requests(many)
+    assert len(view.requests) == fleet.MAX_FLEET_REQUESTS == 500
+    assert view.requests[-1].name == "cap2-a-evicted-probe-29"
