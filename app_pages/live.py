@@ -4,7 +4,7 @@ from dataclasses import replace
 import streamlit as st
 
 from kvviz.app import keys, ui
-from kvviz.live import panel as panels
+from kvviz.live import panel
 from kvviz.live import cache_map_panel
 from kvviz.live import tour_panel
 
@@ -20,7 +20,7 @@ presenting = ui.presenter_mode()
 st.title("kvviz · the KV cache, live")
 if not presenting:  # on stage the speaker explains; the screen keeps its height for the run
     ui.intro()
-panels.preload_charts()
+panel.preload_charts()
 lm = ui.load_model_with_progress(spec)
 go, stop, *rest = st.columns([1, 1, 2, 4] if presenting else [1, 1, 6], vertical_alignment="center")
 info = rest[-1]
@@ -41,16 +41,16 @@ if lm is not None:
     info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"weights {lm.weight_bytes / 2**20:,.0f} MiB")
 if generate and lm is not None:
-    panels.run_live(lm, cfg, opts, status, tour)
+    panel.run_live(lm, cfg, opts, status, tour)
 elif "trace" in st.session_state:
-    changed = panels.changed_settings(st.session_state["trace"].meta, cfg,
+    changed = panel.changed_settings(st.session_state["trace"].meta, cfg,
                                       "recompute" in st.session_state["trace"].modes, opts.race) if not stopped else []
     if stopped and not st.session_state.get("run_done", True):
         status.info("Stopped. What was produced is kept below.")
     elif changed:  # the names are kvviz's own labels, never user text
         status.warning(f"Outdated: {', '.join(changed)} changed since this run; what is shown below was "
                        "made with the earlier settings. Press **Generate** to run the new ones.")
-    panels.show_result(st.session_state["trace"], opts.show_tokens, tour)
+    panel.show_result(st.session_state["trace"], opts.show_tokens, tour)
 elif lm is not None:
     status.info(f"Press **Generate** to start. Pick a prompt and settings in the sidebar {ui.SIDEBAR_WHERE}.")
 else:

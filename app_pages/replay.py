@@ -2,9 +2,9 @@
 import streamlit as st
 
 from kvviz.app import player, ui
-from kvviz.live import panel as panels
-from kvviz.shrink import panel as shrink_panels
-from kvviz.vllm import panel as vllm_panels
+from kvviz.live import panel
+import kvviz.shrink.panel
+import kvviz.vllm.panel
 from kvviz.core.trace import TraceError
 
 presenting = ui.presenter_mode()
@@ -26,13 +26,13 @@ with options:
 link = ui.share_link(settings="this trace and how it plays", notes=[
     "An uploaded file is not in a link: whoever opens it uploads the file again."] if upload is not None else [])
 try:
-    watch = vllm_panels.read_watch(examples.get(source), upload)  # a vLLM watch: its own panels
+    watch = kvviz.vllm.panel.read_watch(examples.get(source), upload)  # a vLLM watch: its own panels
     if watch is not None:
-        vllm_panels.replay_page(watch)
+        kvviz.vllm.panel.replay_page(watch)
         st.stop()
-    compared = shrink_panels.read_record(examples.get(source), upload)  # a shrink comparison
+    compared = kvviz.shrink.panel.read_record(examples.get(source), upload)  # a shrink comparison
     if compared is not None:
-        shrink_panels.replay_page(compared)
+        kvviz.shrink.panel.replay_page(compared)
         st.stop()
     trace = ui.read_trace(examples.get(source), upload)
 except TraceError as exc:
@@ -59,5 +59,5 @@ shown = step_col.slider("Step", 1, playback.steps, playback.steps, key=player.ST
 ui.replay_buttons(play_col, playback)
 show_tokens = (options if presenting else st).toggle("Token boundaries", key="replay_tokens", bind="query-params")
 link()  # again, with every setting drawn
-panels.replay(trace, show_tokens, upto_step=shown - 1, downloadable=not playback.playing)
+panel.replay(trace, show_tokens, upto_step=shown - 1, downloadable=not playback.playing)
 playback.next_step(shown, st.rerun)  # playing: the next step's script run, when it is due

@@ -14,9 +14,9 @@ import sys
 import typing
 
 from kvviz.core.config import ModelSpec, RunConfig
-from kvviz.planner import cli as plan_cli
-from kvviz.shrink import cli as shrink_cli
-from kvviz.vllm import cli as vllm_cli
+from kvviz.planner import cli
+import kvviz.shrink.cli
+import kvviz.vllm.cli
 
 
 # Fields whose flag has another name (the first is the flag; the rest are aliases kept working).
@@ -123,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvviz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_record(sub)
-    plan_cli.add_parser(sub)
-    shrink_cli.add_parser(sub)
-    vllm_cli.add_parser(sub)
+    cli.add_parser(sub)
+    kvviz.shrink.cli.add_parser(sub)
+    kvviz.vllm.cli.add_parser(sub)
     return parser
 
 

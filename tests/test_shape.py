@@ -43,25 +43,11 @@ POSITIONAL_RECORDS = {
 }
 ALIASED_IMPORTS = {
     "app_pages/engine.py",
-    "app_pages/live.py",
-    "app_pages/replay.py",
-    "kvviz/cli.py",
-    "kvviz/engine/config_probe.py",
-    "kvviz/live/cache_map_panel.py",
-    "kvviz/live/panel.py",
-    "kvviz/live/report.py",
-    "kvviz/planner/cli.py",
-    "kvviz/planner/frames.py",
-    "kvviz/planner/panel.py",
-    "kvviz/planner/words.py",
-    "kvviz/serving/panel.py",
     "kvviz/shrink/cli.py",
     "kvviz/shrink/compute.py",
     "kvviz/shrink/panel.py",
     "kvviz/shrink/report.py",
     "kvviz/shrink/sweep.py",
-    "kvviz/sweep/compute.py",
-    "kvviz/sweep/panel.py",
 }
 JOB_OUTSIDE_ITS_FILE = {
     "kvviz/live/report.py",

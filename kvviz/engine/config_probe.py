@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 
 from kvviz.core import layout
-from kvviz.engine import loop as engine
+from kvviz.engine import loop
 from kvviz.engine import layout_probe
 
 ELEM_BYTES = 2  # the meta model is built in bfloat16 (the MoE kernels refuse float32 inputs on meta)
@@ -29,8 +29,8 @@ def measured_layout(config, specs) -> tuple[tuple, str]:
     except Exception as exc:  # noqa: BLE001 - any architecture's constructor
         return tuple(specs), f"sizes from config fields (the architecture could not be built: {type(exc).__name__})"
     ids = torch.zeros((1, 1), dtype=torch.long, device="meta")
-    batch = engine.Batch(ids=ids, mask=torch.ones_like(ids), prompt_len=1)
-    probed = layout_probe.measured_specs(specs, engine.probe_run(model, batch, len(specs)), ELEM_BYTES)
+    batch = loop.Batch(ids=ids, mask=torch.ones_like(ids), prompt_len=1)
+    probed = layout_probe.measured_specs(specs, loop.probe_run(model, batch, len(specs)), ELEM_BYTES)
     if probed.note:
         return tuple(specs), probed.note
     return tuple(_keep_config_state(s, m) for s, m in zip((*specs, *probed.specs[len(specs):]), probed.specs)), ""

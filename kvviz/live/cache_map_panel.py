@@ -7,8 +7,8 @@ at most 2 Hz).
 """
 from __future__ import annotations
 
-from kvviz.live import cache_map as cm
-from kvviz.live import cache_map_charts as cc
+from kvviz.live import cache_map
+from kvviz.live import cache_map_charts
 from kvviz.viz import charts
 from kvviz.core.events import StepEvent
 from kvviz.core.meta import RunMeta
@@ -23,13 +23,13 @@ def map_specs(meta: RunMeta) -> dict[str, dict]:
     """The map's and the attention map's specs for this run shape, built once per process."""
     kinds = meta.specs
     padded = (meta.batch or 1) > 1
-    key = (tuple(kinds), int(meta.max_len), cm.prompt_len(meta), padded)
+    key = (tuple(kinds), int(meta.max_len), cache_map.prompt_len(meta), padded)
     if key not in SPECS:
         if len(SPECS) > 32:
             SPECS.clear()
         args = (kinds, key[1], key[2])
-        SPECS[key] = {"map": charts.to_spec(cc.cache_map_chart(cm.map_frame(meta, []), *args, padded=padded)),
-                      "attention": charts.to_spec(cc.attention_chart(cm.attention_frame(meta, []), *args))}
+        SPECS[key] = {"map": charts.to_spec(cache_map_charts.cache_map_chart(cache_map.map_frame(meta, []), *args, padded=padded)),
+                      "attention": charts.to_spec(cache_map_charts.attention_chart(cache_map.attention_frame(meta, []), *args))}
     return SPECS[key]
 
 
@@ -61,9 +61,9 @@ class CacheMapPanel:
         if final:
             self.pick_row()
         specs = {name: charts.with_font_scale(spec, self.font_scale) for name, spec in map_specs(self.meta).items()}
-        self.map_slot.vega_lite_chart(charts.spec_with_data(specs["map"], cm.map_frame(self.meta, cached, self.seq)))
+        self.map_slot.vega_lite_chart(charts.spec_with_data(specs["map"], cache_map.map_frame(self.meta, cached, self.seq)))
         if self.attention_slot is not None and (final or self.draws % 2):
-            frame = cm.attention_frame(self.meta, cached, self.seq)
+            frame = cache_map.attention_frame(self.meta, cached, self.seq)
             self.attention_slot.vega_lite_chart(charts.spec_with_data(specs["attention"], frame))
         self.caption_slot.caption(caption(self.meta, cached[-1], self.seq, final))
 
@@ -82,16 +82,16 @@ class CacheMapPanel:
 def caption(meta: RunMeta, last: StepEvent, seq: int, final: bool, hover: bool = True) -> str:
     """What the map shows, in words: kinds, dropped positions, binning, batch row, attention cost."""
     kinds = meta.specs
-    held = cm.written(last)
+    held = cache_map.written(last)
     parts = [f"{held:,} positions cached after step {last.step}; each layer is two thin rows, "
              "K above V (paler: the prompt)."]
     if last.cache_note:
         parts = [f"{held:,} positions written after step {last.step}, but kvviz could not read this "
                  "cache, so the map shows no cells (the run's note says why)."]
     parts.append(kinds_sentence(kinds))
-    width = cm.bin_width(int(meta.max_len))
+    width = cache_map.bin_width(int(meta.max_len))
     if width > 1:
-        parts.append(f"Columns of {width} positions (more than {cm.MAX_COLUMNS} would not stay smooth)"
+        parts.append(f"Columns of {width} positions (more than {cache_map.MAX_COLUMNS} would not stay smooth)"
                      + ("; tap or hover one for its text." if hover else "."))
     elif hover:
         parts.append("Tap or hover a column for its token.")
@@ -112,7 +112,7 @@ ATTENTION_NOTE = ("Below: the newest token's attention over the cached positions
 
 def kinds_sentence(kinds) -> str:
     """The layers' kinds in words (`kinds`: the run's cache specs, RunMeta.specs)."""
-    uniform = cm.uniform_label(kinds)
+    uniform = cache_map.uniform_label(kinds)
     if uniform == "full":
         return f"All {len(kinds)} layers are full attention: every layer keeps every position."
     if uniform is not None:

@@ -21,8 +21,8 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.live import cache_map_panel
 from kvviz.live import captions
-from kvviz.engine import loop as engine
-from kvviz.live import charts as live_charts
+from kvviz.engine import loop
+import kvviz.live.charts
 from kvviz.live import frames
 from kvviz.engine import race
 from kvviz.viz import charts
@@ -139,8 +139,8 @@ class LiveView:
         self.specs: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
         self.figure_updates = 0
-        race_rows = live_charts.panel_rows(race=True) if race_on else ()
-        rows = live_charts.panel_rows(race=False)  # on stage the race's verdict comes first, under the texts
+        race_rows = kvviz.live.charts.panel_rows(race=True) if race_on else ()
+        rows = kvviz.live.charts.panel_rows(race=False)  # on stage the race's verdict comes first, under the texts
         self.slots = chart_slots(race_rows + rows if presenting else rows + race_rows)
 
     def show_previous(self, previous: Trace | None) -> bool:
@@ -270,7 +270,7 @@ class LiveView:
         if self.figure_updates == 1 or final:
             self.draw_notes(cached[-1])
         if self.specs is None:
-            self.specs = build_specs(self.meta, self.max_new_tokens, live_charts.chart_data(self.meta, cached, recompute))
+            self.specs = build_specs(self.meta, self.max_new_tokens, kvviz.live.charts.chart_data(self.meta, cached, recompute))
         for name, df in self.moved_charts(cached, recompute, final).items():
             self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
         self.cache_map.draw(cached, final)
@@ -284,13 +284,13 @@ class LiveView:
     def shows_this_run(self, panel: str) -> bool:
         """False for the race's panels while they still show the previous run: its first cached
         token must not draw into a panel labelled "previous run" (they wait for a recomputed one)."""
-        return not ("recompute" in self.dimmed and panel in live_charts.RACE_PANELS)
+        return not ("recompute" in self.dimmed and panel in kvviz.live.charts.RACE_PANELS)
 
     def moved_charts(self, cached, recompute, final: bool) -> dict:
         """chart name -> its frame, for the charts of this page whose picture moved since their last
         redraw (`needs_redraw`); each frame built only for them, and a frame two charts share once."""
         steps, built, moved = None, {}, {}
-        for chart in live_charts.CHARTS:
+        for chart in kvviz.live.charts.CHARTS:
             if (chart.name not in self.slots or (chart.paged and cached[-1].blocks is None)
                     or not self.shows_this_run(chart.name) or not self.needs_redraw(chart.name, cached, recompute, final)):
                 continue
@@ -539,12 +539,12 @@ def build_specs(meta: RunMeta, max_new_tokens: int, data: dict) -> dict:
     Building them costs ~150 ms, too much to pay inside every run's first token.
     """
     scale = ui.chart_font_scale()
-    key = (*(getattr(meta, k) for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(live_charts.layer_groups(meta)), scale)
+    key = (*(getattr(meta, k) for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(kvviz.live.charts.layer_groups(meta)), scale)
     if key not in SPECS:
         if len(SPECS) > 64:
             SPECS.clear()
-        built = live_charts.build_charts(meta, max_new_tokens, data)
-        heights = live_charts.heights(presenting=scale != 1)
+        built = kvviz.live.charts.build_charts(meta, max_new_tokens, data)
+        heights = kvviz.live.charts.heights(presenting=scale != 1)
         SPECS[key] = {name: charts.with_font_scale(sized(charts.to_spec(chart), heights.get(name)), scale)
                       for name, chart in built.items()}
     return SPECS[key]
@@ -560,7 +560,7 @@ def chart_slots(rows) -> dict:
     for row in rows:
         for col, (panel, names) in zip(st.columns(2, gap="large"), row):
             with col.container(key=f"panel-{panel}"):
-                st.markdown(f"**{live_charts.PANELS[panel]}**")  # a constant title
+                st.markdown(f"**{kvviz.live.charts.PANELS[panel]}**")  # a constant title
                 for name in names:
                     slots[name] = Slot(st)
                 slots[f"{panel}_caption"] = race_caption_slot() if panel == "race" else Slot(st)
@@ -588,7 +588,7 @@ def run_live(lm, cfg, opts, status, tour=None) -> None:
         return
     with ui.device_turn(status):  # the layout probe runs forwards on the shared model too
         try:
-            meta = engine.run_meta(lm, cfg)
+            meta = loop.run_meta(lm, cfg)
             rules.check_prompt_tokens(meta.prompt_tokens)
         except ValueError as exc:
             status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
@@ -611,7 +611,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
     previous = st.session_state.get("trace")
     st.session_state["trace"], st.session_state["run_done"] = trace, False
     st.session_state.pop("wall_tokens_per_s", None)  # set again when this run ends
-    view = prompt_and_view(engine.render_prompts(lm.tokenizer, cfg)[0], trace.meta, cfg.max_new_tokens,
+    view = prompt_and_view(loop.render_prompts(lm.tokenizer, cfg)[0], trace.meta, cfg.max_new_tokens,
                            opts.race, opts.show_tokens)
     st.session_state["run_arrivals"] = view.arrivals  # filled in place: a Stop keeps the rate so far
     if not view.show_previous(previous):
@@ -624,9 +624,9 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
     deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
     out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
     pump = Pump()
-    cached = engine.generate(lm, cfg, "cached", should_stop=out_of_time)
+    cached = loop.generate(lm, cfg, "cached", should_stop=out_of_time)
     short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
-    recompute = engine.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
+    recompute = loop.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
     try:
         known_pace = st.session_state.get(f"seconds_per_flop:{lm.name}")  # this session's last run's
         timing = () if known_pace else pump.tracked(timed_pass(lm, cfg, view), TIMING)
@@ -640,7 +640,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
         cached.close()
         if recompute is not None:
             recompute.close()
-        engine.free_device_memory(lm.device)
+        loop.free_device_memory(lm.device)
         view.show_wait(None, trace, None)
     if out_of_time():
         status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")

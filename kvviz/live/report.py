@@ -24,7 +24,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from kvviz.live import cache_map, cache_map_charts, captions, frames
-from kvviz.live import charts as live_charts
+from kvviz.live import charts
 from kvviz.live import cache_map_panel
 from kvviz.core.events import StepEvent
 from kvviz.core.meta import RunMeta, as_dict
@@ -96,10 +96,10 @@ def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
     if not drawable(trace):
         return {}
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
-    data = live_charts.chart_data(trace.meta, cached, recompute)
-    out = live_charts.build_charts(trace.meta, len(cached), data)
+    data = charts.chart_data(trace.meta, cached, recompute)
+    out = charts.build_charts(trace.meta, len(cached), data)
     if not recompute:
-        out = {name: chart for name, chart in out.items() if name not in live_charts.RACE_PANELS}
+        out = {name: chart for name, chart in out.items() if name not in charts.RACE_PANELS}
     if not 0 < (data["layer_times"]["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
         out.pop("layer_times")
     else:
@@ -128,7 +128,7 @@ def _sized(name: str, chart: alt.TopLevelMixin) -> dict:
 
 
 def section_title(name: str) -> str:
-    return MAP_TITLES.get(name) or next(c.report_title for c in live_charts.CHARTS if c.name == name)
+    return MAP_TITLES.get(name) or next(c.report_title for c in charts.CHARTS if c.name == name)
 
 
 def _chart_captions(trace: Trace) -> dict[str, str]:
@@ -138,7 +138,7 @@ def _chart_captions(trace: Trace) -> dict[str, str]:
     if drawable(trace):
         by_panel = captions.chart_captions(trace.meta, cached)
         out = {"cache_map": cache_map_panel.caption(trace.meta, cached[-1], 0, True, hover=False),
-               **{chart: by_panel[panel] for panel, chart in live_charts.panel_caption_charts().items()
+               **{chart: by_panel[panel] for panel, chart in charts.panel_caption_charts().items()
                   if panel in by_panel}}
     if cached and recompute:
         out |= captions.race_captions(cached, recompute, final=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kvviz.planner import (capacity, deployment, log_compare, parallel, results, serving_plan, vllm_log,
                            vllm_versions, will_start, words)
-from kvviz.planner import configs as plan_models
+from kvviz.planner import configs
 from kvviz.core.errors import UserError
 from kvviz.core import catalog, units
 
@@ -221,7 +221,7 @@ def _parse(cfg: dict, name: str, where: str, params: int | None, measured: bool 
     """A config's ModelKV; a local or cached config's layers measured by its own code (the catalog's
     are checked against hand counts, and the page plans them the same way)."""
     try:
-        return plan_models.model_from_config(cfg, name=name, given_params=params, measured=measured)
+        return configs.model_from_config(cfg, name=name, given_params=params, measured=measured)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         raise PlanError(f"{where}: {_one_line(err)}") from None
 

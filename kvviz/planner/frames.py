@@ -20,7 +20,7 @@ from functools import cached_property
 import pandas as pd
 
 from kvviz.planner import capacity, deployment, results, words
-from kvviz.planner import configs as plan_models
+from kvviz.planner import configs
 from kvviz.core import safe_input
 from kvviz.core import units
 from kvviz.planner.capacity import ModelKV
@@ -118,7 +118,7 @@ def model_from_pasted_config(text: str, params: int | None = None) -> ModelKV:
     cfg = {k: v for k, v in cfg.items() if k not in ("name", "_name_or_path")}
     _check_built_layers(cfg)
     try:
-        return plan_models.model_from_config(cfg, PASTED_NAME, given_params=params or None, measured=True)
+        return configs.model_from_config(cfg, PASTED_NAME, given_params=params or None, measured=True)
     except Exception as err:  # noqa: BLE001 - transformers raises many kinds; all become one line
         raise ConfigError(f"The pasted config cannot be used: {_plain(err, cfg)}.") from None
 
@@ -131,7 +131,7 @@ def _check_built_layers(cfg: dict) -> None:
     """The layer cap on what the architecture will build, whatever the field is called (MPT and
     DBRX `n_layers`, Blenderbot `decoder_layers`, …): checked before anything is built."""
     try:
-        counts = plan_models.built_layer_counts(cfg)
+        counts = configs.built_layer_counts(cfg)
     except Exception as err:  # noqa: BLE001 - a config class refusing the fields: one plain line
         raise ConfigError(f"The pasted config cannot be used: {_plain(err, cfg)}.") from None
     for key, value in counts.items():

@@ -26,9 +26,9 @@ from kvviz.core import catalog, units
 from kvviz.core.errors import UserError
 from kvviz.planner import (capacity, deployment, log_compare, parallel, vllm_log, vllm_versions,
                            will_start, words)
-from kvviz.planner import charts as planner_charts
-from kvviz.planner import configs as plan_models
-from kvviz.planner import frames as planner_frames
+from kvviz.planner import charts
+from kvviz.planner import configs
+from kvviz.planner import frames
 
 CATALOG = {e["name"]: e for e in capacity.load_catalog()}
 GPUS = {g["name"]: g for g in capacity.load_gpus()}
@@ -86,7 +86,7 @@ def page() -> None:
                                     "the shared prompt S": choice.setup.prefix_tokens},
                 plan_requests=choice.setup.batch, plan_gpus=choice.setup.par.gpus)
     model = chosen_model(choice)
-    plan = planner_frames.Plan(model, choice.setup)
+    plan = frames.Plan(model, choice.setup)
     try:
         result = plan.result
     except ValueError as err:
@@ -125,9 +125,9 @@ def downloads(key: str, chart=None, table=None) -> None:
     """PNG / SVG of a chart (rendered when clicked) and CSV of its raw table."""
     cols = st.columns(3)
     if chart is not None:
-        cols[0].download_button("PNG", lambda: planner_charts.chart_png(chart), f"{key}.png",
+        cols[0].download_button("PNG", lambda: charts.chart_png(chart), f"{key}.png",
                                 "image/png", key=f"{key}_png", on_click="ignore", icon=":material/image:")
-        cols[1].download_button("SVG", lambda: planner_charts.chart_svg(chart), f"{key}.svg",
+        cols[1].download_button("SVG", lambda: charts.chart_svg(chart), f"{key}.svg",
                                 "image/svg+xml", key=f"{key}_svg", on_click="ignore",
                                 icon=":material/image:")
     if table is not None:
@@ -211,10 +211,10 @@ def gpu_inputs() -> tuple[str, int, float]:
 
 
 def dtype_inputs() -> tuple[str, str]:
-    weight_dtype = st.selectbox("Weight dtype", (deployment.CHECKPOINT, *planner_frames.PLANNER_KV_DTYPES),
+    weight_dtype = st.selectbox("Weight dtype", (deployment.CHECKPOINT, *frames.PLANNER_KV_DTYPES),
                                 index=0, key="plan_weight_dtype", bind=URL,
                                 help="checkpoint: as the checkpoint stores them (its quantization_config)")
-    kv_dtype = st.selectbox("KV dtype", planner_frames.PLANNER_KV_DTYPES, index=1,
+    kv_dtype = st.selectbox("KV dtype", frames.PLANNER_KV_DTYPES, index=1,
                             key="plan_kv_dtype", bind=URL)
     st.caption(f"int8 and int4 count one fp16 scale and zero point per "
                f"{capacity.QUANT_GROUP_SIZE} values; fp8 has none. vLLM has no int4 KV cache.")
@@ -319,20 +319,20 @@ def vllm_flag_inputs(log: str = "") -> dict:
 def chosen_model(choice: Choice):
     """The catalog entry, or the pasted config (asking for the parameter count when unknown)."""
     if choice.source == SOURCES[0]:
-        return plan_models.catalog_model(choice.name)
+        return configs.catalog_model(choice.name)
     if not choice.pasted.strip():
         st.info("Paste the contents of a model's config.json above.")
         st.stop()
     try:
-        model = planner_frames.model_from_pasted_config(choice.pasted)
+        model = frames.model_from_pasted_config(choice.pasted)
         if model.params_total is None:
             params_b = st.number_input(
                 "Parameters (billions): transformers does not know this architecture, so "
                 "its weights cannot be counted from the config", 0.0, 100_000.0, 0.0, 0.1,
                 format="%.3f", key="plan_params_b", bind=URL)
             if params_b:
-                model = planner_frames.model_from_pasted_config(choice.pasted, int(params_b * 1e9))
-    except planner_frames.ConfigError as err:
+                model = frames.model_from_pasted_config(choice.pasted, int(params_b * 1e9))
+    except frames.ConfigError as err:
         st.error(ui.visitor_text(err, "planner"))  # plain text built by kvviz; never the pasted text
         st.stop()
     return model
@@ -350,10 +350,10 @@ def model_caption(model, result) -> None:
 
 # ---------------------------------------------------------------- figures
 def headline(plan, result) -> None:
-    metric_row(planner_frames.memory_metrics(plan, units.fmt_bytes))
+    metric_row(frames.memory_metrics(plan, units.fmt_bytes))
     st.caption(inert(words.budget_sentence(result)))  # GB (1e9 B), as the CLI and the GPU presets
     if not result.weights.params_known:
-        st.warning(words.params_unknown_sentence(planner_frames.PARAMS_REMEDY))
+        st.warning(words.params_unknown_sentence(frames.PARAMS_REMEDY))
     if result.per_gpu.kv_budget_bytes == 0:
         st.warning(words.nothing_fits_sentence())
     model = plan.model
@@ -371,7 +371,7 @@ def vllm_section(plan, result) -> None:
                    + ("." if result.vllm_budget else
                       "; vLLM also subtracts the activation peak it measures at start-up: turn on "
                       "“Budget as vLLM computes it” (serving setup) for its deductions, modelled."))
-        metric_row(planner_frames.vllm_metrics(plan))
+        metric_row(frames.vllm_metrics(plan))
         if any(spec.has_state for spec in plan.model.specs):
             st.caption(inert(f"Recurrent-state (Mamba-style) layers on {result.vllm.platform}: vLLM's "
                              "state page (conv kernel − 1 columns), block alignment and, with prefix "
@@ -379,10 +379,10 @@ def vllm_section(plan, result) -> None:
                              "0.32 on tiny Granite-4, Qwen3-Next and LFM2 hybrids (docs/planner.md)."))
         if deployment.blocks_refused(result):  # other failures: "Will it start?" below says which
             st.warning(words.refusal_sentence(result.vllm, deployment.fit_advice(plan.model, plan.setup)))
-        if note := planner_frames.in_flight_note(plan):
+        if note := frames.in_flight_note(plan):
             st.info(note)
         with st.expander("vLLM's figures as a table"):
-            vllm_table = planner_frames.vllm_frame(plan)
+            vllm_table = frames.vllm_frame(plan)
             st.dataframe(vllm_table, hide_index=True, key="plan_vllm_table")
             downloads("kvviz-vllm-allocation", table=vllm_table)
     for sentence in words.what_if_sentences(result, plan.setup.block_size):
@@ -449,7 +449,7 @@ def speed_section(plan) -> None:
     if plan.result.bandwidth and not plan.result.start.starts:
         st.info("No decode-speed bounds: vLLM would not start this deployment (see “Will it start?”).")
         return
-    speed = planner_frames.speed_metrics(plan)
+    speed = frames.speed_metrics(plan)
     if speed:
         st.subheader("Decode speed bounds")
         metric_row(speed)
@@ -461,19 +461,19 @@ def speed_section(plan) -> None:
 def curve_section(plan) -> None:
     # one above the other: side by side, at 1280 px the chart's legend and the table were cut
     with st.container():
-        top = planner_frames.curve_max_context(plan)
-        curve = planner_frames.fit_curve_frame(plan, top)
-        curve_chart = planner_charts.fit_curve_chart(curve, plan.context_tokens,
-                                                     planner_frames.CURVE_MIN_TOKENS, top)
+        top = frames.curve_max_context(plan)
+        curve = frames.fit_curve_frame(plan, top)
+        curve_chart = charts.fit_curve_chart(curve, plan.context_tokens,
+                                                     frames.CURVE_MIN_TOKENS, top)
         draw_altair(st, curve_chart, key="plan_curve_chart")
         downloads("kvviz-requests-vs-context", curve_chart, curve)
 
 
 def table_section(plan) -> None:
     with st.container():
-        table = planner_frames.context_table_frame(plan)
-        st.subheader(planner_frames.context_sentence(table))
-        people_table(table, {c: planner_frames.TABLE_COLUMNS[c] for c in table.columns},
+        table = frames.context_table_frame(plan)
+        st.subheader(frames.context_sentence(table))
+        people_table(table, {c: frames.TABLE_COLUMNS[c] for c in table.columns},
                      key="plan_context_table")
         downloads("kvviz-capacity-table", table=table)
         st.caption("fit / replica: KV budget per GPU ÷ KV per request, rounded down; as vLLM: the "
@@ -484,7 +484,7 @@ def table_section(plan) -> None:
 
 def kinds_section(plan) -> None:
     st.subheader("Where the bytes per token come from")
-    kinds = planner_frames.layer_kinds_frame(plan)
+    kinds = frames.layer_kinds_frame(plan)
     people_table(kinds, {"layer_kind": ("layer kind", "text"), "layers": ("layers", "count"),
                          "kv_bytes_per_token": ("KV per token", "bytes"),
                          "kv_bytes_per_request": (f"KV per request at {plan.context_tokens:,}",
@@ -501,14 +501,14 @@ def what_if_section(rules, plan) -> None:
     what_window = st.number_input("Sliding window for the what-if (tokens)", 2, 10_000_000, 4096, 512,
                                   key="plan_window", bind=URL)
     within_caps(rules, plan_tokens={"the what-if window": int(what_window)})
-    what_ifs = planner_frames.what_if_frame(plan, int(what_window))
-    for part, chart in zip(("bytes", "fit"), planner_charts.what_if_charts(what_ifs, plan.context_tokens)):
+    what_ifs = frames.what_if_frame(plan, int(what_window))
+    for part, chart in zip(("bytes", "fit"), charts.what_if_charts(what_ifs, plan.context_tokens)):
         draw_altair(st, chart, key=f"plan_what_if_{part}")  # two charts: each refits a narrowed window
-    what_if_chart = planner_charts.what_if_chart(what_ifs, plan.context_tokens)  # both, for the downloads
+    what_if_chart = charts.what_if_chart(what_ifs, plan.context_tokens)  # both, for the downloads
     downloads("kvviz-what-ifs", what_if_chart, what_ifs.drop(columns=["order"]))
     with st.expander("What-ifs as a table"):
-        people_table(what_ifs, {c: planner_frames.TABLE_COLUMNS[c] for c in what_ifs.columns
-                                if c in planner_frames.TABLE_COLUMNS}, key="plan_what_if_table")
+        people_table(what_ifs, {c: frames.TABLE_COLUMNS[c] for c in what_ifs.columns
+                                if c in frames.TABLE_COLUMNS}, key="plan_what_if_table")
     st.caption("Solid bars: the model as configured. KV per token is the same with or without a "
                "window; the window caps how many tokens each sliding layer keeps. Figures per GPU "
                "and per replica of the setup above.")
@@ -517,7 +517,7 @@ def what_if_section(rules, plan) -> None:
 # ---------------------------------------------------------------- where the time goes
 def time_section(plan) -> None:
     st.subheader("Where the time goes")
-    bound = planner_frames.launch_bound(plan)
+    bound = frames.launch_bound(plan)
     if bound is not None and not plan.result.start.starts:
         st.write("vLLM would not start this deployment, so there is no decode step to bound.")
         return
@@ -526,13 +526,13 @@ def time_section(plan) -> None:
         return
     st.markdown(
         f"A decode step must read every active weight and every cached byte at least once, so it "
-        f"takes **at least {planner_frames.fmt_seconds(bound['decode_step_floor_s'])}** here "
+        f"takes **at least {frames.fmt_seconds(bound['decode_step_floor_s'])}** here "
         f"(active weights + the batch's cache, divided by peak bandwidth). That is a *lower "
         f"bound*, not a prediction.\n\n"
         f"The GPU also has to be told what to do: one step is roughly {bound['num_kernels']:,} "
-        f"small GPU programs (kernels: ~{planner_frames.KERNELS_PER_LAYER} per layer × "
+        f"small GPU programs (kernels: ~{frames.KERNELS_PER_LAYER} per layer × "
         f"{plan.model.num_layers} layers), each launched by the CPU. At an assumed "
-        f"~{planner_frames.LAUNCH_S * 1e6:.0f} µs per launch that is "
-        f"**≈ {planner_frames.fmt_seconds(bound['launch_s'])}** of launching per step "
+        f"~{frames.LAUNCH_S * 1e6:.0f} µs per launch that is "
+        f"**≈ {frames.fmt_seconds(bound['launch_s'])}** of launching per step "
         f"(a rough estimate, not measured). {BOUND_TEXT[bound['bound']]}\n\n"
         + WHY_TEXT[bound["bound"]])

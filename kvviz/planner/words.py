@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from kvviz.planner.results import FitChange, OffloadWhatIf, PrefixWhatIf, SetupPlan, VllmPlan, Weights
-from kvviz.core.units import fmt_bytes_si as gb
+from kvviz.core.units import fmt_bytes_si
 from kvviz.planner.vllm_memory import VllmBudget
 
 ACTIVE_CONVENTION = ("routed experts k of E; an untied embedding table not counted, as gpt-oss and "
@@ -36,33 +36,33 @@ def budget_sentence(plan: SetupPlan) -> str:
     if plan.vllm_budget is not None:
         return vllm_budget_sentence(plan.vllm_budget, plan.weights.weight_dtype)
     p = plan.per_gpu
-    return (f"Per GPU: {gb(p.memory_bytes)} − weights {gb(p.weight_bytes)} ({plan.weights.weight_dtype}) "
-            f"− overhead {gb(p.overhead_bytes)} → {gb(p.kv_budget_bytes)} for KV caches.")
+    return (f"Per GPU: {fmt_bytes_si(p.memory_bytes)} − weights {fmt_bytes_si(p.weight_bytes)} ({plan.weights.weight_dtype}) "
+            f"− overhead {fmt_bytes_si(p.overhead_bytes)} → {fmt_bytes_si(p.kv_budget_bytes)} for KV caches.")
 
 
 def vllm_budget_sentence(b: VllmBudget, weight_dtype: str) -> str:
     """vLLM's budget, term by term, each modelled term labelled, for the release planned for."""
     release = f"vLLM {b.vllm_version} ({b.release} rules)"
     if b.given:
-        return (f"Per GPU: kv_cache_memory_bytes {b.kv_bytes:,} B ({gb(b.kv_bytes)}) for KV caches, "
+        return (f"Per GPU: kv_cache_memory_bytes {b.kv_bytes:,} B ({fmt_bytes_si(b.kv_bytes)}) for KV caches, "
                 f"as given: {release} then ignores gpu_memory_utilization and checks nothing (weights "
-                f"{gb(b.weight_bytes)} ({weight_dtype}) of {gb(b.total_bytes)}).")
+                f"{fmt_bytes_si(b.weight_bytes)} ({weight_dtype}) of {fmt_bytes_si(b.total_bytes)}).")
     stage = f" on pipeline stage {b.stage + 1} of {len(b.stages)} (the smallest)" if len(b.stages) > 1 else ""
-    graphs = (f" − CUDA graphs {gb(b.cuda_graph_bytes)} (modelled: estimated before the KV cache, as from 0.21)"
+    graphs = (f" − CUDA graphs {fmt_bytes_si(b.cuda_graph_bytes)} (modelled: estimated before the KV cache, as from 0.21)"
               if b.cuda_graph_deducted else "")
     if b.kv_bytes_signed > 0:
-        result = f"{gb(b.kv_bytes)} ({b.kv_bytes / 2**30:,.2f} GiB, vLLM's unit) for KV caches"
+        result = f"{fmt_bytes_si(b.kv_bytes)} ({b.kv_bytes / 2**30:,.2f} GiB, vLLM's unit) for KV caches"
     else:
         result = f"no memory for KV caches ({b.kv_bytes_signed / 2**30:,.2f} GiB, as vLLM's log would print it)"
     outside = ("" if b.cuda_graph_deducted else
-               f" CUDA graphs ({gb(b.cuda_graph_bytes)}, modelled) are captured outside the budget afterwards.")
-    sampler = (f", or a sampler pass over max_num_seqs {b.max_num_seqs:,} rows of logits, {gb(b.sampler_bytes)}"
+               f" CUDA graphs ({fmt_bytes_si(b.cuda_graph_bytes)}, modelled) are captured outside the budget afterwards.")
+    sampler = (f", or a sampler pass over max_num_seqs {b.max_num_seqs:,} rows of logits, {fmt_bytes_si(b.sampler_bytes)}"
                if b.sampler_bytes else "")
-    return (f"Per GPU{stage}, as {release} computes it: {gb(b.total_bytes)} × gpu_memory_utilization "
-            f"{b.gpu_memory_utilization:g} = {gb(b.requested_bytes)} − weights {gb(b.weight_bytes)} "
-            f"({weight_dtype}) − activation peak {gb(b.activation_peak_bytes)} (modelled: the larger of a "
-            f"forward pass of max_num_batched_tokens {b.max_num_batched_tokens:,}, {gb(b.forward_bytes)}"
-            f"{sampler}) − non-torch memory {gb(b.non_torch_bytes)} (modelled: CUDA runtime, NCCL and "
+    return (f"Per GPU{stage}, as {release} computes it: {fmt_bytes_si(b.total_bytes)} × gpu_memory_utilization "
+            f"{b.gpu_memory_utilization:g} = {fmt_bytes_si(b.requested_bytes)} − weights {fmt_bytes_si(b.weight_bytes)} "
+            f"({weight_dtype}) − activation peak {fmt_bytes_si(b.activation_peak_bytes)} (modelled: the larger of a "
+            f"forward pass of max_num_batched_tokens {b.max_num_batched_tokens:,}, {fmt_bytes_si(b.forward_bytes)}"
+            f"{sampler}) − non-torch memory {fmt_bytes_si(b.non_torch_bytes)} (modelled: CUDA runtime, NCCL and "
             f"all-reduce buffers){graphs} → {result}.{outside}")
 
 
@@ -71,12 +71,12 @@ def weights_sentence(w: Weights) -> str:
     stored = w.checkpoint_bytes if w.checkpoint_bytes and "linear layers" not in w.weight_dtype and \
         w.weight_dtype not in ("fp32", "fp16") else w.bytes_total
     text = (f"{w.params_total:,} parameters ({w.params_source}) stored as {w.weight_dtype} = "
-            f"{gb(stored)}")
+            f"{fmt_bytes_si(stored)}")
     if abs(stored - w.bytes_total) > stored // 1000:
-        text += (f"; vLLM holds {gb(w.bytes_total)} of them on this GPU (MXFP4 experts laid out for its "
+        text += (f"; vLLM holds {fmt_bytes_si(w.bytes_total)} of them on this GPU (MXFP4 experts laid out for its "
                  "kernel, modelled)")
     if w.params_active != w.params_total:
-        text += (f"; {w.params_active:,} active per token = {gb(w.bytes_active)} read per decode "
+        text += (f"; {w.params_active:,} active per token = {fmt_bytes_si(w.bytes_active)} read per decode "
                  f"step ({ACTIVE_CONVENTION if w.moe else DENSE_ACTIVE})")
     return text + "."
 
@@ -108,7 +108,7 @@ def prefix_sentence(p: PrefixWhatIf, requests_without: int, block_size: int) -> 
 
 
 def offload_sentence(o: OffloadWhatIf) -> str:
-    return (f"Modelled: a {gb(o.offload_bytes)} CPU tier keeps {o.requests_kept_per_replica:,} "
+    return (f"Modelled: a {fmt_bytes_si(o.offload_bytes)} CPU tier keeps {o.requests_kept_per_replica:,} "
             f"requests' caches per replica; {o.requests_decoding_per_replica:,} of them decode at "
             f"once on the GPUs, and bringing one back takes ≈ {fmt_seconds(o.swap_in_s_per_request)} "
             f"at an assumed {o.pcie_bytes_per_s / 1e9:.0f} GB/s (PCIe 5.0 x16).")

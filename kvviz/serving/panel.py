@@ -14,8 +14,8 @@ import streamlit as st
 
 from kvviz.app import hosted, links, tables, ui
 from kvviz.engine.models import LoadedModel
-from kvviz.serving import charts as sc
-from kvviz.serving import compute as serving
+import kvviz.serving.charts
+from kvviz.serving import compute
 from kvviz.viz import charts
 
 COLUMNS = 16  # blocks per row of the grid
@@ -50,8 +50,8 @@ class Settings:
     every: int
     delay_ms: int
 
-    def config(self, rules: hosted.Policy) -> serving.ServingConfig:
-        return serving.ServingConfig(block_size=self.block_size, num_blocks=self.num_blocks,
+    def config(self, rules: hosted.Policy) -> compute.ServingConfig:
+        return compute.ServingConfig(block_size=self.block_size, num_blocks=self.num_blocks,
                                      max_new_tokens=self.max_new, arrival_every=self.every,
                                      step_delay_ms=self.delay_ms,
                                      time_limit_s=rules.max_run_s if rules.enabled else None)
@@ -135,7 +135,7 @@ def check_settings(rules: hosted.Policy, model: str, settings: Settings) -> list
                        prompt_chars=max(len(settings.prompts_text), len(settings.system)),
                        pool_tokens=settings.num_blocks * settings.block_size,
                        step_delay_ms=settings.delay_ms, arrival_every=settings.every)
-    prompts = serving.parse_requests(settings.prompts_text, rules.cap("batch", serving.MAX_REQUESTS))
+    prompts = compute.parse_requests(settings.prompts_text, rules.cap("batch", compute.MAX_REQUESTS))
     rules.check_limits(model, batch=len(prompts))
     return prompts
 
@@ -164,7 +164,7 @@ def show_page(rules: hosted.Policy, model: str, lm: LoadedModel | None, settings
         slots.status.info("Press **Run** to send the requests through one shared paged cache.")
 
 
-def show_last_run(result: serving.ServingResult, view: StepView, slots: Slots, requests_slot,
+def show_last_run(result: compute.ServingResult, view: StepView, slots: Slots, requests_slot,
                   stopped: bool) -> None:
     if result.source != "real":
         slots.status.warning("transformers' block tables could not be read here: the pool is modelled from "
@@ -178,23 +178,23 @@ def show_last_run(result: serving.ServingResult, view: StepView, slots: Slots, r
 
 
 def execute(rules: hosted.Policy, model: str, lm: LoadedModel, settings: Settings, status,
-            view: StepView) -> serving.ServingResult | None:
+            view: StepView) -> compute.ServingResult | None:
     """Run the requests on the device (one session at a time), drawing every step as it happens."""
     cfg = settings.config(rules)
     try:
         prompts = check_settings(rules, model, settings)  # hosted caps, server side, before tokenizing
-        ids = serving.encode_requests(lm.tokenizer, prompts, settings.shared_system())
+        ids = compute.encode_requests(lm.tokenizer, prompts, settings.shared_system())
         for row in ids:
             rules.check_prompt_tokens(len(row))
-        serving.check_fits(ids, cfg)
-        view.expect(serving.request_ids(len(ids)), serving.expected_steps(ids, cfg),
-                    serving.unshared_blocks_bound(ids, cfg))
+        compute.check_fits(ids, cfg)
+        view.expect(compute.request_ids(len(ids)), compute.expected_steps(ids, cfg),
+                    compute.unshared_blocks_bound(ids, cfg))
         with ui.device_turn(status):
             status.caption("Running the requests through continuous batching…")
-            result = stream(serving.serve(lm, ids, cfg), view)
+            result = stream(compute.serve(lm, ids, cfg), view)
         status.empty()
         return result
-    except serving.RunTimeLimit as exc:  # a UserError too, so before ValueError
+    except compute.RunTimeLimit as exc:  # a UserError too, so before ValueError
         status.warning(f"Stopped: the run {exc}. Steps drawn so far stay above.")
     except ValueError as exc:
         status.error(ui.visitor_text(exc, "serving run"))
@@ -205,7 +205,7 @@ def execute(rules: hosted.Policy, model: str, lm: LoadedModel, settings: Setting
     return None
 
 
-def stream(steps, view: StepView) -> serving.ServingResult:
+def stream(steps, view: StepView) -> compute.ServingResult:
     """Draw each snapshot as transformers' loop produces it; the run's result at the end."""
     try:
         while True:
@@ -216,7 +216,7 @@ def stream(steps, view: StepView) -> serving.ServingResult:
         steps.close()  # a Stop click lands here: the manager is stopped and destroyed
 
 
-def show_metrics(result: serving.ServingResult, slot) -> None:
+def show_metrics(result: compute.ServingResult, slot) -> None:
     saved = result.prefill_ms_saved
     cols = slot.container().columns(5)
     cols[0].metric("Steps (forward passes)", len(result.snapshots))
@@ -275,12 +275,12 @@ class StepView:
                                   f"{snap.num_shared_blocks} shared, {snap.num_cached_blocks} cached, "
                                   f"{snap.num_free_blocks} free ({snap.source})")
         self.grid_caption.caption(grid_caption(size, snap.source))
-        self.grid_slot.vega_lite_chart(charts.spec_with_data(self.specs["grid"], sc.grid_frame(snap, COLUMNS)))
+        self.grid_slot.vega_lite_chart(charts.spec_with_data(self.specs["grid"], kvviz.serving.charts.grid_frame(snap, COLUMNS)))
         upto = [s for s in steps if s.step <= snap.step]
-        self.usage_slot.vega_lite_chart(charts.spec_with_data(self.specs["usage"], sc.usage_frame(upto)))
-        self.lanes_slot.vega_lite_chart(charts.spec_with_data(self.specs["lanes"], sc.timeline_frame(upto)))
+        self.usage_slot.vega_lite_chart(charts.spec_with_data(self.specs["usage"], kvviz.serving.charts.usage_frame(upto)))
+        self.lanes_slot.vega_lite_chart(charts.spec_with_data(self.specs["lanes"], kvviz.serving.charts.timeline_frame(upto)))
 
-    def show_result(self, result: serving.ServingResult) -> None:
+    def show_result(self, result: compute.ServingResult) -> None:
         """The finished run, with a scrubber over its steps."""
         steps = result.snapshots
         self.ids, self.max_step, self.specs = [r.request_id for r in result.requests], len(steps), None
@@ -299,18 +299,18 @@ def grid_caption(size: int, source: str) -> str:
 
 def step_specs(ids: list[str], snap, max_step: int, top_blocks: int) -> dict:
     """The three step charts' specs, with axes fixed to the run (or to its estimated length)."""
-    grid = sc.pool_grid_chart(sc.grid_frame(snap, COLUMNS), ids, snap.num_blocks, COLUMNS)
-    usage = sc.usage_chart(sc.usage_frame([]), snap.num_blocks, max_step, top_blocks)
-    lanes = sc.timeline_chart(sc.timeline_frame([]), ids, max_step)
+    grid = kvviz.serving.charts.pool_grid_chart(kvviz.serving.charts.grid_frame(snap, COLUMNS), ids, snap.num_blocks, COLUMNS)
+    usage = kvviz.serving.charts.usage_chart(kvviz.serving.charts.usage_frame([]), snap.num_blocks, max_step, top_blocks)
+    lanes = kvviz.serving.charts.timeline_chart(kvviz.serving.charts.timeline_frame([]), ids, max_step)
     scale = ui.chart_font_scale()
     return {name: charts.with_font_scale(charts.to_spec(chart), scale)
             for name, chart in (("grid", grid), ("usage", usage), ("lanes", lanes))}
 
 
-def show_requests(result: serving.ServingResult) -> None:
+def show_requests(result: compute.ServingResult) -> None:
     st.subheader("Prefix reuse")
-    tables.draw_altair(st, sc.reuse_chart(sc.reuse_frame(result)), key="srv_reuse_chart")
-    tables.people_table(sc.requests_frame(result), REQUEST_COLUMNS, key="srv_requests_table")
+    tables.draw_altair(st, kvviz.serving.charts.reuse_chart(kvviz.serving.charts.reuse_frame(result)), key="srv_reuse_chart")
+    tables.people_table(kvviz.serving.charts.requests_frame(result), REQUEST_COLUMNS, key="srv_requests_table")
     st.caption("Times from the step clock: submitted → first step that computed the request (queued), "
                "→ end of the step that produced its first token (TTFT), → finished (total).")
     with st.expander("Outputs (model text, shown verbatim)"):

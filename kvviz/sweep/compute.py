@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 import pandas as pd
 import torch
 
-from kvviz.engine import loop as engine
+from kvviz.engine import loop
 from kvviz.core import layout
 from kvviz.core import spec
 from kvviz.core.trace import achieved_bandwidth_bytes_per_s  # noqa: F401 - the sweep's own
@@ -190,7 +190,7 @@ def measure(lm: LoadedModel, point: Point, new_tokens: int,
     steps = None
     try:
         cfg = point_config(lm.tokenizer, point[0], point[1], new_tokens)
-        steps = engine.generate(lm, cfg, "cached", should_stop)
+        steps = loop.generate(lm, cfg, "cached", should_stop)
         events.extend(steps)
     except Exception as exc:  # noqa: BLE001 - classified, re-raised unless expected
         status = failure_status(exc)
@@ -202,7 +202,7 @@ def measure(lm: LoadedModel, point: Point, new_tokens: int,
             steps.close()
     if status != "ok":
         events.clear()
-        engine.free_device_memory(lm.device)  # collects first: the traceback held tensors
+        loop.free_device_memory(lm.device)  # collects first: the traceback held tensors
     return events, status, message
 
 

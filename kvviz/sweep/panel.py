@@ -21,8 +21,8 @@ from kvviz.app.tables import draw_altair, people_table
 from kvviz.core import units
 from kvviz.core.budget import DEFAULT_OVERHEAD_FRACTION
 from kvviz.engine.models import LoadedModel
-from kvviz.sweep import charts as sweep_charts
-from kvviz.sweep import compute as sweep
+from kvviz.sweep import charts
+from kvviz.sweep import compute
 
 URL = "query-params"
 WHERE_TIME_GOES = (
@@ -58,7 +58,7 @@ BOUNDARY_COLUMNS = {"batch": ("batch", "count"),
 class Controls:
     """What the sidebar and the buttons asked for."""
 
-    settings: sweep.SweepSettings
+    settings: compute.SweepSettings
     metric: str
     peak_gbs: float
     run: bool
@@ -78,7 +78,7 @@ def page() -> None:
     lm = ui.load_model_with_progress(spec)
     if lm is None:
         st.stop()
-    device = sweep.device_facts(lm)
+    device = compute.device_facts(lm)
     controls = sidebar(lm, device, rules)
     settings = controls.settings
     sweeps = st.session_state.setdefault("sweeps", {})  # (model spec, settings) -> rows
@@ -113,22 +113,22 @@ def page() -> None:
 
 def sidebar(lm: LoadedModel, device, rules) -> Controls:
     """The sweep's settings, bound to the URL, within this host's caps."""
-    max_pos = sweep.max_positions(lm)
+    max_pos = compute.max_positions(lm)
     max_prompt = rules.max_prompt_tokens if rules.enabled else None
-    max_batch = rules.cap("batch", sweep.BATCH_OPTIONS[-1])
+    max_batch = rules.cap("batch", compute.BATCH_OPTIONS[-1])
     st.sidebar.subheader("Sweep")
     prompts = st.sidebar.multiselect(
-        "Prompt lengths (tokens)", sweep.prompt_length_options(max_pos, max_prompt),
-        default=sweep.default_prompt_lengths(max_pos, lm.device.type, max_prompt_tokens=max_prompt),
+        "Prompt lengths (tokens)", compute.prompt_length_options(max_pos, max_prompt),
+        default=compute.default_prompt_lengths(max_pos, lm.device.type, max_prompt_tokens=max_prompt),
         key="sweep_prompts", bind=URL)
     batches = st.sidebar.multiselect(
-        "Batch sizes", [b for b in sweep.BATCH_OPTIONS if b <= max_batch],
-        default=sweep.default_batches(lm.device.type)[:1 if rules.enabled else None],
+        "Batch sizes", [b for b in compute.BATCH_OPTIONS if b <= max_batch],
+        default=compute.default_batches(lm.device.type)[:1 if rules.enabled else None],
         key="sweep_batches", bind=URL)
     new_tokens = st.sidebar.slider("New tokens per point", 2, rules.cap("new_tokens", 128), 16,
                                    key="sweep_new", bind=URL)
-    metric = st.sidebar.selectbox("Heatmap shows", sweep_charts.metric_names(lm.device.type == "cuda"),
-                                  format_func=lambda m: sweep_charts.METRICS[m][0],
+    metric = st.sidebar.selectbox("Heatmap shows", charts.metric_names(lm.device.type == "cuda"),
+                                  format_func=lambda m: charts.METRICS[m][0],
                                   key="sweep_metric", bind=URL)
     peak_gbs = st.sidebar.number_input(
         "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,
@@ -137,7 +137,7 @@ def sidebar(lm: LoadedModel, device, rules) -> Controls:
         "0: not known for this device. kvviz has the peak bandwidth of the GPUs in kvviz/assets/gpus.json only; "
         "a CPU's depends on its memory channels, which kvviz does not read. Type one to draw the line.")
     ui.share_link()
-    settings = sweep.SweepSettings(tuple(sorted(prompts)), tuple(sorted(batches)), new_tokens)
+    settings = compute.SweepSettings(tuple(sorted(prompts)), tuple(sorted(batches)), new_tokens)
     return Controls(settings, metric, peak_gbs, run=False, stopped=False)
 
 
@@ -151,22 +151,22 @@ class SweepView:
     def draw(self, rows: list) -> None:
         """Every chart and the table, into the results slot (no widgets: redrawn per point)."""
         device, peak_gbs = self.device, self.controls.peak_gbs
-        df = sweep.rows_frame(rows, device.kv_budget_bytes)
+        df = compute.rows_frame(rows, device.kv_budget_bytes)
         with self.results.container():
             left, right = st.columns(2, gap="large")
             left.markdown("**KV cache vs prompt length**")
-            draw_altair(left, sweep_charts.cache_bytes_chart(df, device.kv_budget_bytes))
+            draw_altair(left, charts.cache_bytes_chart(df, device.kv_budget_bytes))
             if device.kv_budget_bytes is None:
-                left.caption(sweep_charts.no_boundary_note(device.name, device.kv_budget_bytes))
+                left.caption(charts.no_boundary_note(device.name, device.kv_budget_bytes))
             right.markdown("**Time to first token (prefill)**")
-            draw_altair(right, sweep_charts.ttft_chart(df))
+            draw_altair(right, charts.ttft_chart(df))
             left, right = st.columns(2, gap="large")
             left.markdown("**Inter-token latency vs context**")
-            draw_altair(left, sweep_charts.itl_chart(df))
+            draw_altair(left, charts.itl_chart(df))
             right.markdown("**Prompt × batch**")
-            draw_altair(right, sweep_charts.heatmap_chart(df, self.controls.metric))
+            draw_altair(right, charts.heatmap_chart(df, self.controls.metric))
             st.markdown("**Where the time goes**")
-            draw_altair(st, sweep_charts.bandwidth_chart(df, peak_gbs * 1e9, device.preset or "peak"))
+            draw_altair(st, charts.bandwidth_chart(df, peak_gbs * 1e9, device.preset or "peak"))
             st.caption(WHERE_TIME_GOES + ("" if peak_gbs else NO_PEAK))
             shown = {k: v for k, v in RESULT_COLUMNS.items() if device.memory_bytes or k not in CUDA_ONLY}
             people_table(df, {k: v for k, v in shown.items() if k in SIZE_COLUMNS})
@@ -174,8 +174,8 @@ class SweepView:
 
     def progress_text(self, rows: list) -> str:
         settings = self.controls.settings
-        left = sweep.pending_points(settings, rows)
-        eta = sweep.eta_s(rows, left, settings.new_tokens, sweep.model_work(self.lm))
+        left = compute.pending_points(settings, rows)
+        eta = compute.eta_s(rows, left, settings.new_tokens, compute.model_work(self.lm))
         when = f" · about {eta:,.0f} s left" if eta is not None else ""
         return f"Point {len(rows) + 1} of {self.total}: {left[0][0]:,} tokens × batch {left[0][1]}{when}"
 
@@ -192,7 +192,7 @@ class SweepView:
         with ui.device_turn(status):
             deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
             try:
-                for row in sweep.run_sweep(self.lm, settings, rows, lambda: time.monotonic() > deadline):
+                for row in compute.run_sweep(self.lm, settings, rows, lambda: time.monotonic() > deadline):
                     rows.append(row)
                     self.draw(rows)
                     if len(rows) < self.total:
@@ -211,7 +211,7 @@ def show_boundary_and_download(rows: list, device, new_tokens: int) -> None:
         st.caption(f"Predicted by kvviz.planner.capacity: the cache must fit in "
                    f"{units.fmt_bytes(device.kv_budget_bytes)} (device memory less the weights and "
                    f"{DEFAULT_OVERHEAD_FRACTION:.0%} overhead).")
-        boundary = pd.DataFrame(sweep.boundary_rows(rows, device, new_tokens))
+        boundary = pd.DataFrame(compute.boundary_rows(rows, device, new_tokens))
         people_table(boundary, BOUNDARY_COLUMNS)
-    st.download_button("Download results (CSV)", sweep.rows_frame(rows).to_csv(index=False),
+    st.download_button("Download results (CSV)", compute.rows_frame(rows).to_csv(index=False),
                        "kvviz-sweep.csv", "text/csv", key="sweep_csv")

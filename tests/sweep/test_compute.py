@@ -71,7 +71,7 @@ def fail_at(monkeypatch, bad_point, exc):
             raise exc
         yield from real(lm, cfg, mode, should_stop)
 
-    monkeypatch.setattr(sweep.engine, "generate", generate)
+    monkeypatch.setattr(sweep.loop, "generate", generate)
     return ran
 
 
@@ -79,7 +79,7 @@ def fail_at(monkeypatch, bad_point, exc):
 def test_out_of_memory_point_is_recorded_and_the_sweep_continues(lm, monkeypatch):
     ran = fail_at(monkeypatch, (16, 2), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate"))
     freed = []
-    monkeypatch.setattr(sweep.engine, "free_device_memory", freed.append)
+    monkeypatch.setattr(sweep.loop, "free_device_memory", freed.append)
     rows = list(sweep.run_sweep(lm, SweepSettings((8, 16), (1, 2, 4), 2), warmup=False))
     status = {(r.prompt_tokens, r.batch): r.status for r in rows}
     assert status == {(8, 1): "ok", (16, 1): "ok", (8, 2): "ok", (16, 2): "oom", (8, 4): "ok",
@@ -93,7 +93,7 @@ def test_out_of_memory_point_is_recorded_and_the_sweep_continues(lm, monkeypatch
 
 def test_runtime_error_saying_out_of_memory_counts_as_oom(lm, monkeypatch):
     fail_at(monkeypatch, (8, 1), RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)"))
-    monkeypatch.setattr(sweep.engine, "free_device_memory", lambda device: None)
+    monkeypatch.setattr(sweep.loop, "free_device_memory", lambda device: None)
     (row,) = sweep.run_sweep(lm, SweepSettings((8,), (1,), 2), warmup=False)
     assert row.status == "oom"
 
