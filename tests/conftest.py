@@ -48,7 +48,61 @@ def wings_imported(path: str) -> frozenset[str]:
     return frozenset(found)
 
 
+# ---------------------------------------------------------------- two workers, one server each
+# `make test` runs the suite on two pytest-xdist workers with --dist loadgroup. Each test module is
+# one unit (its module fixtures are paid once), and whatever starts a heavy server shares one worker
+# so the session starts it once: every browser test (the session's Streamlit servers and Chromium),
+# and every test that starts a real vLLM ("vllm-real": engine builds, servers, the demo).
+REAL_VLLM_MODULES = ("tests/vllm/test_integration.py", "tests/scripts/test_vllm_demo.py",
+                     "tests/planner/test_vllm_hybrid.py", "tests/planner/test_vllm_sliding.py",
+                     "tests/planner/test_will_start.py")
+
+
+def worker_group(item) -> str:
+    """The unit of work an xdist worker takes whole: a shared server's group, else the test's module."""
+    module = Path(str(item.path)).relative_to(Path(__file__).parent.parent).as_posix()
+    if module in REAL_VLLM_MODULES:
+        return "vllm-real"
+    if item.get_closest_marker("browser"):
+        return "browser"
+    return module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         for wing in wings_imported(str(item.path)):
             item.add_marker(wing)
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(worker_group(item)))
+
+
+# ---------------------------------------------------------------- the suite's budget
+# The suite must fit 20 minutes on a quiet 2-core machine. A test whose setup and call together
+# pass LONG_TEST_S fails, unless it carries `@pytest.mark.long("why it cannot be cheaper")`. On a
+# loaded machine (CI's) the limit stretches with the load average over the cores; a limit given in
+# KVVIZ_LONG_TEST_S is taken as it is.
+LONG_TEST_S = 60.0
+
+
+def long_limit_s() -> float:
+    if "KVVIZ_LONG_TEST_S" in os.environ:
+        return float(os.environ["KVVIZ_LONG_TEST_S"])
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return LONG_TEST_S * max(1.0, load)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "setup":
+        item.budget_setup_s = call.duration
+    if call.when != "call" or not report.passed or item.get_closest_marker("long"):
+        return
+    spent, limit = getattr(item, "budget_setup_s", 0.0) + call.duration, long_limit_s()
+    if spent > limit:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {spent:.0f} s (setup and call), past the suite's budget of "
+                           f"{limit:.0f} s per test: make it cheaper, or mark it "
+                           f"@pytest.mark.long(\"why\") and say why")
