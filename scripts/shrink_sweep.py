@@ -8,6 +8,7 @@ item). Stopped (Ctrl-C, a kill, a reboot), the same command resumes after the la
 
     nice -n 15 .venv/bin/python scripts/shrink_sweep.py                 # the shipped sweep
     .venv/bin/python scripts/shrink_sweep.py --estimate 1               # time one item, print the total
+    .venv/bin/python scripts/shrink_sweep.py --show                     # the sweep file's table, as it stands
     .venv/bin/python scripts/shrink_sweep.py --model DIR --task T --out O --log L   # another
 
 A log written with other settings or another task is refused (start it again with a new --log).
@@ -62,7 +63,10 @@ def main(argv=None) -> int:
     p.add_argument("--timed-items", type=int, default=TIMED_ITEMS)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one core)")
     p.add_argument("--estimate", type=int, default=0, help="run N items, print the time per item and the total; write nothing")
+    p.add_argument("--show", action="store_true", help="print the --out file's table (partial or not) and exit; runs nothing")
     args = p.parse_args(argv)
+    if args.show:
+        return show(Path(args.out))
     logging.getLogger("kvpress").setLevel(logging.ERROR)
     import torch
     torch.set_num_threads(args.threads)
@@ -98,6 +102,18 @@ def main(argv=None) -> int:
 
     sweep.run(lm, items, wanted, done=list(done), on_item=save, timed_items=args.timed_items, dropped=dropped,
               made_with=made_with, note=note)
+    return 0
+
+
+def show(path: Path) -> int:
+    """The sweep file's rows as `kvviz shrink --sweep` prints them (a partial sweep says so first)."""
+    from kvviz.shrink import cli
+    try:
+        result = sweep.from_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        print(f"shrink_sweep: cannot show {path}: {exc}", file=sys.stderr)
+        return 2
+    print(cli.table(result))
     return 0
 
 

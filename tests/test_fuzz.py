@@ -162,8 +162,7 @@ def sweep_example() -> dict:
        st.dictionaries(st.sampled_from(["format", "version", "model", "task", "new_tokens", "peak_how", "complete",
                                         "rows", "x"]), json_values, max_size=2))
 def test_shrink_sweep_file(row_changes, doc_changes):
-    from kvviz.shrink import charts as shrink_charts
-    from kvviz.shrink import sweep
+    from kvviz.shrink import sweep, sweep_charts
     doc = sweep_example()
     doc["rows"][1].update(row_changes)
     doc.update(doc_changes)
@@ -171,9 +170,9 @@ def test_shrink_sweep_file(row_changes, doc_changes):
         result = sweep.from_json(json.dumps(doc).encode())
     except TraceError:
         return
-    frame = shrink_charts.sweep_frame(result.rows)
-    shrink_charts.sweep_accuracy_chart(frame).to_dict()
-    shrink_charts.sweep_bytes_chart(frame).to_dict()
+    frame = sweep_charts.sweep_frame(result.rows)
+    sweep_charts.press_accuracy_chart(frame, result.so_far()).to_dict()
+    sweep_charts.quant_accuracy_chart(frame, result.so_far()).to_dict()
 
 
 @FAST

@@ -445,39 +445,39 @@ def provenance(result: sweep.Sweep, origin: str) -> str:
     """Where the sweep comes from, what it measured and whether it is all of it."""
     where = {"shipped": "shipped with kvviz (scripts/shrink_sweep.py)", "uploaded": "from the uploaded file",
              "run here": "run here just now"}[origin]
-    done = len(result.items) or (result.rows[0].items if result.rows else 0)
     words = f"Sweep {where}: {ui.inert(result.model or 'a model')}, {ui.inert(result.task)}"
     if result.items:
         tokens = sorted(i.context_tokens for i in result.items)
         words += f", contexts of {tokens[0]:,}–{tokens[-1]:,} tokens"
     if not result.complete:
-        words += (f". Partial: {done} of {result.items_total or '?'} items measured (the intervals are those of the "
-                  "items measured)")
+        words += f". Partial sweep: {result.so_far()} (every row counts those items; the intervals are theirs)"
     return words + "."
 
 
 def draw_sweep(result: sweep.Sweep, origin: str) -> None:
     """The sweep's accuracy panels, the quantized caches, the table, per task, each item's answer."""
     df = sweep_charts.sweep_frame(result.rows)
+    title = f"Partial sweep: {result.so_far()}" if not result.complete else ""
     st.caption(provenance(result, origin))
     if result.made_with:
         st.caption(f"Made with: {ui.inert(result.made_with)}")
     st.caption("Protocol: " + (ui.inert(result.protocol) if result.protocol else
                                "not recorded (a version 1 file: the question was compressed with the context)") + ".")
     if (df["kind"] == "press").any():
-        st.altair_chart(sweep_charts.press_accuracy_chart(df), key="shrink_sweep_accuracy")
+        st.altair_chart(sweep_charts.press_accuracy_chart(df, title), key="shrink_sweep_accuracy")
         st.caption("A row per press, a line in it per share of the context evicted (darker: more); the dot is the "
                    "accuracy, the bar its 95 % Wilson interval; the grey band is the full cache's interval, the dashed "
                    "line its accuracy. Two settings whose intervals overlap are not told apart by these items.")
     if (df["kind"] == "quantized").any():
-        st.altair_chart(sweep_charts.quant_accuracy_chart(df), key="shrink_sweep_quant_chart")
+        st.altair_chart(sweep_charts.quant_accuracy_chart(df, title), key="shrink_sweep_quant_chart")
     for d in result.dropped:
         st.caption(f"Not in this sweep: {ui.inert(d.setting)}, because {ui.inert(d.why)}.")
     table = df.assign(noise=[("within noise" if lo <= 1 <= hi else "") if kind != "full" and timed else
                              ("reference" if kind == "full" else "not timed")
                              for kind, lo, hi, timed in zip(df["kind"], df["step_ratio_lo"], df["step_ratio_hi"],
-                                                            df["timed_steps"])])
-    st.dataframe(table[["mode", "ratio", "accuracy", "lo", "hi", "right", "bytes_mib", "kept_share", "step_ratio",
+                                                            df["timed_steps"])],
+                      measured=[result.so_far() or str(n) for n in df["items"]])
+    st.dataframe(table[["mode", "ratio", "accuracy", "lo", "hi", "right", "measured", "bytes_mib", "kept_share", "step_ratio",
                         "step_ratio_lo", "step_ratio_hi", "noise"]], hide_index=True, key="shrink_sweep_table",
                  column_config={"mode": st.column_config.TextColumn("setting"),
                                 "ratio": st.column_config.NumberColumn("ratio", format="%.3f",
@@ -485,6 +485,8 @@ def draw_sweep(result: sweep.Sweep, origin: str) -> None:
                                 "accuracy": st.column_config.NumberColumn("accuracy", format="percent"),
                                 "lo": st.column_config.NumberColumn("95% from", format="percent"),
                                 "hi": st.column_config.NumberColumn("95% to", format="percent"),
+                                "measured": st.column_config.TextColumn(
+                                    "items", help="items behind each row; a partial sweep says how many of all"),
                                 "bytes_mib": st.column_config.NumberColumn("cache after context (MiB)", format="%.3f"),
                                 "kept_share": st.column_config.NumberColumn(
                                     "still attended", format="percent",

@@ -236,6 +236,18 @@ class Sweep:
     made_with: str = ""  # the command that made it
     timed_items: int = 0  # items whose steps ran in turn with the full cache's
 
+    @property
+    def measured(self) -> int:
+        """Items measured (a version 1 file keeps no items: its rows' count)."""
+        return len(self.items) or (self.rows[0].items if self.rows else 0)
+
+    def so_far(self) -> str:
+        """"5 of 52 items so far" while the sweep is partial (stopped, or still running); "" once
+        complete. The page's caption, chart titles and table and `kvviz shrink`'s table all say it."""
+        if self.complete:
+            return ""
+        return f"{self.measured} of {self.items_total or '?'} items so far"
+
 
 def assemble(records: list[ItemRecord], wanted: list[shrink.ShrinkMode], **notes) -> Sweep:
     """The rows of every setting over `records` (items in order), and the items' facts."""

@@ -49,6 +49,11 @@ TIPS = [alt.Tooltip("mode:N", title="setting"), alt.Tooltip("right:N", title="ri
         alt.Tooltip("bytes_mib:Q", title="cache after the context (MiB)", format=",.2f")]
 
 
+def headed(chart: alt.LayerChart, heading: str) -> alt.LayerChart:
+    """The chart with `heading` as its title, left-aligned (unchanged when `heading` is empty)."""
+    return chart.properties(title=alt.TitleParams(heading, anchor="start")) if heading else chart
+
+
 RATIO_COLORS = ["#9ecae1", "#4292c6", "#08519c", "#08306b"]  # lighter: less evicted
 STEP_PX = 12  # one ratio's line in a press's row (Vega-Lite steps the innermost band)
 
@@ -57,10 +62,11 @@ def ratio_label(ratio: float) -> str:
     return f"{ratio * 100:g}%"
 
 
-def press_accuracy_chart(df: pd.DataFrame) -> alt.LayerChart:
+def press_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
     """Accuracy per press: a row per press, a line in it per share of the context evicted (darker:
     more), the dot its accuracy and the bar its 95 % Wilson interval; the grey band is the full
-    cache's interval and the dashed line its accuracy. One view, as wide as its container."""
+    cache's interval and the dashed line its accuracy. One view, as wide as its container; `heading`
+    above it (a partial sweep's "Partial sweep: 5 of 52 items so far"), none when empty."""
     presses = df[df["kind"] == "press"].assign(evicted=lambda d: d["ratio"].map(ratio_label))
     order = list(dict.fromkeys(presses["curve"]))
     labels = [ratio_label(r) for r in sorted(presses["ratio"].unique())]
@@ -79,12 +85,13 @@ def press_accuracy_chart(df: pd.DataFrame) -> alt.LayerChart:
                  alt.Tooltip("lo:Q", title="95% interval from", format=".0%"), alt.Tooltip("hi:Q", title="to", format=".0%")]
     band = alt.Chart(full).mark_rect(color="#999999", opacity=0.25).encode(x="lo:Q", x2="hi:Q", tooltip=full_tips)
     line = alt.Chart(full).mark_rule(color="#222222", strokeDash=[4, 3]).encode(x="accuracy:Q", tooltip=full_tips)
-    return alt.layer(band, line, bars, dots).properties(height=alt.Step(STEP_PX), width="container")
+    return headed(alt.layer(band, line, bars, dots).properties(height=alt.Step(STEP_PX), width="container"), heading)
 
 
-def quant_accuracy_chart(df: pd.DataFrame) -> alt.Chart:
+def quant_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
     """Quantized caches on their own axis: accuracy with its 95 % interval against bits per stored
-    value (the full cache at its own bits), one colour per backend, side by side at each width."""
+    value (the full cache at its own bits), one colour per backend, side by side at each width;
+    `heading` as press_accuracy_chart's."""
     rows = df[df["kind"].isin(["quantized", "full"])].copy()
     rows["bits_label"] = [f"{int(b)}-bit" + (" (full cache)" if k == "full" else "") for b, k in zip(rows["bits"], rows["kind"])]
     order = [label for _, label in sorted(set(zip(rows["bits"], rows["bits_label"])))]
@@ -96,8 +103,8 @@ def quant_accuracy_chart(df: pd.DataFrame) -> alt.Chart:
     color = alt.Color("backend:N", title="backend", legend=alt.Legend(orient="top"),
                       scale=alt.Scale(domain=backends, range=[colors[b] for b in backends]))
     base = alt.Chart(rows).encode(x=x, xOffset="backend:N", y=y, color=color, tooltip=TIPS)
-    return alt.layer(base.mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q"),
-                     base.mark_point(filled=True, size=60)).properties(height=220, width="container")
+    return headed(alt.layer(base.mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q"),
+                            base.mark_point(filled=True, size=60)).properties(height=220, width="container"), heading)
 
 
 def task_frame(result) -> pd.DataFrame:
@@ -115,13 +122,17 @@ def task_frame(result) -> pd.DataFrame:
 
 
 def task_table(result) -> pd.DataFrame:
-    """task_frame pivoted: a row per setting, a column per task format ("right/items")."""
+    """A row per setting (in the sweep's order), a column per task format ("right/items"). Built
+    row by row, never pivoted on the label: a file may name two rows alike."""
     frame = task_frame(result)
     if frame.empty:
         return frame
-    frame["cell"] = [f"{a}/{n}" for a, n in zip(frame["right"], frame["items"])]
-    table = frame.pivot(index="mode", columns="task", values="cell")
-    return table.reindex([r.mode for r in result.rows if r.mode in table.index]).reset_index()
+    formats = list(dict.fromkeys(frame["task"]))
+    per_row = len(formats)  # task_frame gives each kept row one line per format, in order
+    cells = [f"{a}/{n}" for a, n in zip(frame["right"], frame["items"])]
+    rows = [{"mode": frame["mode"].iloc[k], **dict(zip(formats, cells[k:k + per_row]))}
+            for k in range(0, len(cells), per_row)]
+    return pd.DataFrame(rows, columns=["mode", *formats])
 
 
 def answers_frame(result, mode: str) -> pd.DataFrame:

@@ -1,70 +1,95 @@
-"""Shrink charts: the quality sweep's settings each named and told apart, the kept map sized by its rows
-(issue 37; how they read on a page is checked in Chromium by tests/browser/test_readable.py)."""
-import pandas as pd
+"""Shrink charts: the quality sweep's charts as the page draws them (kvviz.shrink.sweep_charts) on
+the shipped sweep, every setting told apart, a partial sweep titled as one; the kept map sized by
+its rows (issues 37 and 40; how they read on a page is checked in Chromium by
+tests/browser/test_readable.py)."""
+import dataclasses
 
 from kvviz.core.catalog import ASSETS_DIR
 from kvviz.shrink import charts as sc
-from kvviz.shrink import sweep
+from kvviz.shrink import sweep, sweep_charts
 
 
-def shipped():
-    """The sweep kvviz ships (SmolLM2-135M): SnapKV and StreamingLLM score the same at every
-    ratio; hqq and quanto at 4 bits (and at 2) save 0.0001 apart in bytes and score the same."""
-    return sc.sweep_frame(sweep.from_json((ASSETS_DIR / "shrink_sweep_smollm2.json").read_bytes()).rows)
+def shipped() -> sweep.Sweep:
+    """The sweep kvviz ships (SmolLM2-135M; partial while scripts/shrink_sweep.py still runs)."""
+    return sweep.from_json((ASSETS_DIR / "shrink_sweep_smollm2.json").read_bytes())
 
 
 def layers(spec):
     return spec["layer"]
 
 
-def test_settings_that_score_the_same_are_drawn_and_named_as_one():
-    names = sc.same_scores(shipped())
-    assert names["SnapKV"] == names["StreamingLLM"] == "StreamingLLM = SnapKV"
-    assert names["hqq 4-bit"] == names["quanto 4-bit"] == "quanto 4-bit = hqq 4-bit"
-    assert names["hqq 2-bit"] == names["quanto 2-bit"] == "quanto 2-bit = hqq 2-bit"
-    assert {names[c] for c in ("Knorm", "TOVA", "ExpectedAttention", "fp8 8-bit", "full cache")} == {
-        "Knorm", "TOVA", "ExpectedAttention", "fp8 8-bit", "full cache"}
+def data_of(spec, layer) -> list[dict]:
+    """The rows a layer draws: its own data, else the chart's."""
+    return spec["datasets"][(layer.get("data") or spec["data"])["name"]]
 
 
-def test_curves_that_part_anywhere_keep_their_own_names():
-    df = shipped()
-    moved = df.assign(accuracy=df["accuracy"].where(~((df["curve"] == "SnapKV") & (df["ratio"] == 0.9)), 0.5))
-    assert sc.same_scores(moved)["SnapKV"] == "SnapKV"
-    far = df.assign(ratio=df["ratio"].where(df["curve"] != "hqq 4-bit", 0.86))  # 0.016 apart: two points
-    assert sc.same_scores(far)["hqq 4-bit"] == "hqq 4-bit"
+def test_every_press_has_a_row_of_its_own_and_every_ratio_a_colour_of_its_own():
+    """The line chart drew settings that scored the same on top of each other (SnapKV hid under
+    StreamingLLM) and gave an eleventh setting the first one's colour: a row per press (the
+    question-aware entry its own) and a colour per ratio leave nothing to hide or to share."""
+    result = shipped()
+    df = sweep_charts.sweep_frame(result.rows)
+    spec = sweep_charts.press_accuracy_chart(df).to_dict()
+    band, line, bars, dots = layers(spec)
+    presses = [r for r in result.rows if r.kind == "press"]
+    rows = list(dict.fromkeys(r.press + (f" ({sweep_charts.QUESTION_AWARE})" if r.question_aware else "")
+                              for r in presses))
+    assert dots["encoding"]["y"]["field"] == "curve" and dots["encoding"]["y"]["sort"] == rows
+    assert len(rows) >= 9 and "SnapKV (question in the window)" in rows  # 8+ presses and the aware entry
+    color = dots["encoding"]["color"]
+    assert color["scale"]["domain"] == ["25%", "50%", "75%", "87.5%"] == dots["encoding"]["yOffset"]["sort"]
+    assert len(set(color["scale"]["range"])) == 4 and color["legend"] == {"orient": "top"}
+    drawn = data_of(spec, dots)
+    assert sorted((d["curve"], d["ratio"], d["accuracy"]) for d in drawn) == sorted(
+        (sweep_charts.curve_of(r), r.ratio, r.accuracy) for r in presses)  # every press cell, once
+    assert all(d["lo"] <= d["accuracy"] <= d["hi"] for d in drawn)
+    assert (bars["encoding"]["x"]["field"], bars["encoding"]["x2"]["field"]) == ("lo", "hi")
+    full = next(r for r in result.rows if r.kind == "full")
+    assert [(d["lo"], d["hi"]) for d in data_of(spec, band)] == [full.interval]  # the full cache's band
+    assert data_of(spec, line)[0]["accuracy"] == full.accuracy and spec["width"] == "container"
 
 
-def test_every_setting_has_its_own_colour_and_the_full_cache_is_drawn_on_top():
-    """Vega's default palette has ten colours: the eleventh setting got the first one's blue."""
-    spec = sc.sweep_accuracy_chart(shipped()).to_dict()
-    lines, points, full = layers(spec)
-    scale = lines["encoding"]["color"]["scale"]
-    assert scale["domain"] == ["StreamingLLM = SnapKV", "Knorm", "ExpectedAttention", "TOVA", "full cache",
-                               "quanto 4-bit = hqq 4-bit", "quanto 2-bit = hqq 2-bit", "fp8 8-bit"]
-    assert len(set(scale["range"])) == len(scale["range"]) == len(scale["domain"])
-    assert scale["range"][scale["domain"].index("full cache")] == sc.FULL_COLOR
-    assert full["transform"] == [{"filter": "datum.kind == 'full'"}] and full["mark"]["filled"] is False
-    assert lines["encoding"]["detail"]["field"] == "curve"  # two merged curves stay two paths
-    big = pd.concat([shipped(), pd.DataFrame([{**shipped().iloc[1].to_dict(), "curve": f"press {i}"}
-                                              for i in range(12)])])
-    rng = sc.sweep_accuracy_chart(big).to_dict()["layer"][0]["encoding"]["color"]["scale"]["range"]
-    assert len(rng) == len(set(sc.same_scores(big).values()))
+def test_quantized_caches_stand_on_their_own_axis_each_backend_beside_the_other():
+    """hqq and quanto at 4 and at 2 bits sat on the same points of the eviction axis: their own
+    axis (bits per value), a colour per backend, side by side (xOffset) at each width."""
+    df = sweep_charts.sweep_frame(shipped().rows)
+    spec = sweep_charts.quant_accuracy_chart(df).to_dict()
+    rules, points = layers(spec)
+    enc = points["encoding"]
+    assert enc["x"]["field"] == "bits_label" and enc["xOffset"]["field"] == "backend"
+    assert enc["x"]["sort"] == ["2-bit", "4-bit", "8-bit", "32-bit (full cache)"]
+    assert enc["color"]["scale"]["domain"] == ["quanto", "hqq", "fp8", "full cache"]
+    assert len(set(enc["color"]["scale"]["range"])) == 4
+    assert (rules["encoding"]["y"]["field"], rules["encoding"]["y2"]["field"]) == ("lo", "hi")
+    assert sorted((d["backend"], d["bits"]) for d in data_of(spec, points)) == [
+        ("fp8", 8), ("full cache", 32), ("hqq", 2), ("hqq", 4), ("quanto", 2), ("quanto", 4)]
 
 
-def test_the_sweep_legend_lists_a_setting_a_row_below_a_plot_of_fixed_height():
-    """On one row above the plot the legend ran past the chart's edge at 1280 px: three settings
-    unlabelled. One a row fits a phone; the chart grows to hold it, its plot keeps 240 px."""
-    spec = sc.sweep_accuracy_chart(shipped()).to_dict()
-    legend = layers(spec)[0]["encoding"]["color"]["legend"]
-    assert legend == {"direction": "vertical", "orient": "bottom"}
-    assert spec["autosize"] == {"type": "fit-x", "contains": "padding"} and spec["height"] == 240
-    assert layers(spec)[0]["encoding"]["x"]["title"] == ["share of the prompt's cache removed",
-                                                         "(press: evicted; quantized: bytes saved)"]
-    bytes_legend = sc.sweep_bytes_chart(shipped()).to_dict()["encoding"]["color"]["legend"]
-    assert bytes_legend == {"direction": "vertical", "orient": "top"}
-    presses_only = shipped()[lambda d: d["kind"] == "press"]
-    assert "full cache" not in layers(sc.sweep_accuracy_chart(presses_only).to_dict())[0]["encoding"]["color"][
-        "scale"]["domain"]  # no legend entry for a setting not drawn
+def test_a_partial_sweep_is_titled_as_one_and_a_complete_one_is_not():
+    result = shipped()
+    partial = dataclasses.replace(result, complete=False, items_total=len(result.items) + 7)
+    done = dataclasses.replace(result, complete=True)
+    words = f"{len(result.items)} of {len(result.items) + 7} items so far"
+    assert partial.so_far() == words and done.so_far() == ""
+    df = sweep_charts.sweep_frame(result.rows)
+    for chart in (sweep_charts.press_accuracy_chart, sweep_charts.quant_accuracy_chart):
+        assert chart(df, f"Partial sweep: {words}").to_dict()["title"] == {"text": f"Partial sweep: {words}",
+                                                                           "anchor": "start"}
+        assert "title" not in chart(df).to_dict()
+
+
+def test_each_items_answer_and_the_task_table_agree_with_the_rows():
+    result = shipped()
+    for r in result.rows:
+        answers = sweep_charts.answers_frame(result, r.mode)
+        assert len(answers) == len(result.items) and int(answers["right"].sum()) == r.right
+        assert list(answers["answer"]) == list(r.answers)
+    table = sweep_charts.task_table(result)
+    assert list(table["mode"]) == [r.mode for r in result.rows]
+    formats = [c for c in table.columns if c != "mode"]
+    assert all(sum(int(table.loc[i, c].split("/")[0]) for c in formats) == r.right for i, r in enumerate(result.rows))
+    twice = dataclasses.replace(result, rows=[result.rows[0], result.rows[0]])  # a file may name two rows alike:
+    assert list(sweep_charts.task_table(twice)["mode"]) == ["full cache"] * 2  # pivoting on the name raised
 
 
 def test_the_kept_map_takes_its_height_from_its_rows():

@@ -84,24 +84,45 @@ def test_sweep_runs_on_the_page_and_the_shipped_one_shows(at, tmp_path, monkeypa
     at.number_input(key="shrink_sweep_items").set_value(1)
     at.button(key="shrink_sweep_run").click().run()
     assert not at.exception and not at.error, (at.exception, at.error)
-    table = at.dataframe(key="shrink_sweep_table").value
+    frames = [d.value for d in at.dataframe]
+    table = next(f for f in frames if "kept_share" in f.columns)  # the sweep's table
     assert list(table["mode"]) == ["full cache"] + [f"Knorm press, evicting {r * 100:g}%" for r in (0.25, 0.5, 0.75, 0.875)] \
         + ["quantized cache (quanto 4-bit, residual 16)"]
     assert table["accuracy"].between(0, 1).all() and (table["lo"] <= table["accuracy"]).all() \
         and (table["accuracy"] <= table["hi"]).all()
     assert any("run here just now" in c.value for c in at.caption)
     assert any(c.value.startswith("Protocol: the kvpress leaderboard's") for c in at.caption)
-    answers = at.dataframe(key="shrink_sweep_answers").value  # each item's answer, plain cells
+    answers = next(f for f in frames if "full cache's answer" in f.columns)  # each item's answer, plain cells
     assert len(answers) == 1 and list(answers["task"]) == ["custom"]
+    assert list(table["measured"]) == ["1"] * 6  # complete: the items behind each row
     at.button(key="shrink_sweep_shipped").click().run()
     assert not at.exception
     assert any("shipped with kvviz" in c.value and "SmolLM2" in c.value for c in at.caption)
     assert any(c.value.startswith("Not in this sweep: PyramidKV") for c in at.caption)
+    shipped_partial_is_labelled(at)
+
+
+def shipped_partial_is_labelled(at) -> None:
+    """The shipped sweep as the page shows it agrees with the file: each row's right answers, and
+    while the file is partial ("complete": false) the caption, both charts' titles and every row
+    of the table say "N of 52 items so far"; once complete, none of them does."""
+    import json
+
+    from kvviz.shrink import panel, sweep
+    shipped = sweep.from_json(panel.SHIPPED_SWEEP.read_bytes())
+    table = next(d.value for d in at.dataframe if "measured" in d.value.columns)
+    assert list(table["right"]) == [f"{r.right}/{r.items}" for r in shipped.rows]
+    words = f"{len(shipped.items)} of {shipped.items_total} items so far"
+    partial = not shipped.complete
+    assert any(f"Partial sweep: {words} (every row counts those items" in c.value for c in at.caption) == partial
+    assert (list(table["measured"]) == [words] * len(shipped.rows)) == partial
+    titles = [json.loads(c.proto.spec).get("title", {}).get("text") for c in at.main.get("vega_lite_chart")]
+    assert titles.count(f"Partial sweep: {words}") == (2 if partial else 0)
 
 
 def test_hosted_sweep_from_a_crafted_link_is_refused_in_a_sentence(default_lm, monkeypatch):
-    """Hosted: a link naming five presses asks 5 × 4 + 4 (SnapKV with the question) settings past the
-    full cache, more than the 8 points a visitor may
+    """Hosted: a link naming five presses asks 5 × 4 + 4 (SnapKV with the question) + 1 (quantized)
+    settings past the full cache, more than the 8 points a visitor may
     sweep; the page says so before any run (default_lm: the model converted before the page loads it)."""
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     monkeypatch.delenv("KVVIZ_MODEL", raising=False)
@@ -112,7 +133,7 @@ def test_hosted_sweep_from_a_crafted_link_is_refused_in_a_sentence(default_lm, m
     assert app.number_input(key="shrink_sweep_items").value == 2  # a visitor's default: two items
     app.button(key="shrink_sweep_run").click().run()
     assert not app.exception and not app.dataframe
-    assert any("sweep points is 24; this hosted kvviz allows 8" in e.value for e in app.error)
+    assert any("sweep points is 25; this hosted kvviz allows 8" in e.value for e in app.error)
 
 
 def test_the_default_is_the_demo_and_its_suggestion_sets_the_sidebar(at):

@@ -166,11 +166,16 @@ def test_support_drops_settings_with_reasons(lm):
 def test_the_shipped_sweep_of_the_default_model():
     """kvviz/assets/shrink_sweep_smollm2.json (scripts/shrink_sweep.py on SmolLM2): the leaderboard's
     protocol and ratios, at least 8 presses, SnapKV's question-aware entry, the quantized caches,
-    each item's answer in every row, at least 50 items asked (a partial file says so)."""
+    each item's answer in every row, at least 50 items asked (a partial file says so: "N of 52
+    items so far"). Bytes: a press that removes positions keeps (1 - ratio) of the context's; the
+    question-aware one compressed the question too, so it keeps more than that of the context's
+    bytes but less than (1 - ratio) of the whole prompt's; a head-wise press masks, its bytes stay."""
     from kvviz.shrink import panel
     done = sweep.from_json(panel.SHIPPED_SWEEP.read_bytes())
     assert "SmolLM2" in done.model and done.protocol == protocol.PROTOCOL and done.items_total >= 50
     assert done.complete == (len(done.items) == done.items_total) and len(done.items) >= 1
+    assert done.so_far() == ("" if done.complete else f"{len(done.items)} of {done.items_total} items so far")
+    assert "--items 52" in done.made_with and done.items_total == 52
     presses = {r.press for r in done.rows if r.kind == "press"}
     assert len(presses) >= 8 and {"KVzip", "AdaKV-ExpectedAttention"} <= presses
     assert {(r.press, r.ratio) for r in done.rows if r.kind == "press" and not r.question_aware} == {
@@ -178,10 +183,41 @@ def test_the_shipped_sweep_of_the_default_model():
     assert {r.ratio for r in done.rows if r.question_aware} == set(sweep.RATIOS)
     assert {(r.backend, r.nbits) for r in done.rows if r.kind == "quantized"} == set(sweep.QUANT)
     full = done.rows[0]
+    context = sum(i.context_tokens for i in done.items) / len(done.items)
+    prompt = sum(i.prompt_tokens for i in done.items) / len(done.items)
     for r in done.rows:
         assert len(r.answers) == len(done.items) and r.right == round(r.accuracy * r.items)
-        if r.kind == "press" and r.press not in ("KVzip", "AdaKV-ExpectedAttention"):  # rows removed
+        if r.question_aware:
+            assert 1 - r.ratio < r.bytes / full.bytes < (1 - r.ratio) * prompt / context
+        elif r.kind == "press" and r.press not in ("KVzip", "AdaKV-ExpectedAttention"):  # rows removed
             assert abs(r.bytes / full.bytes - (1 - r.ratio)) < 0.01
         if r.press in ("KVzip", "AdaKV-ExpectedAttention"):  # masked, not removed: bytes stay
             assert r.bytes == full.bytes and math.isclose(r.kept_share, 1 - r.ratio, abs_tol=0.01)
     assert torch.tensor([i.depth for i in done.items]).max() <= 1
+
+
+def test_a_partial_sweep_says_so_in_the_cli_table_and_the_script_shows_the_shipped_one(result, capsys):
+    """A sweep stopped (or still being measured) is "N of M items so far" wherever it is printed:
+    `kvviz shrink`'s table, and scripts/shrink_sweep.py --show on the shipped file, whose rows are
+    the file's own."""
+    import dataclasses
+    import importlib.util
+    from pathlib import Path
+
+    from kvviz.shrink import cli, panel
+    done, _, _ = result
+    partial = dataclasses.replace(done, complete=False, items_total=52)
+    assert cli.table(partial).splitlines()[0] == "partial sweep: 2 of 52 items so far; every row counts those items"
+    assert "so far" not in cli.table(done)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "shrink_sweep.py"
+    spec = importlib.util.spec_from_file_location("shrink_sweep_script", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--show", "--out", str(panel.SHIPPED_SWEEP)]) == 0
+    shipped = sweep.from_json(panel.SHIPPED_SWEEP.read_bytes())
+    lines = capsys.readouterr().out.splitlines()
+    assert (lines[0] == f"partial sweep: {shipped.so_far()}; every row counts those items") == (not shipped.complete)
+    for r in shipped.rows:
+        assert any(line.startswith(r.mode) and f"{r.right:>3}/{r.items:<3} {r.accuracy:>4.0%}" in line for line in lines)
+    assert module.main(["--show", "--out", str(script.parent / "no-such-sweep.json")]) == 2
+    assert "cannot show" in capsys.readouterr().err
