@@ -19,7 +19,7 @@ BUILTIN_EXCEPTIONS = {n for n, v in vars(builtins).items() if isinstance(v, type
 # Pinned: a class moving between the visitor's side and the log's is a decision, not a refactor.
 USER_FACING = {"UserError", "UnknownModelType", "TraceError", "PlanError", "ConfigError", "NotServable", "UnknownArchitecture",
                "EngineError", "EngineUnreachable", "NotVllm", "EventsDisabled", "NotVllmMetrics",
-               "SchemaMismatch", "RunTimeLimit", "MetaError", "LogError"}
+               "SchemaMismatch", "RunTimeLimit", "MetaError", "LogError", "RequestLogError"}
 INTERNAL = {"KvvizError", "ModelLoadError", "UnreadableCache", "ServingFailed"}
 
 
