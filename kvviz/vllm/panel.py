@@ -268,6 +268,9 @@ def show_numbers(state: EngineState) -> None:
              help="Prefix hits vLLM reports for requests sent with kv_cache_report_mode=full")
     g.metric("Preemptions (metrics)", f"{m.num_preemptions:.0f}" if m else "–")
     h.metric("Cleared / restarts (events)", f"{pool.counts.num_cleared} / {pool.counts.num_restarts}")
+    never = views.never_hits_sentence(state)
+    if never:
+        st.caption(never)
 
 
 def show_tree(state: EngineState, text_fn) -> None:

@@ -52,6 +52,7 @@ class CachedBlocks:
     last_ts: float = 0.0  # server time of the last batch applied
     block_size: int | None = None
     num_cached_blocks: int = 0  # physical blocks holding a cached prefix: sum(copies.values())
+    group_block_sizes: dict[int, int] = field(default_factory=dict)  # cache group -> its block size (events)
 
     def apply(self, seq: int, batch: KVEventBatch) -> None:
         """Apply one batch in sequence order. A batch numbered at or below the last one is a
@@ -87,6 +88,7 @@ class CachedBlocks:
 
     def store(self, event: BlockStored, ts: float) -> None:
         self.block_size = event.block_size
+        self.group_block_sizes[event.group_idx or 0] = event.block_size
         if event.parent_block_hash is None and all(h in self.copies for h in event.block_hashes):
             self.counts.num_reused += len(event.block_hashes)
             self.counts.reused_tokens += len(event.token_ids)

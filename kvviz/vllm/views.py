@@ -5,6 +5,8 @@ Where each number comes from is part of its series name: "(events)" from the KV-
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 
 import altair as alt
@@ -186,3 +188,29 @@ def config_frame(state: EngineState) -> pd.DataFrame:
     config = state.metrics.cache_config if state.metrics else {}
     keys = [k for k in CONFIG_KEYS if k in config] + sorted(k for k in config if k not in CONFIG_KEYS)
     return pd.DataFrame({"setting": keys, "value": [config[k] for k in keys]})
+
+
+def hit_block(state: EngineState) -> tuple[int | None, str]:
+    """(tokens, where from): the block vLLM's prefix hits come in on this server. vLLM 0.32 aligns a
+    hit to the least common multiple of its cache groups' block sizes (`scheduler_block_size` in
+    vllm/v1/core/kv_cache_utils.py); the groups' sizes come from the events (BlockStored's
+    block_size per group_idx), else from the metrics' cache_config block_size."""
+    sizes = state.pool.group_block_sizes
+    if sizes:
+        return math.lcm(*sizes.values()), "events"
+    size = state.metrics.cache_config.get("block_size", "") if state.metrics else ""
+    return (int(size), "metrics") if size.isdigit() and int(size) > 0 else (None, "")
+
+
+def never_hits_sentence(state: EngineState) -> str | None:
+    """"A shared prefix shorter than N tokens never hits on this server", with N and its source."""
+    block, source = hit_block(state)
+    if block is None:
+        return None
+    groups = state.pool.group_block_sizes
+    per_group = (" (cache groups: " + ", ".join(f"{g}: {b}" for g, b in sorted(groups.items())) + ")"
+                 if len(groups) > 1 else "")
+    return (f"vLLM reuses whole blocks of {block:,} tokens here{per_group}, from block 0: a shared prefix "
+            f"shorter than {block:,} tokens never hits on this server, and a longer one reuses at most "
+            f"⌊prefix / {block:,}⌋ × {block:,} of its tokens ({source}; a hybrid model's Mamba groups in "
+            "vLLM's align mode may allow finer hits, not modelled here).")

@@ -7,10 +7,12 @@ import msgspec
 import pytest
 
 from kvviz.core.errors import UserError
-from kvviz.vllm import fleet, fleet_charts, fleet_frames, fleet_model
+from kvviz.vllm import fleet, fleet_charts, fleet_frames, fleet_model, views
 from kvviz.vllm.fleet_model import ModelPool
+from kvviz.vllm.metrics import EngineMetrics
 from kvviz.vllm.recording import Recording, ReplyRecord, states_at
 from kvviz.vllm.request_log import Reply
+from kvviz.vllm.state import EngineState
 
 FLEET = Path(__file__).resolve().parents[1] / "data" / "vllm" / "fleet"
 PROBES = {"cap2-a-probe": "cap2-a-blind", "cap2-b-probe": "cap2-b-blind",
@@ -117,3 +119,24 @@ def test_a_long_request_log_is_analysed_from_its_newest_lines(captured):
     view = fleet.fleet_requests(many)
     assert len(view.requests) == fleet.MAX_FLEET_REQUESTS == 500
     assert view.requests[-1].name == "cap2-a-evicted-probe-29"
+
+
+# --- the block hits come in ---------------------------------------------------------------------
+def test_the_never_hits_sentence_names_the_servers_hit_block(captured):
+    recording, view, states = captured
+    for state in states.values():
+        assert views.hit_block(state) == (32, "events")
+        assert "a shared prefix shorter than 32 tokens never hits on this server" in views.never_hits_sentence(state)
+    assert all(r.cached_tokens % 32 == 0 for r in view.requests)  # vLLM's own figures: whole blocks
+    edited = {r.name: r for r in view.requests}["cap2-a-edited"]  # shares 6 tokens with a-first: < 32
+    assert edited.cached_tokens == 0
+
+
+def test_the_hit_block_is_the_lcm_of_the_cache_groups_else_the_metrics():
+    state = EngineState(key="x")
+    assert views.hit_block(state) == (None, "") and views.never_hits_sentence(state) is None
+    state.metrics = EngineMetrics(engine="0", cache_config={"block_size": "64"})
+    assert views.hit_block(state) == (64, "metrics")
+    state.pool.group_block_sizes.update({0: 32, 1: 96})  # e.g. a sliding group's own block beside full
+    assert views.hit_block(state) == (96, "events")
+    assert "(cache groups: 0: 32, 1: 96)" in views.never_hits_sentence(state)
