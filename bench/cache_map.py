@@ -87,7 +87,7 @@ def long_run(positions: int, layers: int):
                         positions=1,
                         kv_bytes=0,
                         formula_bytes=0,
-                        layers=tuple(LayerStat(i, 0, 0, prompt + s, 0.1) for i in range(layers)),
+                        layers=tuple(LayerStat(layer=i, k_bytes=0, v_bytes=0, tokens=prompt + s, forward_ms=0.1) for i in range(layers)),
                         blocks=None)
               for s in range(positions - prompt + 1)]
     return meta, events

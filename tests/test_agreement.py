@@ -87,8 +87,9 @@ def measured_event(specs, tokens: int, elem_bytes: int) -> StepEvent:
     layers = []
     for i, s in enumerate(specs):
         k, v = s.tensor_bytes(tokens, elem_bytes, BATCH)
-        layers.append(LayerStat(i, int(k), int(v), s.tokens_held(tokens), 0.0,
-                                int(s.state_bytes(elem_bytes) * BATCH), formula_bytes=s.bytes_at(tokens, elem_bytes,
+        layers.append(LayerStat(layer=i, k_bytes=int(k), v_bytes=int(v), tokens=s.tokens_held(tokens), forward_ms=0.0,
+                                state_bytes=int(s.state_bytes(elem_bytes) * BATCH), formula_bytes=s.bytes_at(tokens,
+                                                elem_bytes,
                                     BATCH)))
     total = sum(s.formula_bytes for s in layers)
     return StepEvent(mode="cached",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerStat:
     """One decoder layer after one step."""
 
@@ -22,7 +22,7 @@ class LayerStat:
     formula_bytes: int | None = None  # what kvviz.core.layout predicts for this layer (None: not recorded)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BlockStat:
     """Paged-block accounting of the cache after one step (modelled: HF caches are contiguous)."""
 

@@ -275,9 +275,10 @@ def block_stat(pool: BlockPool, seq_len: int, batch: int, bytes_per_token: int,
         pool.grow(seq, seq_len)
     used = pool.get_num_used_blocks()
     contiguous = static_bytes if static_bytes is not None else batch * max_len * bytes_per_token
-    return BlockStat(pool.block_size, pool.num_blocks, used, pool.num_free_blocks,
-                     pool.get_slots_in_last_block(0), used * pool.block_size * bytes_per_token,
-                     contiguous, static_bytes is not None)
+    return BlockStat(block_size=pool.block_size, num_blocks=pool.num_blocks, num_used_blocks=used,
+                     num_free_blocks=pool.num_free_blocks,
+                     num_slots_in_last_block=pool.get_slots_in_last_block(0), paged_bytes=used * pool.block_size * bytes_per_token,
+                     contiguous_bytes=contiguous, contiguous_is_real=static_bytes is not None)
 
 
 def cuda_memory(device: torch.device) -> tuple[int | None, int | None]:

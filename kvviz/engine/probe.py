@@ -248,14 +248,14 @@ def cache_layer_stats(read: list[LayerBytes], specs, tokens: int, batch: int, el
     for i, (r, spec) in enumerate(zip(read, specs)):
         ms = forward_ms[i] if i < len(forward_ms) else 0.0
         formula = layout.layer_formula_bytes(spec, tokens, batch, elem_bytes)
-        stats.append(LayerStat(i, r.k_bytes, r.v_bytes, r.tokens, ms, r.state_bytes + r.compressor_bytes,
-                               sum(r.storages.values()), formula))
+        stats.append(LayerStat(layer=i, k_bytes=r.k_bytes, v_bytes=r.v_bytes, tokens=r.tokens, forward_ms=ms, state_bytes=r.state_bytes + r.compressor_bytes,
+                               storage_bytes=sum(r.storages.values()), formula_bytes=formula))
     return tuple(stats)
 
 
 def empty_layer_stats(forward_ms: list[float]) -> tuple[LayerStat, ...]:
     """Layer stats for a pass that kept no cache (recompute mode): times only."""
-    return tuple(LayerStat(i, 0, 0, 0, ms) for i, ms in enumerate(forward_ms))
+    return tuple(LayerStat(layer=i, k_bytes=0, v_bytes=0, tokens=0, forward_ms=ms) for i, ms in enumerate(forward_ms))
 
 
 def is_static(cache) -> bool:

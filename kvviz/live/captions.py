@@ -51,7 +51,7 @@ LAST_STEP_LABEL = "No cache ÷ cache: last step"
 RUN_LABEL = "No cache ÷ cache: whole run"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NoCacheCost:
     """What the run without a cache costs against the cached one, from both runs' measured steps.
 
@@ -95,7 +95,8 @@ def no_cache_cost(cached: list[StepEvent], recompute: list[StepEvent]) -> NoCach
             est = race.estimate_total(cached, recompute, [e.seq_len - 1 for e in cached])
             if est is not None:
                 low, high = est.low_ms / cached_ms, est.high_ms / cached_ms
-    return NoCacheCost(r.step, r.positions, r.step_ms, c.step_ms, low, high, measured)
+    return NoCacheCost(step=r.step, positions=r.positions, recompute_ms=r.step_ms, cached_ms=c.step_ms, run_low=low,
+                       run_high=high, run_measured=measured)
 
 
 def fmt_run_ratio(cost: NoCacheCost) -> str:

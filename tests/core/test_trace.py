@@ -25,7 +25,9 @@ def event(mode="cached", step=0, step_ms=10.0, batch=2, blocks=True, **kw):
         finished=(False,) * batch, step_ms=step_ms, seq_len=seq, positions=seq * batch,
         kv_bytes=2 * 256 * (seq - 1), formula_bytes=2 * 256 * (seq - 1),
         layers=(layer(0, seq - 1), layer(1, seq - 1, 0.75)),
-        blocks=BlockStat(16, 4, 2, 2, seq - 1, 8192, 16384, False) if blocks else None,
+        blocks=BlockStat(block_size=16, num_blocks=4, num_used_blocks=2, num_free_blocks=2,
+                         num_slots_in_last_block=seq - 1, paged_bytes=8192, contiguous_bytes=16384,
+                         contiguous_is_real=False) if blocks else None,
     )
     fields.update(kw)
     return StepEvent(**fields)

@@ -14,7 +14,8 @@ from metas import meta_of
 
 
 def event(step: int, seq_len: int, tokens: list[int], text: str = "x", attention=None) -> StepEvent:
-    layers = tuple(LayerStat(i, 8 * t, 8 * t, t, 0.1) for i, t in enumerate(tokens))
+    layers = tuple(LayerStat(layer=i, k_bytes=8 * t, v_bytes=8 * t, tokens=t, forward_ms=0.1) for i,
+                   t in enumerate(tokens))
     return StepEvent(mode="cached",
                      phase="prefill" if step == 0 else "decode",
                      step=step,

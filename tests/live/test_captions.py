@@ -13,8 +13,9 @@ META = meta_of({"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "elem_bytes
 def event(step, seq_len, ms, mode="cached", kv=None, blocks=True):
     tokens = seq_len - 1
     kv = 23_040 * tokens if kv is None else kv
-    b = BlockStat(16, 6, -(-tokens // 16), 6 - -(-tokens // 16), tokens - 16 * (-(-tokens // 16) - 1),
-                  -(-tokens // 16) * 16 * 23_040, 95 * 23_040, False) if blocks else None
+    b = BlockStat(block_size=16, num_blocks=6, num_used_blocks=-(-tokens // 16), num_free_blocks=6 - -(-tokens // 16),
+                  num_slots_in_last_block=tokens - 16 * (-(-tokens // 16) - 1),
+                  paged_bytes=-(-tokens // 16) * 16 * 23_040, contiguous_bytes=95 * 23_040, contiguous_is_real=False) if blocks else None
     return StepEvent(mode=mode,
                      phase="prefill" if step == 0 else "decode",
                      step=step,
@@ -26,7 +27,7 @@ def event(step, seq_len, ms, mode="cached", kv=None, blocks=True):
                      positions=31 if step == 0 else 1,
                      kv_bytes=kv,
                      formula_bytes=kv,
-                     layers=(LayerStat(0, 1, 1, tokens, 1.0),),
+                     layers=(LayerStat(layer=0, k_bytes=1, v_bytes=1, tokens=tokens, forward_ms=1.0),),
                      blocks=b)
 
 

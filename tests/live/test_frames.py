@@ -145,7 +145,8 @@ def test_reservation_frame_used_unused_and_waste():
 
 
 def test_reservation_frame_nothing_reserved_is_no_waste():
-    stat = BlockStat(16, 0, 0, 0, 0, 0, 0, False)
+    stat = BlockStat(block_size=16, num_blocks=0, num_used_blocks=0, num_free_blocks=0, num_slots_in_last_block=0,
+                     paged_bytes=0, contiguous_bytes=0, contiguous_is_real=False)
     df = reservation_frame(stat, kv_bytes=0)
     assert (df["wasted_fraction"] == 0.0).all()
     assert isinstance(df, pd.DataFrame) and len(df) == 4

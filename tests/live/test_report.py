@@ -51,7 +51,9 @@ def layer(i, tokens, ms=0.5):
 def event(mode, step, step_ms, texts, cached=True):
     seq = PROMPT + step + 1
     held = seq - 1 if cached else 0
-    blocks = BlockStat(16, 2, 2, 0, held, 2 * 16 * PER_TOKEN, 8 * PER_TOKEN * BATCH, False)
+    blocks = BlockStat(block_size=16, num_blocks=2, num_used_blocks=2, num_free_blocks=0,
+                       num_slots_in_last_block=held, paged_bytes=2 * 16 * PER_TOKEN,
+                       contiguous_bytes=8 * PER_TOKEN * BATCH, contiguous_is_real=False)
     return StepEvent(
         mode=mode, phase="prefill" if step == 0 else "decode", step=step,
         token_ids=tuple(range(100 + step, 100 + step + BATCH)), texts=texts,

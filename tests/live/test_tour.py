@@ -30,7 +30,8 @@ def event(step: int, ms: float, mode: str = "cached", per_token: int = PER_TOKEN
     return StepEvent(mode=mode, phase="prefill" if step == 0 else "decode", step=step, token_ids=(5,) * batch,
                      texts=("a",) * batch, finished=(False,) * batch, step_ms=ms, seq_len=seq_len,
                      positions=positions * batch, kv_bytes=kv, formula_bytes=kv,
-                     layers=(LayerStat(0, kv // 2, kv // 2, held, 1.0),), blocks=None)
+                     layers=(LayerStat(layer=0, k_bytes=kv // 2, v_bytes=kv // 2, tokens=held,
+                                       forward_ms=1.0),), blocks=None)
 
 
 def run(cached_steps: int, recompute_steps: int | None, ended: bool = False, meta=META):

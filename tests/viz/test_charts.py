@@ -20,7 +20,7 @@ BLOCKS = BlockStat(block_size=16, num_blocks=12, num_used_blocks=4, num_free_blo
 
 
 def event(mode, step, step_ms):
-    layers = tuple(LayerStat(i, 64 * (step + 4), 64 * (step + 4), step + 4, 0.2 * (i + 1))
+    layers = tuple(LayerStat(layer=i, k_bytes=64 * (step + 4), v_bytes=64 * (step + 4), tokens=step + 4, forward_ms=0.2 * (i + 1))
                    for i in range(2))
     return StepEvent(
         mode=mode, phase="prefill" if step == 0 else "decode", step=step, token_ids=(1, 2),
@@ -108,7 +108,9 @@ def test_a_uniform_model_is_one_group_not_a_bar_per_layer():
 
 
 def test_mixed_kinds_get_a_group_each_with_the_window_marked():
-    layers = (LayerStat(0, 640, 640, 10, 0.1), LayerStat(1, 192, 192, 3, 0.1), LayerStat(2, 192, 192, 3, 0.1))
+    layers = (LayerStat(layer=0, k_bytes=640, v_bytes=640, tokens=10, forward_ms=0.1), LayerStat(layer=1, k_bytes=192,
+                        v_bytes=192, tokens=3, forward_ms=0.1), LayerStat(layer=2, k_bytes=192, v_bytes=192, tokens=3,
+                        forward_ms=0.1))
     ev = replace(events()[2], layers=layers)
     df = live_charts.layer_groups_frame(MIXED, ev)
     assert list(live_charts.layer_groups(MIXED)) == ["1 layer · full", "2 layers · sliding 4"]
@@ -117,7 +119,7 @@ def test_mixed_kinds_get_a_group_each_with_the_window_marked():
     assert list(sliding.kv_bytes) == [192, 192]  # what the layers measure once full: the same bytes
     assert list(sliding.cap_label) == ["window 4"] * 2 and list(sliding.group_bytes) == [384, 384]
     assert df[df.group == "1 layer · full"].cap_bytes.isna().all()
-    with_state = replace(ev, layers=(*layers[:2], LayerStat(2, 0, 0, 0, 0.1, state_bytes=900)))
+    with_state = replace(ev, layers=(*layers[:2], LayerStat(layer=2, k_bytes=0, v_bytes=0, tokens=0, forward_ms=0.1, state_bytes=900)))
     assert "state" in set(live_charts.layer_groups_frame(MIXED, with_state).kind)
 
 
@@ -194,7 +196,9 @@ def test_blocks_caption_and_chart_say_the_same_unused_share():
     meta = meta_of({"bytes_per_token": 100, "batch": 2, "max_len": 40})
     for tokens in (14, 16, 17, 30):
         used = -(-tokens // 16) * 2
-        blocks = BlockStat(16, 6, used, 6 - used, tokens - 16 * (used // 2 - 1), used * 16 * 100, 2 * 40 * 100, False)
+        blocks = BlockStat(block_size=16, num_blocks=6, num_used_blocks=used, num_free_blocks=6 - used,
+                           num_slots_in_last_block=tokens - 16 * (used // 2 - 1), paged_bytes=used * 16 * 100,
+                           contiguous_bytes=2 * 40 * 100, contiguous_is_real=False)
         last = StepEvent(mode="cached", phase="decode", step=3, token_ids=(1, 2), texts=("a", "b"),
                          finished=(False, False), step_ms=1.0, seq_len=tokens + 1, positions=2, kv_bytes=0,
                          formula_bytes=0, layers=(), blocks=blocks)
