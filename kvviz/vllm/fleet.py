@@ -136,6 +136,9 @@ def fleet_requests(recording: Recording) -> Fleet:
             fleet.streams.setdefault(b.url, StreamView()).see(b.seq)
             i += 1
         fleet.requests.append(fleet_request(fleet, reply, replies, t0))
+    for b in batches[i:]:  # the caches as they ended, for the prefix map
+        fleet.pools.setdefault(engine_key(b.url, b.rank), CachedBlocks()).apply(b.seq, b.batch)
+        fleet.streams.setdefault(b.url, StreamView()).see(b.seq)
     return fleet
 
 
@@ -154,6 +157,63 @@ def fleet_request(fleet: Fleet, reply: Reply, replies: list[Reply], t0: float) -
     return FleetRequest(name=reply.name, replica=fleet.names[reply.url], sent_s=reply.sent_s - t0,
                         prompt_tokens=reply.prompt_tokens, cached_tokens=reply.cached_tokens, held=held,
                         in_flight=in_flight, complete=complete)
+
+
+MAX_PREFIX_ROWS = 30
+
+
+def prefix_rows(fleet: Fleet, replies: list[Reply]) -> list[dict]:
+    """The prefix × replica map: per cached first block (a prefix family, merged across replicas by
+    its block hash), the tokens each replica holds of it (its longest cached chain from that
+    block), labelled by the first logged request whose prompt begins with it. The
+    MAX_PREFIX_ROWS families holding the most tokens in all, most first."""
+    held: dict = {}  # root hash -> {replica: tokens}
+    roots_tokens: dict = {}
+    for url, name in fleet.names.items():
+        pool = fleet.pools.get(engine_key(url, 0))
+        if pool is None or not pool.block_size:
+            continue
+        for root, depth in chain_depths(pool).items():
+            held.setdefault(root, {})[name] = depth * pool.block_size
+            roots_tokens[root] = pool.blocks[root].token_ids
+    labels = first_requests(replies)
+    rows = [{"prefix": labels.get(roots_tokens[root], f"first tokens {list(roots_tokens[root][:6])}…"),
+             **{name: by_replica.get(name, 0) for name in fleet.names.values()},
+             "replicas_holding": sum(1 for v in by_replica.values() if v)}
+            for root, by_replica in held.items()]
+    rows.sort(key=lambda r: -sum(r[name] for name in fleet.names.values()))
+    return rows[:MAX_PREFIX_ROWS]
+
+
+def chain_depths(pool: CachedBlocks) -> dict:
+    """Root block hash -> the most blocks cached in one chain from it (a block whose parent is
+    not cached is no root: an orphan is not reusable). Linear in the cached blocks."""
+    depth: dict = {}
+    best: dict = {}
+    for block_hash in pool.blocks:
+        path, node = [], block_hash
+        while node in pool.blocks and node not in depth and len(path) <= len(pool.blocks):
+            path.append(node)
+            node = pool.blocks[node].parent
+        base = depth.get(node)  # a known block, or None at a root / a gap
+        root = base[1] if base is not None else (path[-1] if path and pool.blocks[path[-1]].parent is None else None)
+        n = base[0] if base is not None else 0
+        for k, h in enumerate(reversed(path)):
+            depth[h] = (n + k + 1, root)
+        if root is not None and path:
+            best[root] = max(best.get(root, 0), n + len(path))
+    return best
+
+
+def first_requests(replies: list[Reply]) -> dict[tuple, str]:
+    """A prompt's first block's tokens (every block size seen) -> the first request that began so."""
+    out: dict[tuple, str] = {}
+    for reply in sorted(replies, key=lambda r: r.sent_s):
+        ids = reply.prompt_token_ids or []
+        for size in (16, 32, 64, 128, 256):
+            if len(ids) >= size:
+                out.setdefault(tuple(ids[:size]), reply.name)
+    return out
 
 
 def cut(recording: Recording, upto_s: float) -> Recording:

@@ -42,3 +42,18 @@ def replicas_chart(df: pd.DataFrame) -> alt.Chart:
         y=alt.Y("replica:N", title=None),
         tooltip=["replica:N", "url:N", alt.Tooltip("hit_rate_requests:Q", format=".1%"), "requests:Q"]
     ).properties(height=BAR_PX * max(1, len(df)), autosize=FIT_WIDTH)
+
+
+def prefix_map_chart(df: pd.DataFrame) -> alt.Chart:
+    """Prefix × replica: the tokens each replica holds of each prefix family (fleet_frames.prefix_frame),
+    one cell each, the number written in it."""
+    order = df.groupby("prefix", sort=False)["tokens"].sum().sort_values(ascending=False).index.tolist()
+    base = alt.Chart(df).encode(x=alt.X("replica:N", title=None, axis=alt.Axis(orient="top", labelAngle=0)),
+                                y=alt.Y("prefix:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)))
+    cells = base.mark_rect().encode(
+        color=alt.Color("tokens:Q", scale=alt.Scale(scheme="blues"), title="tokens held (events)"),
+        tooltip=["prefix:N", "replica:N", "tokens:Q"])
+    dark = max(1, int(df["tokens"].max() or 0)) / 2  # the darker half of the scale: white digits
+    text = base.mark_text(fontSize=12).encode(
+        text="tokens:Q", color=alt.condition(alt.datum.tokens > dark, alt.value("white"), alt.value("black")))
+    return (cells + text).properties(height=BAR_PX * max(1, df["prefix"].nunique()), autosize=FIT_WIDTH)

@@ -41,6 +41,13 @@ def given_up_frame(view: fleet.Fleet) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["request", "order", "part", "tokens"])
 
 
+def prefix_frame(recording: Recording, view: fleet.Fleet) -> pd.DataFrame:
+    """Long form of the prefix × replica map: prefix, replica, tokens (held at the end: events)."""
+    rows = fleet.prefix_rows(view, [r.reply for r in recording.replies])
+    return pd.DataFrame([{"prefix": row["prefix"], "replica": name, "tokens": row[name]}
+                         for row in rows for name in view.names.values()], columns=["prefix", "replica", "tokens"])
+
+
 def model_inputs(recording: Recording, view: fleet.Fleet, states: dict[str, EngineState]):
     """(urls, usable blocks per replica, block size) for the model, or a sentence why not."""
     urls = list(view.names)

@@ -377,6 +377,11 @@ def show_fleet(recording: Recording, states: dict[str, EngineState], key: str) -
     left.dataframe(replicas, hide_index=True, width="stretch")
     if replicas["hit_rate_requests"].notna().any():
         right.altair_chart(fleet_charts.replicas_chart(replicas), width="stretch")
+    prefixes = fleet_frames.prefix_frame(recording, view)
+    if not prefixes.empty:
+        st.markdown("**Which replica holds which prefix** (the caches as they stand: events; families merged "
+                    "by their first block's hash, named by the first logged request that began so)")
+        st.altair_chart(fleet_charts.prefix_map_chart(prefixes), width="stretch")
     if not view.requests:
         st.info("Per request, this needs a client's request log (`kvviz watch URL URL --request-log PATH`, or "
                 "KVVIZ_VLLM_REQUEST_LOG for this page; scripts/vllm_fleet_load.py writes one): KV events and "

@@ -9,7 +9,9 @@ import pytest
 from kvviz.core.errors import UserError
 from kvviz.vllm import fleet, fleet_charts, fleet_frames, fleet_model, views
 from kvviz.vllm.fleet_model import ModelPool
+from kvviz.vllm.events import BlockStored, KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
+from kvviz.vllm.pool import CachedBlocks
 from kvviz.vllm.recording import Recording, ReplyRecord, states_at
 from kvviz.vllm.request_log import Reply
 from kvviz.vllm.state import EngineState
@@ -140,3 +142,25 @@ def test_the_hit_block_is_the_lcm_of_the_cache_groups_else_the_metrics():
     state.pool.group_block_sizes.update({0: 32, 1: 96})  # e.g. a sliding group's own block beside full
     assert views.hit_block(state) == (96, "events")
     assert "(cache groups: 0: 32, 1: 96)" in views.never_hits_sentence(state)
+
+
+# --- which replica holds which prefix ---------------------------------------------------------
+def test_the_prefix_map_merges_the_replicas_by_block_hash(captured):
+    recording, view, _ = captured
+    rows = {r["prefix"]: r for r in fleet.prefix_rows(view, [r.reply for r in recording.replies])}
+    # at the end: A on both (r0 stored it again after the fillers, r1 holds chat-2-probe's 6 blocks),
+    # B only on r1 (the fillers evicted b-blind's blocks from r0)
+    assert (rows["cap2-a-first"]["r0"], rows["cap2-a-first"]["r1"], rows["cap2-a-first"]["replicas_holding"]) == (128, 192, 2)
+    assert (rows["cap2-b-first"]["r0"], rows["cap2-b-first"]["r1"]) == (0, 128)
+    df = fleet_frames.prefix_frame(recording, view)
+    assert set(df.replica) == {"r0", "r1"} and len(df) == 2 * len(rows)
+    assert fleet_charts.prefix_map_chart(df).to_dict()["layer"]
+
+
+def test_chain_depths_count_only_chains_that_reach_a_first_block():
+    pool = CachedBlocks()
+    block = lambda h, parent: BlockStored(block_hashes=[h], parent_block_hash=parent, token_ids=[h, h],  # noqa: E731
+                                          block_size=2, lora_id=None, medium="GPU", lora_name=None)
+    batch = [block(1, None), block(2, 1), block(3, 2), block(4, 1), block(10, None), block(21, 20)]
+    pool.apply(0, KVEventBatch(1.0, batch, 0))
+    assert fleet.chain_depths(pool) == {1: 3, 10: 1}  # 21's parent 20 was never cached: an orphan
