@@ -48,6 +48,15 @@ SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_att
 # multiple of 64 while its layers do not (at hidden 64 its own generate fails: 'matC_old has wrong
 # shape'); MiniMax-M3's default layer types are all full, so half its layers are made sparse.
 TYPE_SIZES = {"xlstm": dict(hidden_size=128),
+              # The default Mamba-2 mixers and gated linear attention (a 1,024 to 8,192-wide state,
+              # chunks of 128-256) run transformers' reference scans for up to a minute each on 2
+              # cores without the CUDA kernels; small ones run the same code in seconds.
+              "falcon_h1": dict(mamba_d_ssm=64, mamba_n_heads=8, mamba_d_head=8, mamba_d_state=16,
+                                mamba_chunk_size=16),
+              "nemotron_h": dict(mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2,
+                                 chunk_size=16, head_dim=16),
+              "qwen3_next": dict(linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+                                 linear_num_value_heads=4, head_dim=16),
               "minimax_m3_vl_text": dict(layer_types=["full_attention", "minimax_m3_sparse"] * 2,
                                          index_head_dim=16, index_n_heads=2, index_block_size=4)}
 
