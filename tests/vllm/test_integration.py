@@ -27,7 +27,9 @@ from tests.vllm.servers import (BLOCK_SIZE, NUM_BLOCKS, ROOT, VENV, group_alive,
                                 start_server, stop)
 
 REQUEST_TIMEOUT_S = 240
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long(
+    "two real vLLM servers start on CPU once per session (~2 min, paid by the first test); each test "
+    "sends real requests one at a time and waits for quiescent metrics (≈ 30–60 s)")]
 
 
 def load_generator():
