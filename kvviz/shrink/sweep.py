@@ -53,7 +53,8 @@ def wilson(right: int, n: int, z: float = Z95) -> tuple[float, float]:
     p = right / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # all right (none right): the bound is 1 (0) exactly, not the float sum's 0.9999999999999999
+    return 0.0 if right == 0 else max(0.0, centre - half), 1.0 if right == n else min(1.0, centre + half)
 
 
 def quant_offered(backends: dict) -> list[tuple[str, int]]:

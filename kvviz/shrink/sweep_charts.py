@@ -104,7 +104,10 @@ def quant_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
                       scale=alt.Scale(domain=backends, range=[colors[b] for b in backends]))
     base = alt.Chart(rows).encode(x=x, xOffset="backend:N", y=y, color=color, tooltip=TIPS)
     return headed(alt.layer(base.mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q"),
-                            base.mark_point(filled=True, size=60)).properties(height=220, width="container"), heading)
+                            base.mark_point(filled=True, size=60)).properties(
+        height=220, width="container", autosize=alt.AutoSizeParams(type="fit-x", contains="padding")), heading)
+    # fit the width only: the plot keeps its 220 px and the chart grows to hold its legend and title
+    # (fitted whole, the legend and a partial sweep's title left the plot some 25 px)
 
 
 def task_frame(result) -> pd.DataFrame:

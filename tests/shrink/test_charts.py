@@ -61,6 +61,8 @@ def test_quantized_caches_stand_on_their_own_axis_each_backend_beside_the_other(
     assert enc["color"]["scale"]["domain"] == ["quanto", "hqq", "fp8", "full cache"]
     assert len(set(enc["color"]["scale"]["range"])) == 4
     assert (rules["encoding"]["y"]["field"], rules["encoding"]["y2"]["field"]) == ("lo", "hi")
+    # fitted whole into 220 px, the legend and a partial sweep's title left the plot some 25 px (Chromium)
+    assert spec["autosize"] == {"type": "fit-x", "contains": "padding"} and spec["height"] == 220
     assert sorted((d["backend"], d["bits"]) for d in data_of(spec, points)) == [
         ("fp8", 8), ("full cache", 32), ("hqq", 2), ("hqq", 4), ("quanto", 2), ("quanto", 4)]
 

@@ -54,6 +54,7 @@ def test_wilson_interval():
     assert sweep.wilson(4, 6) == pytest.approx((0.300, 0.903), abs=1e-3)  # the 6-item sweep's "4/6"
     assert sweep.wilson(0, 50)[1] == pytest.approx(0.0714, abs=1e-4) and sweep.wilson(50, 50)[0] == pytest.approx(0.9286, abs=1e-4)
     assert sweep.wilson(0, 0) == (0.0, 0.0)
+    assert all(sweep.wilson(n, n)[1] == 1.0 and sweep.wilson(0, n)[0] == 0.0 for n in range(1, 200))  # 9/9 gave 0.99…9
 
 
 def test_rows_intervals_bytes_and_each_items_answer(lm, answered, result):
