@@ -209,3 +209,32 @@ def test_replay_of_a_fleet_shows_what_each_request_gave_up(monkeypatch):
     assert policies.loc["as routed", "matches_real"] == 18
     assert any("Locality given up: 448 tokens in 6 requests." in t.value for t in at.text)
     assert any("gives 18 of 18 requests vLLM's own cached_tokens" in c.value for c in at.caption)
+
+
+def test_hosted_fleet_shows_only_allowlisted_servers(monkeypatch, fake):
+    """Hosted: two allowlisted servers chosen: both engines and the fleet section; a third URL a
+    link names is refused in a sentence and never watched."""
+    other = FakeVllm()
+    other.publish_captured(upto=10)
+    stranger = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_ENGINE_URLS", f"{fake.url},{other.url}")
+    at = AppTest.from_file(ENGINE, default_timeout=60)
+    at.query_params["engine_urls"] = stranger
+    at.session_state["engine_urls_hosted"] = [fake.url, other.url]
+    try:
+        at.run()
+        time.sleep(2.0)
+        at.run()
+        assert not at.exception
+        assert any("Ignoring this link's other servers" in e.value for e in at.error)
+        headers = [h.value for h in at.subheader]
+        assert len(headers) == 3 and headers[2].startswith("The fleet")
+        replicas = [d.value for d in at.dataframe if tuple(d.value.columns)[:2] == ("replica", "url")][0]
+        assert list(replicas.url) == [fake.url, other.url]
+        shown = [c.value for c in at.caption] + [w.value for w in at.warning] + [i.value for i in at.info]
+        assert not any(stranger.split("//")[1] in text for text in shown)  # no status line: never watched
+    finally:
+        panels.watch_for(fake.url).stop()
+        panels.watch_for(other.url).stop()
+        other.close()
