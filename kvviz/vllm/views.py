@@ -212,5 +212,5 @@ def never_hits_sentence(state: EngineState) -> str | None:
                  if len(groups) > 1 else "")
     return (f"vLLM reuses whole blocks of {block:,} tokens here{per_group}, from block 0: a shared prefix "
             f"shorter than {block:,} tokens never hits on this server, and a longer one reuses at most "
-            f"⌊prefix / {block:,}⌋ × {block:,} of its tokens ({source}; a hybrid model's Mamba groups in "
-            "vLLM's align mode may allow finer hits, not modelled here).")
+            f"⌊prefix / {block:,}⌋ × {block:,} of its tokens ({source}; with a hybrid model's Mamba groups "
+            "a hit also needs the Mamba state vLLM kept at that boundary: often fewer).")
