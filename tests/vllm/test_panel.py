@@ -76,7 +76,9 @@ def test_engine_page_refuses_a_malformed_url():
 def test_hosted_engine_page_is_off_without_an_allowlist(monkeypatch):
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     monkeypatch.delenv("KVVIZ_ENGINE_URLS", raising=False)
-    at = AppTest.from_file(ENGINE, default_timeout=60).run()
+    # through the router, as a visitor opens it: the page's link to the Live page needs st.navigation
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.switch_page("app_pages/engine.py").run()
     assert not at.exception
     assert any("off on this hosted kvviz" in i.value for i in at.info)
     assert not at.text_area
