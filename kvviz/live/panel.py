@@ -623,7 +623,7 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
         tour.draw(trace)
     deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")
     out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
-    pump = Pump()
+    pump, failed = Pump(), False
     cached = loop.generate(lm, cfg, "cached", should_stop=out_of_time)
     short = replace(cfg, max_new_tokens=rules.cap("recompute_tokens", cfg.max_new_tokens))
     recompute = loop.generate(lm, short, "recompute", should_stop=out_of_time) if opts.race else None
@@ -634,13 +634,16 @@ def generate_in_turn(lm, cfg, opts, status, trace: Trace, rules, tour=None) -> L
             pump.tracked(cached, "cached"), pump.tracked(recompute, "recompute") if recompute is not None else None)))
         drive(pump, trace, view, opts.pace, known_pace, out_of_time)
     except Exception as exc:  # e.g. out of memory: say so, keep what was produced
+        failed = True  # not the exception: its traceback must be garbage for the collection below
         status.error(failure_message(exc, rules.enabled))
     finally:
         pump.stop()  # the worker ends after its step in progress: then the generators are free
         cached.close()
         if recompute is not None:
             recompute.close()
-        loop.free_device_memory(lm.device)
+        if failed:  # its traceback held the run's tensors in cycles: collect them, give the memory back
+            loop.free_device_memory(lm.device)  # not after every run: a full collection (0.6-0.9 s on the
+            # loaded 2-core machine) holds the interpreter, and the run's last text waited behind it
         view.show_wait(None, trace, None)
     if out_of_time():
         status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
@@ -670,7 +673,7 @@ def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flo
         view.show_wait(pump.running, trace, per_flop or view.timed_pace)
         rest = FRAME_S - (time.monotonic() - started)
         if arrived and rest > 0:
-            time.sleep(rest)
+            pump.finished.wait(rest)  # the frame's rest, cut short when the worker ends: its last tokens now
 
 
 TIMING = "timing"  # the Running mode of timed_pass
