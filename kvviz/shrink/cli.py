@@ -139,7 +139,8 @@ def table(result) -> str:
     """The sweep's rows as a plain-text table, then what was dropped and why; a partial sweep
     (stopped, or still being measured) says so first: "partial sweep: 5 of 52 items so far"."""
     from kvviz.core.units import fmt_bytes
-    lines = [f"partial sweep: {result.so_far()}; every row counts those items"] if not result.complete else []
+    lines = [f"partial sweep: {result.so_far()}; every row counts those items"
+             + (f" ({result.formats_so_far()})" if result.items else "")] if not result.complete else []
     lines += [f"{'setting':<58} {'ratio':>5} {'accuracy (95% interval)':>26} {'bytes kept':>10} {'step time ÷ full':>22}"]
     for r in result.rows:
         lo, hi = r.interval

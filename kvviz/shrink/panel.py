@@ -451,6 +451,8 @@ def provenance(result: sweep.Sweep, origin: str) -> str:
         words += f", contexts of {tokens[0]:,}–{tokens[-1]:,} tokens"
     if not result.complete:
         words += f". Partial sweep: {result.so_far()} (every row counts those items; the intervals are theirs)"
+        if result.items:
+            words += f"; the items so far: {ui.inert(result.formats_so_far())}"
     return words + "."
 
 

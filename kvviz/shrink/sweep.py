@@ -249,6 +249,14 @@ class Sweep:
             return ""
         return f"{self.measured} of {self.items_total or '?'} items so far"
 
+    def formats_so_far(self) -> str:
+        """The task formats of the items measured, with their counts ("13 niah_single, 2 vt"): a
+        sweep measures the task in order, so a partial one may hold only some formats."""
+        counts: dict[str, int] = {}
+        for i in self.items:
+            counts[i.task] = counts.get(i.task, 0) + 1
+        return ", ".join(f"{n} {name}" for name, n in counts.items())
+
 
 def assemble(records: list[ItemRecord], wanted: list[shrink.ShrinkMode], **notes) -> Sweep:
     """The rows of every setting over `records` (items in order), and the items' facts."""

@@ -108,13 +108,15 @@ def shipped_partial_is_labelled(at) -> None:
     of the table say "N of 52 items so far"; once complete, none of them does."""
     import json
 
+    from kvviz.app import ui
     from kvviz.shrink import panel, sweep
     shipped = sweep.from_json(panel.SHIPPED_SWEEP.read_bytes())
     table = next(d.value for d in at.dataframe if "measured" in d.value.columns)
     assert list(table["right"]) == [f"{r.right}/{r.items}" for r in shipped.rows]
     words = f"{len(shipped.items)} of {shipped.items_total} items so far"
     partial = not shipped.complete
-    assert any(f"Partial sweep: {words} (every row counts those items" in c.value for c in at.caption) == partial
+    assert any(f"Partial sweep: {words} (every row counts those items" in c.value
+               and f"the items so far: {ui.inert(shipped.formats_so_far())}." in c.value for c in at.caption) == partial
     assert (list(table["measured"]) == [words] * len(shipped.rows)) == partial
     titles = [json.loads(c.proto.spec).get("title", {}).get("text") for c in at.main.get("vega_lite_chart")]
     assert titles.count(f"Partial sweep: {words}") == (2 if partial else 0)

@@ -208,7 +208,8 @@ def test_a_partial_sweep_says_so_in_the_cli_table_and_the_script_shows_the_shipp
     from kvviz.shrink import cli, panel
     done, _, _ = result
     partial = dataclasses.replace(done, complete=False, items_total=52)
-    assert cli.table(partial).splitlines()[0] == "partial sweep: 2 of 52 items so far; every row counts those items"
+    assert cli.table(partial).splitlines()[0] == ("partial sweep: 2 of 52 items so far; every row counts those items "
+                                                  "(2 custom)")
     assert "so far" not in cli.table(done)
     script = Path(__file__).resolve().parents[2] / "scripts" / "shrink_sweep.py"
     spec = importlib.util.spec_from_file_location("shrink_sweep_script", script)
@@ -217,7 +218,9 @@ def test_a_partial_sweep_says_so_in_the_cli_table_and_the_script_shows_the_shipp
     assert module.main(["--show", "--out", str(panel.SHIPPED_SWEEP)]) == 0
     shipped = sweep.from_json(panel.SHIPPED_SWEEP.read_bytes())
     lines = capsys.readouterr().out.splitlines()
-    assert (lines[0] == f"partial sweep: {shipped.so_far()}; every row counts those items") == (not shipped.complete)
+    assert (lines[0] == f"partial sweep: {shipped.so_far()}; every row counts those items "
+                       f"({shipped.formats_so_far()})") == (not shipped.complete)
+    assert shipped.formats_so_far().startswith(f"{min(13, len(shipped.items))} niah_single")  # the task's order
     for r in shipped.rows:
         assert any(line.startswith(r.mode) and f"{r.right:>3}/{r.items:<3} {r.accuracy:>4.0%}" in line for line in lines)
     assert module.main(["--show", "--out", str(script.parent / "no-such-sweep.json")]) == 2
