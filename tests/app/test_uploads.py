@@ -209,7 +209,7 @@ def test_a_tab_open_across_a_restart_is_told_and_reloads_once(launched, browser)
     url, _ = launched
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     try:
-        page.goto(url + "/replay", timeout=60_000)  # a light first page; Serving needs code it has not loaded
+        page.goto(url + "/engine", timeout=60_000)  # hosted: a sentence and a link; Serving needs code not loaded yet
         page.wait_for_function("() => window.kvvizReloadOnRestart === true", timeout=60_000)  # installed
         page.get_by_test_id("stExpandSidebarButton").wait_for(timeout=60_000)  # hosted: the sidebar starts closed
         open_sidebar(page)
