@@ -41,13 +41,13 @@ $(VLLM_STAMP):
 # tests whole on one worker (their servers start once). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # The fast loop (under 90 s on 2 quiet cores): lint, then every test not marked slow or browser (pyproject's
 # markers: slow is the default model, AppTest pages, model runs, processes, most of the catalog).
 check: $(STAMP)
 	$(VENV)/bin/ruff check kvviz bench app_pages tests app.py scripts
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not browser"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "not slow and not browser"
 
 # Exits non-zero when a target is missed. A subset: make bench BENCH_ARGS="--only live-browser --quick"
 BENCH_ARGS ?=

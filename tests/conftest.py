@@ -48,33 +48,43 @@ def wings_imported(path: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def pytest_itemcollected(item):
+    """Each test is marked with the wings its module imports."""
+    for wing in wings_imported(str(item.path)):
+        item.add_marker(wing)
+
+
 # ---------------------------------------------------------------- two workers, one server each
-# `make test` runs the suite on two pytest-xdist workers with --dist loadgroup. Each test module is
-# one unit (its module fixtures are paid once), and whatever starts a heavy server shares one worker
-# so the session starts it once: every browser test (the session's Streamlit servers and Chromium),
-# and every test that starts a real vLLM ("vllm-real": engine builds, servers, the demo).
+# `make test` runs the suite on two pytest-xdist workers. A worker takes a whole unit at a time:
+# a test module (its module fixtures are paid once), all of tests/browser/ (its session's Streamlit
+# servers and Chromium start once), and every test that starts a real vLLM ("vllm-real": the
+# session's two servers, the demo and the engine builds, never two at once). xdist's own
+# --dist loadgroup cannot do this on pytest 9 (it renames node ids through an attribute pytest 9 no
+# longer reads), so the unit is decided here, from the node id the controller sees.
 REAL_VLLM_MODULES = ("tests/vllm/test_integration.py", "tests/scripts/test_vllm_demo.py",
                      "tests/planner/test_vllm_hybrid.py", "tests/planner/test_vllm_sliding.py",
                      "tests/planner/test_will_start.py")
 
 
-def worker_group(item) -> str:
-    """The unit of work an xdist worker takes whole: a shared server's group, else the test's module."""
-    module = Path(str(item.path)).relative_to(Path(__file__).parent.parent).as_posix()
+def work_unit(nodeid: str) -> str:
+    """The unit of work an xdist worker takes whole, from a test's node id."""
+    module = nodeid.split("::", 1)[0]
     if module in REAL_VLLM_MODULES:
         return "vllm-real"
-    if item.get_closest_marker("browser"):
+    if module.startswith("tests/browser/"):
         return "browser"
     return module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items):
-    for item in items:
-        for wing in wings_imported(str(item.path)):
-            item.add_marker(wing)
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(worker_group(item)))
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedServerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SharedServerScheduling(config, log)
 
 
 # ---------------------------------------------------------------- the suite's budget
