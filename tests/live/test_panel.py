@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.live.panel import DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS
+from kvviz.live.panel import (DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS,
+                              RUN_CARD_CSS)
 from kvviz.app.ui import INTRO, PAGE_CSS, PRESENTER_CSS, inert
+from kvviz.app import keys
 from kvviz.app.restart import RELOAD_SCRIPT
 
 pytestmark = pytest.mark.slow  # runs the Live page (Streamlit AppTest) with model runs: make test, not make check
@@ -96,7 +98,8 @@ def test_after_a_run_the_figures_are_one_line_and_their_cards_follow_the_map(at)
     line = next(re.sub(r"\\(.)", r"\1", c.value) for c in at.caption if "wall clock" in c.value)  # as read
     assert line.startswith("Tokens **8 × 1** · ") and "KV cache (measured) **" in line
     assert metrics(at)["Tokens"] == "8 × 1"  # the cards, with their explanations, below the map
-    assert at.expander[-1].label.startswith("Prompt:")  # the run's prompt, folded below its panels
+    labels = [e.label for e in at.expander]  # the run's prompt, folded below its panels; then the guide
+    assert labels[-2:][0].startswith("Prompt:") and labels[-1] == "What am I looking at?", labels
 
 
 def test_generate_shows_text_figures_and_charts(at):
@@ -233,10 +236,13 @@ def test_markup_in_the_prompt_is_shown_inert(at, chat):
     for text in markdown_everywhere(at):
         for fragment in ("<script", "onerror", "**bold**", "javascript:", "<b>"):
             assert fragment not in text
-    # st.html only ever carries kvviz's own fixed stylesheets, never text from the page
-    page = {PAGE_CSS + RELOAD_SCRIPT, PAGE_CSS + PRESENTER_CSS + RELOAD_SCRIPT}  # with the restart reload
-    assert {h.proto.body for h in at.get("html")} <= {PRELOAD_CSS, DIM_HOLDER_CSS, RACE_NOTES_CSS,
-                                                     KEEP_HEIGHT_CSS, *page}  # fixed stylesheets only
+    # st.html only ever carries kvviz's own fixed stylesheets and scripts, never text from the page
+    fixed = [keys.help_overlay("Live"), PAGE_CSS, PRESENTER_CSS, RELOAD_SCRIPT, KEEP_HEIGHT_CSS, RUN_CARD_CSS,
+             PRELOAD_CSS, DIM_HOLDER_CSS, RACE_NOTES_CSS, keys.PACE_HIDDEN_CSS]
+    for body in (h.proto.body for h in at.get("html")):
+        for piece in fixed:
+            body = body.replace(piece, "")
+        assert not body.strip(), body[:300]
 
 
 def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_dir):
