@@ -4,8 +4,6 @@
   browser context (1280 x 720) shows the whole grid, a sweep run from it measures all six points,
   and its result tables need no horizontal scrolling;
 * no page load requests anything from a host other than the app's (favicon, fonts, icons);
-* Replay in presenter mode fits the screen at 1280 x 720 and 1920 x 1080: its headline figures,
-  both texts and the cache map start above the fold;
 * Replay shows one step at a time: while it plays (started, paused and stepped with its keys K,
   Right and Left), whenever the page is drawn the Step slider, the figures, the text, the cache
   map and every chart show the same recorded step (read off the rendered charts: their marks'
@@ -19,7 +17,7 @@ import time
 from urllib.parse import quote, urlsplit
 
 import pytest
-from browser_kit import ARTIFACTS, served_tiny_app
+from browser_kit import ARTIFACTS
 
 from kvviz.app import links
 from kvviz.core.trace import Trace
@@ -27,7 +25,6 @@ from bench.app_server import IDLE, ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-PORTS = range(8661, 8670)
 LOAD_MS = 240_000
 RUN_MS = 300_000
 GRID = {"sweep_prompts": ["32", "64", "128"], "sweep_batches": ["1", "2"]}
@@ -35,8 +32,9 @@ PAGES = ["/", "/replay", "/shrink", "/sweep", "/serving", "/planner", "/engine"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    yield from served_tiny_app(tmp_path_factory, "links", PORTS)
+def server(tiny_app):
+    """The session's tiny server (tests/browser/conftest.py)."""
+    return tiny_app
 
 
 @pytest.fixture(scope="module")
@@ -116,26 +114,6 @@ def test_no_page_load_reaches_another_host(server, browser):
         finally:
             page.context.close()
     assert not elsewhere, elsewhere
-
-
-@pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
-def test_replay_in_presenter_mode_fits_the_screen(server, browser, width, height):
-    """The headline figures, both texts and the cache map start above the fold, as on Live."""
-    page = fresh_page(browser, width, height)
-    try:
-        page.goto(f"{server}/replay?present=1")
-        settle(page, ready="[data-testid=stMetric]")
-        page.screenshot(path=str(ARTIFACTS / f"present-replay-{width}x{height}.png"))
-        boxes = {key: page.locator(f".st-key-{key}").bounding_box()
-                 for key in ("cached-panel", "recompute-panel", "cache-map-panel")}
-        print(f"{width}x{height}", {k: (round(b["y"]), round(b["height"])) for k, b in boxes.items() if b})
-        for key, box in boxes.items():  # each panel's title and first lines on screen, no scrolling
-            seen_px = 400 if key == "cache-map-panel" else 120  # the map's legend, layers and axis
-            assert box and box["y"] >= 0 and box["y"] + min(box["height"], seen_px) <= height, (key, box)
-        assert page.get_by_test_id("stMetric").first.bounding_box()["y"] < height / 3
-        assert page.get_by_role("button", name="Play").bounding_box()["y"] < height / 4  # controls: one row
-    finally:
-        page.context.close()
 
 
 EXAMPLE = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json"  # Replay's first example
