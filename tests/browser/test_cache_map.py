@@ -12,11 +12,12 @@ they fail. Waits are bounded and generous: the machine may be a loaded 2-core bo
 """
 from __future__ import annotations
 
+import re
 import time
 from urllib.parse import quote
 
 import pytest
-from browser_kit import ARTIFACTS, chromium_context, served_app
+from browser_kit import ARTIFACTS, button
 from tests.browser.test_live import IDLE, LOAD_MS, RUN_MS, RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -29,29 +30,27 @@ COUNT_RECTS = """el => [...el.querySelectorAll('g.role-mark.mark-rect')]
 
 
 @pytest.fixture(scope="module")
-def server():
-    yield from served_app("streamlit-cache-map.log")
+def server(default_app):
+    """The session's server on the default model (tests/browser/conftest.py)."""
+    return default_app
 
 
 @pytest.fixture(scope="module")
-def page(server, tmp_path_factory):
+def page(server, chromium):
     from playwright.sync_api import expect
 
-    from bench.app_server import shared_playwright
-
-    with shared_playwright() as pw:
-        context = chromium_context(pw, tmp_path_factory.mktemp("chromium-cache-map"), VIEWPORT)
-        try:
-            page = context.new_page()
-            # fp32, no race (the map is about the cached run), 40 tokens in slow motion ×4: long
-            # enough to watch on a quiet machine too (at real time a quiet run ended between two
-            # looks: the map was seen at 101 rectangles only)
-            page.goto(f"{server}/?dtype=float32&race=false&max_new=40&pace={quote('Slow motion ×4')}")
-            expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
-            page.wait_for_selector(IDLE, timeout=LOAD_MS)
-            yield page
-        finally:
-            context.close()
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        # fp32, no race (the map is about the cached run), 40 tokens in slow motion ×4: long
+        # enough to watch on a quiet machine too (at real time a quiet run ended between two
+        # looks: the map was seen at 101 rectangles only)
+        page.goto(f"{server}/?dtype=float32&race=false&max_new=40&pace={quote('Slow motion ×4')}")
+        expect(button(page, "Generate")).to_be_enabled(timeout=LOAD_MS)
+        page.wait_for_selector(IDLE, timeout=LOAD_MS)
+        yield page
+    finally:
+        context.close()
 
 
 def rect_count(page) -> int:
@@ -66,7 +65,7 @@ def rect_count(page) -> int:
 def test_the_cache_map_renders_and_gains_columns_during_a_run(page):
     from playwright.sync_api import expect
 
-    page.get_by_role("button", name="Generate").click()
+    button(page, "Generate").click()
     page.wait_for_selector(RUNNING, timeout=60_000)
     seen: list[int] = []
     deadline = time.monotonic() + RUN_MS / 1000
@@ -114,10 +113,10 @@ def test_sliding_layers_drop_their_oldest_positions_on_screen(page, server, tmp_
 
     folder = save_arch(tmp_path_factory.mktemp("tiny-gemma3"), "gemma3_text")
     page.goto(f"{server}/?model={folder}&dtype=float32&race=false&max_new=16")
-    page.get_by_role("button", name="Load").click(timeout=LOAD_MS)
-    expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
+    page.get_by_role("button", name=re.compile("^Load ")).click(timeout=LOAD_MS)
+    expect(button(page, "Generate")).to_be_enabled(timeout=LOAD_MS)
     page.wait_for_selector(IDLE, timeout=LOAD_MS)
-    page.get_by_role("button", name="Generate").click()
+    button(page, "Generate").click()
     page.wait_for_selector(RUNNING, timeout=60_000)
     page.wait_for_selector(IDLE, timeout=RUN_MS)
     chart = page.locator(MAP).first

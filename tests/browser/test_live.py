@@ -15,12 +15,13 @@ are noisy: waits are generous and no speed is asserted.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 
 import pytest
-from browser_kit import ARTIFACTS, ROOT, chromium_context, served_app
+from browser_kit import ARTIFACTS, ROOT, button
 
 from bench.app_server import IDLE, RUNNING
 
@@ -43,21 +44,20 @@ COUNT_DATA_MARKS = """(el, kinds) => {
 
 
 @pytest.fixture(scope="module")
-def server():
-    """`streamlit run app.py` on a free port, on the default model; stopped by its pid after."""
-    yield from served_app("streamlit.log")
+def server(default_app):
+    """The session's server on the default model (tests/browser/conftest.py)."""
+    return default_app
 
 
 @pytest.fixture(scope="module")
-def browser_context(server, tmp_path_factory):
-    from bench.app_server import shared_playwright
-
-    with shared_playwright() as pw:
-        context = chromium_context(pw, tmp_path_factory.mktemp("chromium-profile"), VIEWPORT)
-        try:
-            yield context
-        finally:
-            context.close()
+def browser_context(server, chromium):
+    """One context of the session's Chromium for the module; each test opens its own page (its own
+    Streamlit session)."""
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def page(server, browser_context):
     try:
         # fp32 everywhere: in bf16 (the CUDA default) the two modes may rightly flip a near-tie.
         page.goto(f"{server}/?dtype=float32")
-        expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
+        expect(button(page, "Generate")).to_be_enabled(timeout=LOAD_MS)
         page.wait_for_selector(IDLE, timeout=LOAD_MS)
         yield page
     finally:
@@ -144,7 +144,7 @@ def test_generate_streams_text_charts_and_the_same_tokens(page):
             if is_running(page):
                 mid_shots.append(len(increments))
 
-    page.get_by_role("button", name="Generate").click()
+    button(page, "Generate").click()
     page.wait_for_selector(RUNNING, timeout=60_000)
     increments = watch_growth(page, until=lambda inc: False, on_increment=capture)
     page.wait_for_selector(IDLE, timeout=RUN_MS)
@@ -184,7 +184,7 @@ def test_stop_ends_the_run_and_keeps_the_text(page):
     page.wait_for_timeout(500)
     page.wait_for_selector(IDLE, timeout=60_000)
 
-    page.get_by_role("button", name="Generate").click()
+    button(page, "Generate").click()
     page.wait_for_selector(RUNNING, timeout=60_000)
     increments = watch_growth(page, until=lambda inc: len(inc) >= 3)
     assert len(increments) >= 3 and is_running(page), "the run ended before Stop could be pressed"
@@ -199,8 +199,22 @@ def test_stop_ends_the_run_and_keeps_the_text(page):
     page.screenshot(path=str(ARTIFACTS / "stopped.png"))
     assert first == second, "the text kept growing after Stop"
     assert first and first.startswith(before), "the text produced before Stop was not kept"
-    tokens = page.get_by_test_id("stMetricValue").first.inner_text()  # "N × 1"
-    assert int(tokens.split("×")[0]) < 512
+    assert tokens_made(page) < 512
+
+
+TOKENS_CARD = re.compile(r"^(\d[\d,]*) × \d+$")  # "N × batch"
+
+
+def tokens_made(page) -> int:
+    """The Tokens card's N, once it shows a number (the page's first figure card is the hidden
+    chart preload's "–", and a card reads "–" until its figure comes)."""
+    from playwright.sync_api import expect
+
+    label = page.get_by_test_id("stMetricLabel").get_by_text("Tokens", exact=True)
+    # the shown card: the figures row keeps a hidden copy ("9999 × 64") that holds its height
+    value = page.locator("[data-testid=stMetric]:visible").filter(has=label).get_by_test_id("stMetricValue")
+    expect(value).to_have_text(TOKENS_CARD, timeout=30_000)
+    return int(TOKENS_CARD.match(value.inner_text().strip())[1].replace(",", ""))
 
 
 def test_two_sessions_take_turns_and_see_only_their_own(server, browser_context):
@@ -215,12 +229,12 @@ def test_two_sessions_take_turns_and_see_only_their_own(server, browser_context)
         # 64 tokens: the first run must still hold the device when the second session's script
         # reaches the queue, also on a loaded CI machine (24 tokens could finish first there)
         page.goto(f"{server}/?dtype=float32&max_new=64&preset={quote(preset)}")
-        expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
+        expect(button(page, "Generate")).to_be_enabled(timeout=LOAD_MS)
         page.wait_for_selector(IDLE, timeout=LOAD_MS)
         pages.append(page)
     try:
         for page in pages:
-            page.get_by_role("button", name="Generate").click()
+            button(page, "Generate").click()
         waited, deadline = False, time.monotonic() + RUN_MS / 1000
         while time.monotonic() < deadline:
             waited = waited or any(p.get_by_text("in line").count() for p in pages)
@@ -335,7 +349,7 @@ def test_replay_plays_the_shipped_shrink_comparison(server, browser_context):
         page.wait_for_timeout(1000)
         assert page.locator("[data-testid=stMain] h3").first.inner_text() == rec.result.caption()
         assert answers(page) == [rec.result.full.text.strip(), rec.result.shrunk.text.strip()]
-        page.get_by_role("button", name="Play").click()
+        button(page, "Play").click()
         page.wait_for_selector(RUNNING, timeout=60_000)
         seen, deadline = set(), time.monotonic() + RUN_MS / 1000
         while is_running(page) and time.monotonic() < deadline:

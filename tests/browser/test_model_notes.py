@@ -4,39 +4,41 @@ modules, outside the cache object; the page counts them and says so beside the f
 first run and the next."""
 from __future__ import annotations
 
+import re
+from urllib.parse import quote
+
 import pytest
-from browser_kit import ARTIFACTS, button, launched_chromium, served_app
+from browser_kit import ARTIFACTS, button
 
 from bench.app_server import IDLE
 
 pytestmark = pytest.mark.browser
 
-PORTS = range(8741, 8750)
 LOAD_MS = 240_000
 RUN_MS = 300_000
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def recurrent_gemma(tmp_path_factory):
+    """A tiny RecurrentGemma saved as a local model folder."""
     from tests.engine.test_model_types import build, sized_config
     from tiny import tiny_tokenizer
     folder = tmp_path_factory.mktemp("tiny-recurrent-gemma")
     build(sized_config("recurrent_gemma")).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
-    yield from served_app("model-notes-streamlit.log", {"KVVIZ_MODEL": str(folder)}, PORTS)
+    return folder
 
 
-@pytest.fixture(scope="module")
-def browser(server):
-    yield from launched_chromium()
+def test_the_live_page_says_the_model_keeps_state_on_its_modules(tiny_app, chromium, recurrent_gemma):
+    """On the session's tiny server, the model opened by a link (?model=<folder>, then Load)."""
+    from playwright.sync_api import expect
 
-
-def test_the_live_page_says_the_model_keeps_state_on_its_modules(server, browser):
-    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    context = chromium.new_context(viewport={"width": 1600, "height": 1000})
     page = context.new_page()
     try:
-        page.goto(f"{server}/?max_new=8")
-        button(page, "Generate").wait_for(timeout=LOAD_MS)
+        page.goto(f"{tiny_app}/?max_new=8&model={quote(str(recurrent_gemma))}")
+        page.get_by_role("button", name=re.compile("^Load ")).click(timeout=LOAD_MS)
+        expect(button(page, "Generate")).to_be_enabled(timeout=LOAD_MS)
         page.wait_for_selector(IDLE, timeout=LOAD_MS)
         button(page, "Generate").click()
         page.wait_for_timeout(1000)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_kit import ARTIFACTS, launched_chromium, served_tiny_app
+from browser_kit import ARTIFACTS
 from tests.app.test_links_roundtrip import SCENARIOS, TINY_CONFIG, explore
 
 from bench.app_server import IDLE
@@ -23,7 +23,6 @@ from kvviz.app import links
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-PORTS = range(9131, 9141)
 LOAD_MS = 240_000
 PATHS = {"app.py": "/", "sweep.py": "/sweep", "shrink.py": "/shrink", "serving.py": "/serving",
          "planner.py": "/planner", "replay.py": "/replay", "engine.py": "/engine"}
@@ -50,13 +49,14 @@ SNAPSHOT_JS = """() => Object.fromEntries([...document.querySelectorAll('[class*
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    yield from served_tiny_app(tmp_path_factory, "share-links", PORTS)
+def server(tiny_app):
+    """The session's tiny server (tests/browser/conftest.py)."""
+    return tiny_app
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    yield from launched_chromium()
+def browser(chromium):
+    return chromium
 
 
 def settle(page) -> None:

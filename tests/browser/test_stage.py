@@ -25,7 +25,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from browser_kit import ARTIFACTS, require_chromium, served_app
+from browser_kit import ARTIFACTS
 
 from bench.app_server import IDLE, RUNNING
 from kvviz.live import captions
@@ -196,9 +196,9 @@ def test_presenter_mode_keeps_both_texts_on_screen_with_a_long_output(tiny_serve
 
 
 @pytest.fixture(scope="module")
-def default_server():
-    require_chromium()
-    yield from served_app("stage-default-streamlit.log", None, range(8671, 8680))
+def default_server(default_app):
+    """The session's server on the default model (tests/browser/conftest.py)."""
+    return default_app
 
 
 def run_watching_for_stillness(page) -> tuple[float, float]:

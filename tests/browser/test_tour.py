@@ -23,14 +23,13 @@ import time
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
-from browser_kit import ARTIFACTS, button, open_sidebar, served_hosted_tiny
+from browser_kit import ARTIFACTS, button, open_sidebar
 
 from bench.app_server import IDLE, RUNNING
 from kvviz.live.tour import MIN_READ_S
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-PORTS = range(9111, 9121)
 LOAD_MS = 180_000
 RUN_S = 90  # the slowed-down run takes ≈ 20 s on 2 cores; bounded well above
 BOX = ".st-key-tour-panel"  # the box, its buttons and the line saying which step shows
@@ -40,9 +39,9 @@ PHRASES = {1: "the prefill", 2: "adds one column", 3: "keeps no cache", 4: "131,
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    for served in served_hosted_tiny(tmp_path_factory, "tour", PORTS):
-        yield served.url
+def server(hosted_app):
+    """The session's hosted server (tests/browser/conftest.py); the tour is each session's own."""
+    return hosted_app
 
 
 @pytest.fixture(scope="module")

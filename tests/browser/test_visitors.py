@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import pytest
 import browser_kit
-from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, served_hosted_tiny
+from browser_kit import ARTIFACTS, open_sidebar, served_hosted_tiny
 
 from bench.app_server import IDLE, RUNNING
 
@@ -55,8 +55,10 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    yield from launched_chromium()
+def browser(server, chromium):
+    """The session's Chromium; this module keeps its own server (a run limit of its own, and its
+    memory is measured)."""
+    return chromium
 
 
 def visit(browser, url: str):
@@ -78,10 +80,13 @@ def marker(i: int) -> str:
 
 
 def wait_ready(page, button: str, timeout_ms: int = LOAD_MS) -> None:
-    browser_kit.button(page, button).wait_for(timeout=timeout_ms)
+    """The button shown and enabled, the script idle (a button's name may carry its shortcut)."""
+    from playwright.sync_api import expect
+
+    found = browser_kit.button(page, button)
+    found.wait_for(timeout=timeout_ms)
     page.wait_for_selector(IDLE, timeout=timeout_ms)
-    page.wait_for_function(f"() => !document.evaluate(\"//button[normalize-space()='{button}']\", document, "
-                           "null, 9, null).singleNodeValue.disabled", timeout=timeout_ms)
+    expect(found).to_be_enabled(timeout=timeout_ms)
 
 
 def main_text(page) -> str:

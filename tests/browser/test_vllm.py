@@ -7,7 +7,6 @@ import urllib.request
 
 import pytest
 
-from browser_kit import chromium_context, served_app
 from vllm_fake import FakeVllm
 from vllm_payloads import frames
 
@@ -16,8 +15,9 @@ WAIT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
-def app_url():
-    yield from served_app("vllm-browser-streamlit.log")
+def app_url(tiny_app):
+    """The session's tiny server (tests/browser/conftest.py): the engine page needs no model."""
+    return tiny_app
 
 
 def metric_value(page, label: str) -> str:
@@ -25,14 +25,12 @@ def metric_value(page, label: str) -> str:
     return text.split("\n")[-1].strip()
 
 
-def test_engine_page_updates_live_in_a_browser(app_url, tmp_path):
-    from bench.app_server import shared_playwright
-
+def test_engine_page_updates_live_in_a_browser(app_url, chromium):
     fake = FakeVllm()
     fake.publish_captured(upto=10)
     try:
-        with shared_playwright() as pw:
-            ctx = chromium_context(pw, tmp_path / "profile", {"width": 1600, "height": 1000})
+        ctx = chromium.new_context(viewport={"width": 1600, "height": 1000})
+        try:
             page = ctx.new_page()
             page.goto(app_url + "/engine", timeout=WAIT_MS)
             area = page.get_by_label(re.compile("vLLM base URLs"))
@@ -51,6 +49,7 @@ def test_engine_page_updates_live_in_a_browser(app_url, tmp_path):
             assert page.locator("[data-testid='stVegaLiteChart']").count() >= 5
             with urllib.request.urlopen(app_url + "/_stcore/health", timeout=5) as resp:
                 assert resp.status == 200  # the server keeps serving while the fragment ticks
+        finally:
             ctx.close()
     finally:
         fake.close()
