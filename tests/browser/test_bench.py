@@ -21,6 +21,7 @@ def chromium():
     require_chromium()
 
 
+@pytest.mark.long("the benchmark's own rounds: page, headless and race on, in Chromium")
 def test_browser_benchmark_measures_page_and_headless_on_a_tiny_model(chromium, tiny_dir):
     s = Settings(browser_reps=1, new_tokens=6)
     rows, method = browser_page.browser_vs_headless(s, browser_page.default_bench(s, str(tiny_dir)))

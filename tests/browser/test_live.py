@@ -217,6 +217,7 @@ def tokens_made(page) -> int:
     return int(TOKENS_CARD.match(value.inner_text().strip())[1].replace(",", ""))
 
 
+@pytest.mark.long("two sessions generate in turn on one device, each run complete")
 def test_two_sessions_take_turns_and_see_only_their_own(server, browser_context):
     """Two browser sessions click Generate together: one waits in line, both finish, apart."""
     from urllib.parse import quote

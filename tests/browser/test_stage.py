@@ -226,6 +226,7 @@ def test_a_long_prompt_run_never_stands_still(default_server, browser):
 LONG_SENTENCE = "The keeper of the lighthouse wrote the weather, the ships and the lamp oil in the log. "
 
 
+@pytest.mark.long("the default model prefills 2,000 tokens on CPU while the page is watched")
 def test_a_two_thousand_token_prompt_never_stands_still(default_server, browser):
     """A prompt typed into the sidebar, about 2,000 tokens: the prefills take seconds each, and
     the page must still show something new at least every 2.5 s until the run ends."""

@@ -132,6 +132,7 @@ def serving_for_tiny(page) -> None:
     page.wait_for_selector(IDLE, timeout=60_000)
 
 
+@pytest.mark.long("three visitors' tabs each wait their turn for one device, then one tab is closed")
 def test_visitors_queue_hold_their_own_runs_and_release_a_closed_tab(server, browser):
     started = time.monotonic()
     lives = [visit(browser, live_url(server, i, 128 if i == 0 else 4, slow=i == 0)) for i in range(NUM_LIVE)]
@@ -223,6 +224,7 @@ def server_rss_bytes(server) -> int:
     raise AssertionError("no VmRSS line")
 
 
+@pytest.mark.long("50 generations in one server: the memory trend needs that many runs")
 def test_server_memory_after_50_runs_within_5_percent_of_after_5(server, browser):
     page = visit(browser, f"{server.url}/?max_new=2&race=false")
     try:
