@@ -242,6 +242,7 @@ def uploaded(url: str, sizes: list[int], forwarded: str | None = None) -> list[i
 
 @pytest.mark.slow
 @pytest.mark.browser
+@pytest.mark.long("eight full uploads from another visitor, then this visitor's tab in Chromium")
 def test_another_visitor_cannot_fill_the_uploads_and_a_refused_tab_is_told_under_its_box(launched, browser, tmp_path):
     """Issue 41: another visitor's four tabs, two full uploads each, took the whole server and this
     visitor's upload got HTTP 413 ("AxiosError ..." in the box); now that visitor holds its own

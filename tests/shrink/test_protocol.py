@@ -130,6 +130,7 @@ def test_one_item_of_the_sweep_is_kvpress_pipelines_answer(lm):
 
 
 @pytest.mark.slow
+@pytest.mark.long("the default model answers 6 settings twice: the sweep's way and kvpress's pipeline")
 def test_default_model_answers_as_kvpress_pipeline(default_lm):
     """Once on the real default model: a RULER item of 600 tokens, a press that removes rows, a
     head-wise one, KVzip, the question-aware entry and a quantized cache."""
