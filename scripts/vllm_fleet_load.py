@@ -25,6 +25,10 @@ import json
 import sys
 import time
 import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_load import post, served_model  # noqa: E402  (one client for both load scripts)
 
 SYSTEM_A = ("You are a careful assistant in session {tag} of the fleet demo. You answer questions about "
             "how a serving engine stores attention keys and values in fixed-size blocks, which later "
@@ -99,18 +103,6 @@ def probes(stream: list[dict]) -> dict[str, str]:
         if item["name"].endswith("-probe"):
             out[item["name"]] = before["name"]
     return out
-
-
-def post(url: str, body: dict, timeout_s: float) -> dict:
-    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.load(resp)
-
-
-def served_model(url: str, timeout_s: float = 10) -> str:
-    with urllib.request.urlopen(url + "/v1/models", timeout=timeout_s) as resp:
-        return json.load(resp)["data"][0]["id"]
 
 
 def reset(url: str, timeout_s: float = 30) -> None:
