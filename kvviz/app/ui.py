@@ -321,16 +321,18 @@ h1 { font-size: 2.25rem !important; padding-top: 0.5rem !important; }
 [data-testid="stMetric"] .stMarkdownEllipsis, [data-testid="stMetric"] .stMarkdownEllipsis p,
 [data-testid="stSidebarNav"] span, [data-testid="stPageLink"] p {
   white-space: normal; overflow: visible; text-overflow: clip; }
-[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"]) {
-  flex-wrap: wrap; row-gap: 0.75rem; }
-[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] [data-testid="stMetric"])
-  > [data-testid="stColumn"] { min-width: 7.5rem; }
+[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] > [data-testid="stVerticalBlock"]
+  > [data-testid="stElementContainer"] > [data-testid="stMetric"]) { flex-wrap: wrap; row-gap: 0.75rem; }
+[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] > [data-testid="stVerticalBlock"]
+  > [data-testid="stElementContainer"] > [data-testid="stMetric"]) > [data-testid="stColumn"] { min-width: 7.5rem; }
 [data-testid="stLayoutWrapper"]:has(> .st-key-chart-preload) { display: none; }
 </style>"""  # every mode: the page starts under the header's 3.75 rem, not 6 rem down (the Live page's
 # Generate, texts and map must fit a 1280 x 720 screen); metric labels and values, and sidebar
 # links, wrap instead of being cut;
 # a row of metrics too narrow for its figures (8 headline figures beside the sidebar at 1280 px)
-# wraps onto a second line rather than breaking words mid-letter; the hidden chart preload's wrapper
+# wraps onto a second line rather than breaking words mid-letter (a row whose columns hold the metrics
+# themselves: matched on any descendant, the rule kept the vLLM watch's two columns side by side on a
+# phone, its min-width beating Streamlit's stacking); the hidden chart preload's wrapper
 # takes no gap (kvviz.live.panel.preload_charts hides the container itself)
 
 PRESENTER_CSS = """<style>

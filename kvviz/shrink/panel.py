@@ -468,10 +468,12 @@ def draw_sweep(result: sweep.Sweep, origin: str) -> None:
     if (df["kind"] == "press").any():
         st.altair_chart(sweep_charts.press_accuracy_chart(df, title), key="shrink_sweep_accuracy")
         st.caption("A row per press, a line in it per share of the context evicted (darker: more); the dot is the "
-                   "accuracy, the bar its 95 % Wilson interval; the grey band is the full cache's interval, the dashed "
-                   "line its accuracy. Two settings whose intervals overlap are not told apart by these items.")
+                   "accuracy, the bar its 95 % Wilson interval; the grey band is the full cache's interval (none "
+                   "evicted), the dashed line its accuracy. Two settings whose intervals overlap are not told apart "
+                   "by these items.")
     if (df["kind"] == "quantized").any():
         st.altair_chart(sweep_charts.quant_accuracy_chart(df, title), key="shrink_sweep_quant_chart")
+        st.caption(sweep_charts.QUANT_NOTE)
     for d in result.dropped:
         st.caption(f"Not in this sweep: {ui.inert(d.setting)}, because {ui.inert(d.why)}.")
     table = df.assign(noise=[("within noise" if lo <= 1 <= hi else "") if kind != "full" and timed else

@@ -55,7 +55,16 @@ def headed(chart: alt.LayerChart, heading: str) -> alt.LayerChart:
 
 
 RATIO_COLORS = ["#9ecae1", "#4292c6", "#08519c", "#08306b"]  # lighter: less evicted
+FULL_LABEL, FULL_COLOR = "0% (full cache)", "#999999"  # the full cache's band: none evicted
 STEP_PX = 12  # one ratio's line in a press's row (Vega-Lite steps the innermost band)
+TOP_LEGEND = dict(orient="top", titleOrient="top")  # its title above its entries: a phone holds the row
+RATIO_LEGEND_COLUMNS = 2  # five entries in one row ran 180 px past a phone's chart
+# A press's name on two lines where it has two parts ("SnapKV" / "(question in the window)",
+# "AdaKV-" / "ExpectedAttention"): the names' width is the plot's and the legend's left edge.
+TWO_LINES = ("indexof(datum.label, ' (') > 0 ? [slice(datum.label, 0, indexof(datum.label, ' (')), "
+             "slice(datum.label, indexof(datum.label, ' (') + 1)] : indexof(datum.label, '-') > 0 ? "
+             "[slice(datum.label, 0, indexof(datum.label, '-') + 1), slice(datum.label, indexof(datum.label, '-') + 1)] "
+             ": datum.label")
 
 
 def ratio_label(ratio: float) -> str:
@@ -65,25 +74,29 @@ def ratio_label(ratio: float) -> str:
 def press_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
     """Accuracy per press: a row per press, a line in it per share of the context evicted (darker:
     more), the dot its accuracy and the bar its 95 % Wilson interval; the grey band is the full
-    cache's interval and the dashed line its accuracy. One view, as wide as its container; `heading`
-    above it (a partial sweep's "Partial sweep: 5 of 52 items so far"), none when empty."""
+    cache's interval (in the legend as "0% (full cache)") and the dashed line its accuracy. One view,
+    as wide as its container; `heading` above it (a partial sweep's "Partial sweep: 5 of 52 items so
+    far"), none when empty. The x axis's title ends at the plot's right edge, over the press names:
+    a phone's plot is narrower than the title."""
     presses = df[df["kind"] == "press"].assign(evicted=lambda d: d["ratio"].map(ratio_label))
     order = list(dict.fromkeys(presses["curve"]))
     labels = [ratio_label(r) for r in sorted(presses["ratio"].unique())]
     title = "accuracy (dot) and its 95% interval (bar)"
-    x = alt.X("accuracy:Q", title=title, scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%"))
+    axis = alt.Axis(format="%", titleAnchor="end")
+    x = alt.X("accuracy:Q", title=title, scale=alt.Scale(domain=[0, 1]), axis=axis)
+    full = df[df["kind"] == "full"].assign(evicted=FULL_LABEL)
+    domain = labels + [FULL_LABEL] * (not full.empty)
+    color = alt.Color("evicted:N", sort=domain, title="share of the context evicted", legend=alt.Legend(**TOP_LEGEND, columns=RATIO_LEGEND_COLUMNS, symbolOpacity=1),
+                      scale=alt.Scale(domain=domain, range=RATIO_COLORS[:len(labels)] + [FULL_COLOR] * (not full.empty)))
     base = alt.Chart(presses).encode(
-        y=alt.Y("curve:N", sort=order, title=None, axis=alt.Axis(labelLimit=230)),
-        yOffset=alt.YOffset("evicted:N", sort=labels),
-        color=alt.Color("evicted:N", sort=labels, title="share of the context evicted",
-                        scale=alt.Scale(domain=labels, range=RATIO_COLORS[:len(labels)]), legend=alt.Legend(orient="top")),
-        tooltip=TIPS)
-    bars = base.mark_rule(strokeWidth=2).encode(x=alt.X("lo:Q", scale=alt.Scale(domain=[0, 1]), title=title), x2="hi:Q")
+        y=alt.Y("curve:N", sort=order, title=None, axis=alt.Axis(labelLimit=230, labelExpr=TWO_LINES)),
+        yOffset=alt.YOffset("evicted:N", sort=labels), color=color, tooltip=TIPS)
+    bars = base.mark_rule(strokeWidth=2).encode(x=alt.X("lo:Q", scale=alt.Scale(domain=[0, 1]), title=title, axis=axis),
+                                                x2="hi:Q")
     dots = base.mark_point(filled=True, size=36, opacity=1).encode(x=x)
-    full = df[df["kind"] == "full"]
     full_tips = [alt.Tooltip("accuracy:Q", title="full cache", format=".0%"),
                  alt.Tooltip("lo:Q", title="95% interval from", format=".0%"), alt.Tooltip("hi:Q", title="to", format=".0%")]
-    band = alt.Chart(full).mark_rect(color="#999999", opacity=0.25).encode(x="lo:Q", x2="hi:Q", tooltip=full_tips)
+    band = alt.Chart(full).mark_rect(opacity=0.25).encode(x="lo:Q", x2="hi:Q", color=color, tooltip=full_tips)
     line = alt.Chart(full).mark_rule(color="#222222", strokeDash=[4, 3]).encode(x="accuracy:Q", tooltip=full_tips)
     return headed(alt.layer(band, line, bars, dots).properties(height=alt.Step(STEP_PX), width="container"), heading)
 
@@ -91,16 +104,16 @@ def press_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
 def quant_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
     """Quantized caches on their own axis: accuracy with its 95 % interval against bits per stored
     value (the full cache at its own bits), one colour per backend, side by side at each width;
-    `heading` as press_accuracy_chart's."""
+    `heading` as press_accuracy_chart's. What the backends keep unquantized is the page's caption
+    (QUANT_NOTE), not the axis title: a phone cut it."""
     rows = df[df["kind"].isin(["quantized", "full"])].copy()
-    rows["bits_label"] = [f"{int(b)}-bit" + (" (full cache)" if k == "full" else "") for b, k in zip(rows["bits"], rows["kind"])]
+    rows["bits_label"] = [f"{int(b)}-bit" + (" (full)" if k == "full" else "") for b, k in zip(rows["bits"], rows["kind"])]
     order = [label for _, label in sorted(set(zip(rows["bits"], rows["bits_label"])))]
-    x = alt.X("bits_label:N", sort=order, title="bits per stored value (quanto and HQQ keep the newest 16 tokens full)",
-              axis=alt.Axis(labelAngle=0))
+    x = alt.X("bits_label:N", sort=order, title="bits per stored value", axis=alt.Axis(labelAngle=0))
     y = alt.Y("accuracy:Q", title="accuracy", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%"))
     backends = [b for b in ("quanto", "hqq", "fp8", "full cache") if b in set(rows["backend"])]
     colors = {"quanto": "#4C78A8", "hqq": "#F58518", "fp8": "#54A24B", "full cache": "#222222"}
-    color = alt.Color("backend:N", title="backend", legend=alt.Legend(orient="top"),
+    color = alt.Color("backend:N", title="backend", legend=alt.Legend(**TOP_LEGEND),
                       scale=alt.Scale(domain=backends, range=[colors[b] for b in backends]))
     base = alt.Chart(rows).encode(x=x, xOffset="backend:N", y=y, color=color, tooltip=TIPS)
     return headed(alt.layer(base.mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q"),
@@ -108,6 +121,10 @@ def quant_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
         height=220, width="container", autosize=alt.AutoSizeParams(type="fit-x", contains="padding")), heading)
     # fit the width only: the plot keeps its 220 px and the chart grows to hold its legend and title
     # (fitted whole, the legend and a partial sweep's title left the plot some 25 px)
+
+
+QUANT_NOTE = ("Bits per stored value; quanto and HQQ keep the newest 16 tokens at full precision (their "
+              "residual window). The dot is the accuracy, the bar its 95 % Wilson interval.")
 
 
 def task_frame(result) -> pd.DataFrame:

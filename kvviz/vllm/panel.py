@@ -120,7 +120,9 @@ def show_engines(states: dict[str, EngineState], texts: dict, key: str, meta: di
     items = sorted(states.items())
     for start in range(0, len(items), MAX_SIDE_BY_SIDE):
         row = items[start:start + MAX_SIDE_BY_SIDE]
-        for column, (name, state) in zip(st.columns(len(row)), row):
+        # one engine: no column around it, so its own columns are the page's and stack on a phone
+        columns = st.columns(len(row)) if len(row) > 1 else [st.container()]
+        for column, (name, state) in zip(columns, row):
             with column:
                 show_engine(state, texts.get(url_of(name)), f"{key}-{start}-{name}", alone=len(items) == 1)
                 if meta is not None:
@@ -170,7 +172,8 @@ def url_of(engine_key: str) -> str:
 
 
 def show_engine(state: EngineState, text_fn, key: str, alone: bool = False) -> None:
-    """One engine's panels; `alone` (the only engine) lays them out in two columns."""
+    """One engine's panels; `alone` (the only engine) lays them out in two columns (beside other
+    engines they stack: Streamlit never stacks columns nested in columns, even on a phone)."""
     st.subheader(ui.inert(state.key), divider="gray")  # from a server URL or a watch file: inert
     left, right = st.columns(2, gap="large") if alone else (st.container(), st.container())
     with left:
@@ -182,7 +185,7 @@ def show_engine(state: EngineState, text_fn, key: str, alone: bool = False) -> N
         show_tree(state, text_fn)
         st.altair_chart(views.lines_chart(views.requests_frame(state), "requests", views.REQUEST_COLORS,
                                           "requests", plot_px=120), width="stretch")
-    left, right = st.columns(2)
+    left, right = st.columns(2) if alone else (st.container(), st.container())
     with left:
         st.altair_chart(views.histogram_chart(views.histogram_frame(state, "ttft"),
                                               "time to first token (metrics)"), width="stretch", height=220)

@@ -416,19 +416,7 @@ def cases(sizes: str, check: str) -> list:
             for name, mode in pairs]
 
 
-# Found by this harness and not fixed here (issue 37), each a strict xfail: the test fails once the
-# defect is gone, to have its mark removed.
-VLLM_PHONE = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 37: on a phone the vLLM watch's engine panels stay in two columns 147 px wide (kvviz/vllm/panel.py: "
-    "show_engines puts show_engine's columns inside a column of its own, and Streamlit stacks only a page's "
-    "outer columns); their charts' legends are cut"))
-SHRINK_SWEEP = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 37: the Shrink page's quality-sweep charts (kvviz/shrink/sweep_charts.py): the quantized caches' "
-    "chart keeps a plot 25 px high under its legend and its axis title is cut on a phone; the full cache's "
-    "grey band has no legend entry"))
-KNOWN = {**{("charts", "phone", v.name, mode): VLLM_PHONE for v in VISITS if v.name.startswith("replay-vllm")
-            for mode in ("normal", "hosted")},
-         **{("charts", sizes, "shrink", mode): SHRINK_SWEEP for sizes in ("screen", "phone") for mode in MODES}}
+KNOWN: dict = {}  # (check, sizes, page, mode) -> a strict xfail for a defect found and not yet fixed
 
 
 def found(results: dict[str, list[str]], sizes: str) -> str:

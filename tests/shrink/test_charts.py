@@ -37,8 +37,11 @@ def test_every_press_has_a_row_of_its_own_and_every_ratio_a_colour_of_its_own():
     assert dots["encoding"]["y"]["field"] == "curve" and dots["encoding"]["y"]["sort"] == rows
     assert len(rows) >= 9 and "SnapKV (question in the window)" in rows  # 8+ presses and the aware entry
     color = dots["encoding"]["color"]
-    assert color["scale"]["domain"] == ["25%", "50%", "75%", "87.5%"] == dots["encoding"]["yOffset"]["sort"]
-    assert len(set(color["scale"]["range"])) == 4 and color["legend"] == {"orient": "top"}
+    assert color["scale"]["domain"] == ["25%", "50%", "75%", "87.5%", sweep_charts.FULL_LABEL]
+    assert dots["encoding"]["yOffset"]["sort"] == color["scale"]["domain"][:4]
+    assert len(set(color["scale"]["range"])) == 5 and color["legend"] == {"orient": "top", "titleOrient": "top", "columns": 2,
+                                                                    "symbolOpacity": 1}
+    assert band["encoding"]["color"] == color  # the grey band has the legend's fifth entry
     drawn = data_of(spec, dots)
     assert sorted((d["curve"], d["ratio"], d["accuracy"]) for d in drawn) == sorted(
         (sweep_charts.curve_of(r), r.ratio, r.accuracy) for r in presses)  # every press cell, once
@@ -57,7 +60,7 @@ def test_quantized_caches_stand_on_their_own_axis_each_backend_beside_the_other(
     rules, points = layers(spec)
     enc = points["encoding"]
     assert enc["x"]["field"] == "bits_label" and enc["xOffset"]["field"] == "backend"
-    assert enc["x"]["sort"] == ["2-bit", "4-bit", "8-bit", "32-bit (full cache)"]
+    assert enc["x"]["sort"] == ["2-bit", "4-bit", "8-bit", "32-bit (full)"]
     assert enc["color"]["scale"]["domain"] == ["quanto", "hqq", "fp8", "full cache"]
     assert len(set(enc["color"]["scale"]["range"])) == 4
     assert (rules["encoding"]["y"]["field"], rules["encoding"]["y2"]["field"]) == ("lo", "hi")
