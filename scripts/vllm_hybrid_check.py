@@ -39,7 +39,9 @@ def allocation(model_dir: str, kv_bytes: int, block_size: int, max_len: int, pre
             "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens,
             "async_scheduling": engine.vllm_config.scheduler_config.async_scheduling,
             "max_in_flight_tokens": engine.vllm_config.max_in_flight_tokens,
-            "groups": [group_summary(g) for g in kv_config.kv_cache_groups]}
+            "groups": [group_summary(g) for g in kv_config.kv_cache_groups],
+            # where prefix-cache hits land: the scheduler's block (lcm of the groups') and the hashes'
+            "scheduler_block_size": core.scheduler.block_size, "hash_block_size": core.scheduler.hash_block_size}
 
 
 def main(argv: list[str]) -> int:

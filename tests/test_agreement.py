@@ -209,3 +209,18 @@ def test_meta_round_trip_is_json():
     _, specs = catalog_specs(CATALOG[0])
     layers = as_dict(saved_meta(specs, 2, 10))["layers"]
     assert json.loads(json.dumps(layers)) == [as_dict(spec_record(s)) for s in specs]
+
+
+def test_the_planner_and_a_real_vllm_agree_where_a_prefix_hit_lands():
+    """The planner's "a shared prefix shorter than N tokens never hits" (modelled) and the vLLM page's
+    (from a real server's events: tests/data/vllm/fleet, SmolLM2-135M on vLLM's CPU backend, block 32)."""
+    from pathlib import Path
+
+    from kvviz.planner import deployment
+    from kvviz.planner import frames as pf
+    from kvviz.vllm import recording, views
+    watch = recording.Recording.load(Path(__file__).parent / "data" / "vllm" / "fleet" / "watch.json")
+    served = {views.hit_block(state) for state in recording.states_at(watch).values()}
+    plan = pf.Plan(plan_models.catalog_model("SmolLM2-135M"),
+                   deployment.Setup(gpu_bytes=8 * 2**30, platform="cpu", block_size=32, kv_dtype="fp32"))
+    assert served == {(plan.result.vllm.hit_block, "events")} == {(32, "events")}

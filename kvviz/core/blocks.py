@@ -82,3 +82,12 @@ class BlockPool:
         """Filled slots of the sequence's last block (block_size when it is full, 0 when empty)."""
         n = self.tokens.get(seq, 0)
         return 0 if n == 0 else n - (len(self.owned[seq]) - 1) * self.block_size
+
+
+def never_hits_sentence(hit_block: int, groups: str = "", where: str = "on this server") -> str:
+    """"A shared prefix shorter than N tokens never hits": N, the tokens vLLM's prefix-cache hits
+    come in (one group: its block size; several: the least common multiple of theirs, `groups`
+    naming them). Shared by the vLLM page (from a server's events) and the planner (modelled)."""
+    return (f"vLLM reuses whole blocks of {hit_block:,} tokens {where}{groups}, from block 0: a shared prefix "
+            f"shorter than {hit_block:,} tokens never hits {where}, and a longer one reuses at most "
+            f"⌊prefix / {hit_block:,}⌋ × {hit_block:,} of its tokens")

@@ -562,9 +562,10 @@ def _note_lines(plan: CliPlan) -> list[str]:
 
 def format_plan(plan: CliPlan) -> str:
     """The plan as a readable header, table, vLLM's figures, what-ifs and notes."""
-    what_ifs = words.what_if_sentences(plan.deployment, plan.setup.block_size)
+    what_ifs = words.what_if_sentences(plan.deployment)
+    hits = [words.prefix_hit_sentence(plan.deployment.vllm)] if isinstance(plan.deployment.vllm, results.VllmPlan) else []
     return "\n".join(_header_lines(plan) + [""] + _table_lines(plan) + [""] + _vllm_lines(plan)
-                     + what_ifs + _note_lines(plan) + _log_lines(plan.log_rows))
+                     + hits + what_ifs + _note_lines(plan) + _log_lines(plan.log_rows))
 
 
 def _log_lines(rows) -> list[str]:

@@ -213,18 +213,20 @@ def _vllm(stages: list[ModelKV], budgets: list[int], model: ModelKV, s: Setup) -
         max_concurrency=a.max_concurrency, blocks_per_request=a.blocks_per_request,
         page_bytes=a.page_bytes, num_groups=a.num_groups, group_size=a.group_size, layout=a.layout,
         requests_at_context_per_replica=at_t, requests_at_context_total=at_t * s.par.dp,
-        suggested_max_model_len=min(suggested, longest))
+        suggested_max_model_len=min(suggested, longest), hit_block=a.hit_block,
+        group_block_sizes=a.group_block_sizes)
 
 
-def _prefix(stages: list[ModelKV], budgets: list[int], s: Setup) -> PrefixWhatIf:
-    """Requests sharing an S-token system prompt, only whole blocks shared (modelled)."""
-    shared_tokens = s.prefix_tokens // s.block_size * s.block_size
+def _prefix(stages: list[ModelKV], budgets: list[int], s: Setup, hit_block: int) -> PrefixWhatIf:
+    """Requests sharing an S-token system prompt, only whole blocks of `hit_block` tokens shared
+    (vLLM's hit granularity: on a hybrid, the lcm of its groups' block sizes) (modelled)."""
+    shared_tokens = s.prefix_tokens // hit_block * hit_block
     fits = []
     for m, budget in zip(stages, budgets):
         per_request = capacity.kv_bytes_for_context(m, s.context_tokens, s.kv_dtype)
         shared = capacity.shareable_prefix_bytes(m, shared_tokens, s.kv_dtype)
         fits.append(capacity.requests_with_shared_prefix(budget, per_request, shared))
-    return PrefixWhatIf(s.prefix_tokens, shared_tokens, min(fits), min(fits) * s.par.dp)
+    return PrefixWhatIf(s.prefix_tokens, shared_tokens, min(fits), min(fits) * s.par.dp, hit_block)
 
 
 def _offload(plain: Plain, budget: int, s: Setup) -> OffloadWhatIf:
@@ -413,10 +415,12 @@ def plan_setup(model: ModelKV, s: Setup, names: Mapping[str, str] = SETTING_NAME
                      weight_bytes=weights.bytes_per_gpu, kv_budget_bytes=budget,
                      kv_bytes_per_token=max(capacity.kv_bytes_per_token(m, s.kv_dtype) for m in stages),
                      layers=max(m.num_layers for m in stages))
+    vllm = _vllm(stages, budgets, model, s)
+    hit_block = vllm.hit_block if isinstance(vllm, VllmPlan) and vllm.hit_block else s.block_size
     plan = SetupPlan(label=s.par.label(s.gpu_name), tp=s.par.tp, pp=s.par.pp, dp=s.par.dp, gpus=s.par.gpus,
-                     weights=weights, per_gpu=per_gpu, plain=plain, vllm=_vllm(stages, budgets, model, s),
+                     weights=weights, per_gpu=per_gpu, plain=plain, vllm=vllm,
                      bandwidth=_bandwidth(stages, weights, plain, s),
-                     prefix=_prefix(stages, budgets, s) if s.prefix_tokens else None,
+                     prefix=_prefix(stages, budgets, s, hit_block) if s.prefix_tokens else None,
                      offload=_offload(plain, budget, s) if s.offload_bytes else None, vllm_budget=by_vllm)
     verdict = start_checks(model, s, plan)
     vllm = plan.vllm

@@ -372,6 +372,7 @@ def vllm_section(plan, result) -> None:
                       "; vLLM also subtracts the activation peak it measures at start-up: turn on "
                       "“Budget as vLLM computes it” (serving setup) for its deductions, modelled."))
         metric_row(frames.vllm_metrics(plan))
+        st.caption(words.prefix_hit_sentence(result.vllm))  # kvviz's own words and numbers
         if any(spec.has_state for spec in plan.model.specs):
             st.caption(inert(f"Recurrent-state (Mamba-style) layers on {result.vllm.platform}: vLLM's "
                              "state page (conv kernel − 1 columns), block alignment and, with prefix "
@@ -385,7 +386,7 @@ def vllm_section(plan, result) -> None:
             vllm_table = frames.vllm_frame(plan)
             st.dataframe(vllm_table, hide_index=True, key="plan_vllm_table")
             downloads("kvviz-vllm-allocation", table=vllm_table)
-    for sentence in words.what_if_sentences(result, plan.setup.block_size):
+    for sentence in words.what_if_sentences(result):
         st.info(sentence)
 
 

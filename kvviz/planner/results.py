@@ -77,6 +77,8 @@ class VllmPlan:
     requests_at_context_per_replica: int
     requests_at_context_total: int
     fits_max_model_len: bool = True  # one request of max_model_len fits in the blocks (vLLM's block check)
+    hit_block: int = 0  # tokens a prefix-cache hit comes in (lcm of the groups' block sizes); 0: unknown
+    group_block_sizes: tuple[int, ...] = ()  # each KV cache group's block size, where there are several
     # the longest max_model_len kvviz suggests: one that fits with kvviz's margin for its modelled
     # budget to spare (vllm_memory.KV_MARGIN_FRACTION; the smallest rank's, on every stage); 0: none
     suggested_max_model_len: int = 0
@@ -130,6 +132,7 @@ class PrefixWhatIf:
     shared_tokens: int
     requests_per_replica: int
     requests_total: int
+    hit_block: int  # the whole blocks it is shared in: vLLM's prefix-hit granularity
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -143,6 +143,13 @@ class Allocation:
     blocks_per_request: int  # blocks one request of max_model_len holds, over all groups
     layout: str  # "uniform", "uniform type" or "hybrid"
     full_groups: int = 0  # groups of full / latent layers (the ones a shared prefix can use)
+    group_block_sizes: tuple[int, ...] = ()  # each KV cache group's block size (hybrid: after unification)
+
+    @property
+    def hit_block(self) -> int:
+        """Tokens a prefix-cache hit comes in: the least common multiple of the groups' block sizes
+        (vLLM 0.32's scheduler_block_size, kv_cache_utils.resolve_kv_cache_block_sizes)."""
+        return math.lcm(*self.group_block_sizes) if self.group_block_sizes else self.block_size
 
 
 def _attention_page(values_per_token: int, kv_heads: int, block_size: int, kv_dtype: str) -> int:
@@ -351,7 +358,8 @@ def _hybrid(pages, available_bytes, max_model_len, batched) -> Allocation:
                       group_size=group_size,
                       blocks_per_request=per_request,
                       layout="hybrid",
-                      full_groups=full)
+                      full_groups=full,
+                      group_block_sizes=tuple(by_key[key].block_size for key in groups))
 
 
 def requests_at(pages: list[PageSpec], available_bytes: int, context_tokens: int,

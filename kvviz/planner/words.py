@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from kvviz.planner.results import FitChange, OffloadWhatIf, PrefixWhatIf, SetupPlan, VllmPlan, Weights
+from kvviz.core.blocks import never_hits_sentence
 from kvviz.core.units import fmt_bytes_si
 from kvviz.planner.vllm_memory import VllmBudget
 
@@ -101,9 +102,9 @@ def longer_than_trained_sentence(tokens: list[int], max_position: int) -> str:
 # ---------------------------------------------------------------- what-ifs
 
 
-def prefix_sentence(p: PrefixWhatIf, requests_without: int, block_size: int) -> str:
+def prefix_sentence(p: PrefixWhatIf, requests_without: int) -> str:
     return (f"Modelled: with a shared {p.prefix_tokens:,}-token system prompt stored once "
-            f"({p.shared_tokens:,} tokens in whole blocks of {block_size}), "
+            f"({p.shared_tokens:,} tokens in whole blocks of {p.hit_block:,}), "
             f"{p.requests_per_replica:,} requests fit per replica instead of {requests_without:,}.")
 
 
@@ -114,17 +115,28 @@ def offload_sentence(o: OffloadWhatIf) -> str:
             f"at an assumed {o.pcie_bytes_per_s / 1e9:.0f} GB/s (PCIe 5.0 x16).")
 
 
-def what_if_sentences(plan: SetupPlan, block_size: int) -> list[str]:
+def what_if_sentences(plan: SetupPlan) -> list[str]:
     """The prefix-sharing and CPU-offload what-ifs that were asked about, in words."""
     out = []
     if plan.prefix:
-        out.append(prefix_sentence(plan.prefix, plan.plain.requests_per_replica, block_size))
+        out.append(prefix_sentence(plan.prefix, plan.plain.requests_per_replica))
     if plan.offload:
         out.append(offload_sentence(plan.offload))
     return out
 
 
 # ---------------------------------------------------------------- vLLM
+
+
+def prefix_hit_sentence(v: VllmPlan) -> str:
+    """Where vLLM's prefix-cache hits come in on this setup, and the prefix that never hits."""
+    if not v.prefix_caching:
+        return "Modelled: prefix caching is off on this setup, so vLLM reuses no prefix."
+    sizes = sorted(set(v.group_block_sizes))
+    groups = (f" (its cache groups' blocks of {', '.join(f'{b:,}' for b in sizes)} tokens: their least common "
+              "multiple)" if len(sizes) > 1 else "")
+    return ("Modelled: " + never_hits_sentence(v.hit_block or v.block_size, groups, "on this setup")
+            + (". A Mamba hybrid's hit also needs the state vLLM kept at that boundary." if len(sizes) > 1 else "."))
 
 
 def vllm_unavailable_sentence(error: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import altair as alt
 import pandas as pd
 
+from kvviz.core import blocks
 from kvviz.vllm.pool import CachedBlocks
 from kvviz.vllm.state import EngineState
 
@@ -210,7 +211,5 @@ def never_hits_sentence(state: EngineState) -> str | None:
     groups = state.pool.group_block_sizes
     per_group = (" (cache groups: " + ", ".join(f"{g}: {b}" for g, b in sorted(groups.items())) + ")"
                  if len(groups) > 1 else "")
-    return (f"vLLM reuses whole blocks of {block:,} tokens here{per_group}, from block 0: a shared prefix "
-            f"shorter than {block:,} tokens never hits on this server, and a longer one reuses at most "
-            f"⌊prefix / {block:,}⌋ × {block:,} of its tokens ({source}; with a hybrid model's Mamba groups "
+    return (blocks.never_hits_sentence(block, per_group) + f" ({source}; with a hybrid model's Mamba groups "
             "a hit also needs the Mamba state vLLM kept at that boundary: often fewer).")

@@ -154,7 +154,7 @@ def test_deployment_metrics_and_what_if_sentences():
     values = {m.label: m.value for m in pf.memory_metrics(plan, fmt_bytes)}
     assert values["Requests that fit at 8,000 tokens"] == "165"  # tests/planner/test_parallel.py
     assert values["Whole deployment (16×H100 SXM, TP 8 · DP 2)"] == "330"
-    sentences = words.what_if_sentences(plan.result, plan.setup.block_size)
+    sentences = words.what_if_sentences(plan.result)
     assert "Modelled" in sentences[0] and "992 tokens in whole blocks of 16" in sentences[0]
     assert "Modelled" in sentences[1] and "242 requests" in sentences[1]
 
@@ -573,7 +573,7 @@ def test_page_and_cli_say_the_same_sentences(capsys, query, argv):
     built = plan_cli.build_plan(args)
     plan, model = built.deployment, plan_models.catalog_model(argv[0])
     expected = [words.budget_sentence(plan), words.weights_sentence(plan.weights),
-                *words.what_if_sentences(plan, built.setup.block_size)]
+                *words.what_if_sentences(plan)]
     if deployment.blocks_refused(plan):  # the blocks' sentence; other failures: "will it start"
         expected.append(words.refusal_sentence(plan.vllm, deployment.fit_advice(model, built.setup)))
     if plan.per_gpu.kv_budget_bytes == 0:

@@ -19,6 +19,7 @@ In CI a vLLM that cannot build the engine is a failure (never a skip).
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -80,11 +81,14 @@ MEASURED = {
 }
 
 
-def kvviz_plan(name: str, block: int, prefix: bool, platform=sp.CPU) -> tuple:
+def kvviz_allocation(name: str, block: int, prefix: bool, platform=sp.CPU) -> sp.Allocation:
     """kvviz's plan on vLLM's CPU backend as on this machine's CPU (or the platform given)."""
     model = plan_models.model_from_config(CONFIGS[name]().to_dict(), name)
-    pages = sp.page_specs(model.specs, "bf16", block, platform, prefix)
-    a = sp.allocate(pages, KV_BYTES, MAX_LEN, MAX_BATCHED)
+    return sp.allocate(sp.page_specs(model.specs, "bf16", block, platform, prefix), KV_BYTES, MAX_LEN, MAX_BATCHED)
+
+
+def kvviz_plan(name: str, block: int, prefix: bool, platform=sp.CPU) -> tuple:
+    a = kvviz_allocation(name, block, prefix, platform)
     return a.block_size, a.num_blocks, a.num_tokens, a.max_concurrency
 
 
@@ -165,6 +169,12 @@ def test_the_real_vllm_allocates_what_kvviz_plans(case, tmp_path):
     assert got["max_num_batched_tokens"] == MAX_BATCHED
     real = (got["block_size"], got["num_blocks"], got["num_tokens"], got["max_concurrency"])
     assert kvviz_plan(*case) == (real[0], real[1], real[2], pytest.approx(real[3], rel=1e-12))
+    # where a prefix hit lands: the planner's "shorter than N tokens never hits" is vLLM's scheduler block
+    print(case, "groups", [g["block_size"] for g in got["groups"]], "scheduler block", got["scheduler_block_size"],
+          "hash block", got["hash_block_size"])
+    if prefix:  # without prefix caching nothing hits (vLLM then gives a Mamba group max_model_len blocks)
+        assert kvviz_allocation(*case).hit_block == got["scheduler_block_size"] == math.lcm(
+            *(g["block_size"] for g in got["groups"]))
 
 
 @pytest.mark.slow

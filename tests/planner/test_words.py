@@ -94,3 +94,36 @@ def test_page_table_rounds_as_the_cli_and_hides_fits_without_weights():
     values = {m.label: m.value for m in unknown.metric}
     assert values["Requests that fit at 2,000 tokens"] == "–"
     assert not any(h.value == "Will it start?" for h in unknown.subheader)
+
+
+# --- where a prefix hit lands (issue 42) ---------------------------------------------------------
+def test_the_planner_says_which_shared_prefix_never_hits_and_the_cli_says_the_same():
+    plan = plan_of("Llama-3.1-8B", block_size=16)
+    v = plan.result.vllm
+    assert (v.hit_block, v.group_block_sizes) == (16, ())
+    sentence = words.prefix_hit_sentence(v)
+    assert "a shared prefix shorter than 16 tokens never hits on this setup" in sentence
+    assert sentence.startswith("Modelled: ")
+    text = plan_cli.format_plan(plan_cli.build_plan(_cli_args("Llama-3.1-8B", "--gpu", "H100 SXM", "--block-size", "16")))
+    assert sentence in text  # the page's caption and the CLI's line are one sentence
+    off = plan_of("Llama-3.1-8B", block_size=16, prefix_caching=False).result.vllm
+    assert words.prefix_hit_sentence(off) == "Modelled: prefix caching is off on this setup, so vLLM reuses no prefix."
+
+
+def _cli_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kvviz")
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["plan", *argv])
+
+
+def test_a_hit_comes_in_the_lcm_of_the_groups_blocks_and_the_prefix_what_if_shares_only_those():
+    from kvviz.planner import serving_plan as sp
+    alloc = sp.Allocation(num_blocks=1, num_tokens=1, max_concurrency=1.0, block_size=32, page_bytes=1, num_groups=2,
+                          group_size=1, blocks_per_request=1, layout="hybrid", group_block_sizes=(32, 96))
+    assert alloc.hit_block == 96  # vLLM's scheduler_block_size: math.lcm over the groups
+    # a Mamba hybrid: its attention block grows until a page holds the state (hundreds of tokens)
+    plan = plan_of("Granite-4.0-H-Tiny", block_size=16, prefix_tokens=1000)
+    hit = plan.result.vllm.hit_block
+    assert hit > 16 and hit == plan.result.vllm.block_size
+    assert plan.result.prefix.shared_tokens == 1000 // hit * hit and plan.result.prefix.hit_block == hit
+    assert f"in whole blocks of {hit:,})" in words.what_if_sentences(plan.result)[0]
