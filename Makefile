@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml
 	# NVIDIA kvpress (KV-cache compression presses): it declares transformers<5.3, pandas<3 and peft;
 	# kvviz/shrink/presses.py adapts it to 5.24 and pyproject lists what it imports.
 	$(PY) -m pip install -q --no-deps kvpress==0.5.5
+	# optimum-quanto's C++ kernels (Shrink's quantized caches) compile on first use, about a minute on
+	# two cores: once here, not in whichever visitor's run or test quantizes a cache first.
+	$(PY) -c "from optimum.quanto.library.extensions.cpp import ext; ext.lib"
 	touch $(STAMP)
 
 # `streamlit run app.py` through kvviz's launcher: with KVVIZ_HOSTED=1 it adds the hosted policy's
