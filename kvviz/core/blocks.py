@@ -84,7 +84,7 @@ class BlockPool:
         return 0 if n == 0 else n - (len(self.owned[seq]) - 1) * self.block_size
 
 
-def never_hits_sentence(hit_block: int, groups: str = "", where: str = "on this server") -> str:
+def hit_block_sentence(hit_block: int, groups: str = "", where: str = "on this server") -> str:
     """"A shared prefix shorter than N tokens never hits": N, the tokens vLLM's prefix-cache hits
     come in (one group: its block size; several: the least common multiple of theirs, `groups`
     naming them). Shared by the vLLM page (from a server's events) and the planner (modelled)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from kvviz.planner.results import FitChange, OffloadWhatIf, PrefixWhatIf, SetupPlan, VllmPlan, Weights
-from kvviz.core.blocks import never_hits_sentence
+from kvviz.core.blocks import hit_block_sentence
 from kvviz.core.units import fmt_bytes_si
 from kvviz.planner.vllm_memory import VllmBudget
 
@@ -135,7 +135,7 @@ def prefix_hit_sentence(v: VllmPlan) -> str:
     sizes = sorted(set(v.group_block_sizes))
     groups = (f" (its cache groups' blocks of {', '.join(f'{b:,}' for b in sizes)} tokens: their least common "
               "multiple)" if len(sizes) > 1 else "")
-    return ("Modelled: " + never_hits_sentence(v.hit_block or v.block_size, groups, "on this setup")
+    return ("Modelled: " + hit_block_sentence(v.hit_block or v.block_size, groups, "on this setup")
             + (". A Mamba hybrid's hit also needs the state vLLM kept at that boundary." if len(sizes) > 1 else "."))
 
 

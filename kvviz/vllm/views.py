@@ -12,7 +12,7 @@ from collections.abc import Callable
 import altair as alt
 import pandas as pd
 
-from kvviz.core import blocks
+from kvviz.core.blocks import hit_block_sentence
 from kvviz.vllm.pool import CachedBlocks
 from kvviz.vllm.state import EngineState
 
@@ -211,5 +211,5 @@ def never_hits_sentence(state: EngineState) -> str | None:
     groups = state.pool.group_block_sizes
     per_group = (" (cache groups: " + ", ".join(f"{g}: {b}" for g, b in sorted(groups.items())) + ")"
                  if len(groups) > 1 else "")
-    return (blocks.never_hits_sentence(block, per_group) + f" ({source}; with a hybrid model's Mamba groups "
+    return (hit_block_sentence(block, per_group) + f" ({source}; with a hybrid model's Mamba groups "
             "a hit also needs the Mamba state vLLM kept at that boundary: often fewer).")
