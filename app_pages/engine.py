@@ -11,7 +11,7 @@ import os
 import streamlit as st
 
 from kvviz.app import ui
-from kvviz.vllm import fleet, panel as panels
+from kvviz.vllm import fleet, panel
 from kvviz.core.errors import UserError
 from kvviz.vllm.client import DEFAULT_URL, EngineError, normalize_url
 
@@ -60,8 +60,8 @@ every_s = every_col.select_slider("Refresh every", [1.0, 2.0, 5.0], value=2.0, k
 link()  # again, with every setting drawn
 if not rules.enabled and stop_col.button("Disconnect all", key="engine_disconnect"):
     for url in urls:
-        panels.watch_for(url).stop()
-    panels.watch_for.clear()
+        panel.watch_for(url).stop()
+    panel.watch_for.clear()
     st.info("Disconnected. Turn Live off and on, or edit the URLs, to attach again.")
     st.stop()
 if not urls:
@@ -71,22 +71,22 @@ if not urls:
 
 @st.fragment(run_every=every_s if live else None)
 def live_panels() -> None:
-    watches = [panels.watch_for(url) for url in urls]
-    ended = panels.demo_ended()
+    watches = [panel.watch_for(url) for url in urls]
+    ended = panel.demo_ended()
     if ended:  # the demo's server is gone on purpose: say so, stop retrying
-        st.success(panels.DEMO_ENDED, icon=":material/check_circle:")
+        st.success(panel.DEMO_ENDED, icon=":material/check_circle:")
     for watch in watches:
         if ended:  # a statement, not an expression: Streamlit's magic would print its None
             watch.stop()
         else:
-            panels.show_status(watch)
-    states, meta, notes = panels.snapshot(watches)
-    panels.show_engines(states, panels.text_fns(meta), "live", meta=meta)
+            panel.show_status(watch)
+    states, meta, notes = panel.snapshot(watches)
+    panel.show_engines(states, panel.text_fns(meta), "live", meta=meta)
     recording = fleet.merged(watches)
     if fleet.wanted(recording):  # two servers or more, or a request log
-        panels.show_fleet(recording, states, "live")
-    panels.show_notes(notes)
-    panels.download(watches)
+        panel.show_fleet(recording, states, "live")
+    panel.show_notes(notes)
+    panel.download(watches)
 
 
 live_panels()

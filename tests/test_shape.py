@@ -39,14 +39,7 @@ POSITIONAL_RECORDS = {
     "kvviz/vllm/requests.py",
     "kvviz/vllm/watch.py",
 }
-ALIASED_IMPORTS = {
-    "app_pages/engine.py",
-    "kvviz/shrink/cli.py",
-    "kvviz/shrink/compute.py",
-    "kvviz/shrink/panel.py",
-    "kvviz/shrink/report.py",
-    "kvviz/shrink/sweep.py",
-}
+ALIASED_IMPORTS: set[str] = set()
 JOB_OUTSIDE_ITS_FILE = {
     "kvviz/live/report.py",
     "kvviz/vllm/request_views.py",

@@ -159,12 +159,12 @@ def run_pair(args) -> int:
     from kvviz.engine.models import ModelLoadError, load_model
     from kvviz.core.trace import TraceError
     from kvviz.shrink import record
-    from kvviz.shrink import compute as shrink
-    from kvviz.shrink import report as shrink_report
+    from kvviz.shrink import compute
+    from kvviz.shrink import report
 
-    prompt = shrink.DEFAULT_PROMPT if args.prompt is None else args.prompt
+    prompt = compute.DEFAULT_PROMPT if args.prompt is None else args.prompt
     try:
-        mode = shrink.ShrinkMode(press=args.press, ratio=args.ratio) if args.press else quant_mode(args)
+        mode = compute.ShrinkMode(press=args.press, ratio=args.ratio) if args.press else quant_mode(args)
         mode.check()
         new_tokens = 24 if args.max_new_tokens is None else args.max_new_tokens
         if new_tokens < 1:
@@ -175,12 +175,12 @@ def run_pair(args) -> int:
         if args.report:
             check_out(args.report, "--report")
         lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
-        ids = shrink.prompt_ids(lm.tokenizer, prompt, chat=not args.no_chat_template)
-        result = shrink.compare(lm, ids, new_tokens, mode)
+        ids = compute.prompt_ids(lm.tokenizer, prompt, chat=not args.no_chat_template)
+        result = compute.compare(lm, ids, new_tokens, mode)
         pieces = lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()])
         write_atomic(args.out, record.to_json(result, pieces, lm.label))
         if args.report:
-            write_atomic(args.report, shrink_report.html_report(result, pieces, lm.label))
+            write_atomic(args.report, report.html_report(result, pieces, lm.label))
     except (ModelLoadError, ValueError, TraceError, OSError) as exc:
         print(f"kvviz shrink: error: {exc}", file=sys.stderr)
         return 2

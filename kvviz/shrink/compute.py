@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import torch
 from transformers import DynamicCache
 
-from kvviz.engine import loop as engine
+from kvviz.engine import loop
 from kvviz.engine.models import stop_token_ids
 from kvviz.shrink import peak, presses, quant_cache, support
 from kvviz.core.errors import UserError
@@ -184,16 +184,16 @@ def greedy_run(lm, ids: torch.Tensor, max_new_tokens: int, mode: ShrinkMode, eos
     prompt_len = ids.shape[1]
     with tracker.step(lm.device) as memory:
         cache = make_cache(model, mode)
-        with engine.StepClock(lm.device) as clock:
+        with loop.StepClock(lm.device) as clock:
             logits, kept = prefill(model, ids.to(lm.device), cache, mode)
     token = int(logits.argmax(-1))
     yield record(0, token, cache, clock.ms, memory), kept
     for step in range(1, max_new_tokens):
         if eos and token in eos:
             return
-        with tracker.step(lm.device) as memory, engine.StepClock(lm.device) as clock:
+        with tracker.step(lm.device) as memory, loop.StepClock(lm.device) as clock:
             position = torch.tensor([[prompt_len + step - 1]], device=lm.device)
-            logits = engine.forward(model, torch.tensor([[token]], device=lm.device), None, position, cache)
+            logits = loop.forward(model, torch.tensor([[token]], device=lm.device), None, position, cache)
         token = int(logits.argmax(-1))
         yield record(step, token, cache, clock.ms, memory), kept
 
@@ -202,10 +202,10 @@ def prefill(model, ids: torch.Tensor, cache, mode: ShrinkMode):
     """The prompt's forward: (last logits, kept positions per layer or {})."""
     positions = torch.arange(ids.shape[1], device=ids.device)[None]
     if mode.press == presses.NONE or mode.backend:
-        return engine.forward(model, ids, None, positions, cache), {}
+        return loop.forward(model, ids, None, positions, cache), {}
     press = presses.make_press(mode.press, mode.ratio, ids.shape[1])
     with presses.pressed(model, press) as kept:
-        logits = engine.forward(model, ids, None, positions, cache)
+        logits = loop.forward(model, ids, None, positions, cache)
     return logits, kept.positions
 
 

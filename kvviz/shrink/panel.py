@@ -19,13 +19,13 @@ import streamlit as st
 from kvviz.app import links, ui, uploads
 from kvviz.core.units import fmt_bytes, fmt_ms
 from kvviz.shrink import presses, quant_cache, record, support, sweep, sweep_charts, task
-from kvviz.shrink import charts as shrink_charts
-from kvviz.shrink import compute as shrink
+from kvviz.shrink import charts
+from kvviz.shrink import compute
 from kvviz.shrink.compute import Comparison, ShrinkRun
 
 DRAW_EVERY_S = 0.15  # redraw both answers at most this often while the runs take turns
 PRESS, QUANT = "Press (evict positions)", "Quantized cache"
-PROMPT = shrink.DEFAULT_PROMPT  # a context and a question: long enough for SnapKV's scores to choose
+PROMPT = compute.DEFAULT_PROMPT  # a context and a question: long enough for SnapKV's scores to choose
 URL = "query-params"  # settings are bound to the page's link (kvviz.app.links)
 
 
@@ -87,13 +87,13 @@ def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_
                + (f"; decode step time {timing}" if timing else "; no decode step yet"))
     if next_step is not None:
         next_step()
-    frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
+    frame = charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
     a, b = st.columns(2)
-    a.altair_chart(shrink_charts.steps_chart(frame, "kv_mib", "cache (MiB, measured)"), key=f"{key}_bytes")
-    b.altair_chart(shrink_charts.steps_chart(frame, "step_ms", "step time (ms)"), key=f"{key}_ms")
-    slow = [s for s in result.full.steps + result.shrunk.steps if s.step_ms > shrink_charts.time_cap(frame)]
+    a.altair_chart(charts.steps_chart(frame, "kv_mib", "cache (MiB, measured)"), key=f"{key}_bytes")
+    b.altair_chart(charts.steps_chart(frame, "step_ms", "step time (ms)"), key=f"{key}_ms")
+    slow = [s for s in result.full.steps + result.shrunk.steps if s.step_ms > charts.time_cap(frame)]
     if slow:
-        b.caption(f"{len(slow)} step(s) over {fmt_ms(shrink_charts.time_cap(frame))} (the slowest "
+        b.caption(f"{len(slow)} step(s) over {fmt_ms(charts.time_cap(frame))} (the slowest "
                   f"{fmt_ms(max(s.step_ms for s in slow))}) are drawn at the top edge; hover for their times.")
     if result.shrunk.kept:
         heads = next(iter(result.shrunk.kept.values()))
@@ -104,8 +104,8 @@ def draw_result(stage: Stage, result: Comparison, prompt_pieces: list[str], per_
                       f"A cell is kept when any of the layer's {n_heads} KV heads kept it (the union over heads): "
                       f"each head kept {n_kept} of {len(prompt_pieces)}, so a layer can show more. Turn on "
                       "'Kept map per KV head' for each head's own."))
-        kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces, per_head)
-        st.altair_chart(shrink_charts.kept_map_chart(kept), key=f"{key}_map")
+        kept = charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces, per_head)
+        st.altair_chart(charts.kept_map_chart(kept), key=f"{key}_map")
 
 
 def identical_words(result: Comparison, prompt_tokens: int) -> str:
@@ -118,24 +118,24 @@ def identical_words(result: Comparison, prompt_tokens: int) -> str:
                 "were enough for every greedy choice of this answer")
     else:
         held = "its rounding changed none of the greedy choices of this answer"
-    demo = shrink.DEMO_MODE
+    demo = compute.DEMO_MODE
     return (f"Why identical: {held}. A shrunk cache costs an answer only once it loses what the answer reads: "
             f"on the default model and question, {demo.press} evicting {demo.ratio:.0%} changes the answer.")
 
 
-def suggestion(result: Comparison, mode: shrink.ShrinkMode) -> tuple[str, shrink.ShrinkMode] | None:
+def suggestion(result: Comparison, mode: compute.ShrinkMode) -> tuple[str, compute.ShrinkMode] | None:
     """(button label, mode) of the one setting worth trying next, or None: after identical answers
-    the demo setting (shrink.DEMO_MODE), after StreamingLLM (which keeps by position) SnapKV at
+    the demo setting (compute.DEMO_MODE), after StreamingLLM (which keeps by position) SnapKV at
     the same ratio (which keeps what the question attends to)."""
-    if result.diverged_at is None and mode != shrink.DEMO_MODE:
-        return f"Try {shrink.DEMO_MODE.press} evicting {shrink.DEMO_MODE.ratio:.0%}", shrink.DEMO_MODE
+    if result.diverged_at is None and mode != compute.DEMO_MODE:
+        return f"Try {compute.DEMO_MODE.press} evicting {compute.DEMO_MODE.ratio:.0%}", compute.DEMO_MODE
     if mode.press == "StreamingLLM" and not mode.backend:
-        snap = shrink.ShrinkMode(press="SnapKV", ratio=mode.ratio)
+        snap = compute.ShrinkMode(press="SnapKV", ratio=mode.ratio)
         return "Compare: SnapKV at the same ratio (keeps what the question attends to)", snap
     return None
 
 
-def suggestion_button(result: Comparison, mode: shrink.ShrinkMode) -> None:
+def suggestion_button(result: Comparison, mode: compute.ShrinkMode) -> None:
     """The one-click next setting (`suggestion`), when its press can run here."""
     offer = suggestion(result, mode)
     if offer is not None and offer[1].press in presses.offered()[0]:
@@ -143,7 +143,7 @@ def suggestion_button(result: Comparison, mode: shrink.ShrinkMode) -> None:
                   help="Sets the press and ratio in the sidebar; then press Run full and shrunk.")
 
 
-def use_mode(mode: shrink.ShrinkMode) -> None:
+def use_mode(mode: compute.ShrinkMode) -> None:
     """A button's callback: the sidebar's press and ratio become `mode` (nothing runs)."""
     st.session_state["shrink_kind"] = PRESS
     st.session_state["shrink_press"] = mode.press
@@ -152,12 +152,12 @@ def use_mode(mode: shrink.ShrinkMode) -> None:
 
 def downloads(result: Comparison, prompt_pieces: list[str], model: str, key: str) -> None:
     """Both runs as a kvviz-shrink JSON file (Replay reads it) and as an HTML report."""
-    from kvviz.shrink import report as shrink_report
+    from kvviz.shrink import report
 
     left, right = st.columns(2)
     left.download_button("Download both runs (JSON)", record.to_json(result, prompt_pieces, model),
                          file_name="kvviz-shrink.json", mime="application/json", key=f"{key}_download")
-    right.download_button("Report (HTML)", lambda: shrink_report.html_report(result, prompt_pieces, model),
+    right.download_button("Report (HTML)", lambda: report.html_report(result, prompt_pieces, model),
                           file_name="kvviz-shrink-report.html", mime="text/html", key=f"{key}_report")
 
 
@@ -223,14 +223,14 @@ def play_steps(stage: Stage, result: Comparison, speed: float) -> None:
 class Settings:
     """What the sidebar asked for: the shrink mode, the prompt, the new tokens, the map's view."""
 
-    mode: shrink.ShrinkMode
+    mode: compute.ShrinkMode
     prompt: str
     new_tokens: int
     per_head: bool
     refused: str = ""  # why the chosen kind does not run on this model ("" when it does)
 
 
-def mode_settings(model) -> tuple[shrink.ShrinkMode, str]:
+def mode_settings(model) -> tuple[compute.ShrinkMode, str]:
     """The sidebar's press or quantized cache, with a sentence for each one not offered here;
     (mode, why this kind is not offered for `model`, or "")."""
     offered, refused = presses.offered()
@@ -241,14 +241,14 @@ def mode_settings(model) -> tuple[shrink.ShrinkMode, str]:
     if why:
         what = "Presses are" if kind == PRESS else "A quantized cache is"
         st.sidebar.caption(f"{what} not offered for this model: {why}.")
-        return shrink.ShrinkMode(), f"{what} not offered for this model: {why}."
+        return compute.ShrinkMode(), f"{what} not offered for this model: {why}."
     if kind == PRESS:
         names = list(offered)
-        first = names.index(shrink.DEMO_MODE.press) if shrink.DEMO_MODE.press in names else 0
+        first = names.index(compute.DEMO_MODE.press) if compute.DEMO_MODE.press in names else 0
         name = st.sidebar.selectbox("Press", names, index=first, key="shrink_press", bind=URL)
-        ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, shrink.DEMO_MODE.ratio, 0.05,
+        ratio = st.sidebar.slider("Share of prompt positions evicted", 0.1, 0.9, compute.DEMO_MODE.ratio, 0.05,
                                   key="shrink_ratio", bind=URL)
-        mode = shrink.ShrinkMode(press=name, ratio=round(ratio, 2)) if name else shrink.ShrinkMode()
+        mode = compute.ShrinkMode(press=name, ratio=round(ratio, 2)) if name else compute.ShrinkMode()
         if name:
             st.sidebar.caption(offered[name])
         for why_name, why_not in refused.items():
@@ -261,7 +261,7 @@ def mode_settings(model) -> tuple[shrink.ShrinkMode, str]:
                                  key="shrink_residual", disabled=backend == "fp8", bind=URL)
     for why_name, why_not in refused_backends.items():
         st.sidebar.caption(f"{why_name} is not offered: {why_not}")
-    return shrink.ShrinkMode(backend=backend, nbits=nbits, residual_length=residual), ""
+    return compute.ShrinkMode(backend=backend, nbits=nbits, residual_length=residual), ""
 
 
 def settings(rules, model) -> Settings:
@@ -279,16 +279,16 @@ def settings(rules, model) -> Settings:
 
 def run_both(lm, ids, asked: Settings, stage: Stage, deadline: float) -> Comparison:
     """The two runs taking turns, each side's column filled as its tokens arrive."""
-    runs = shrink.new_pair(asked.mode)
+    runs = compute.new_pair(asked.mode)
     drawn, started = 0.0, time.monotonic()
-    turns = shrink.take_turns(lm, ids, asked.new_tokens, asked.mode, should_stop=lambda: time.monotonic() > deadline)
+    turns = compute.take_turns(lm, ids, asked.new_tokens, asked.mode, should_stop=lambda: time.monotonic() > deadline)
     for turn in turns:
-        shrink.add_turn(runs, turn, lm.tokenizer)
-        if turn.side == shrink.SHRUNK and time.monotonic() - drawn > DRAW_EVERY_S:
+        compute.add_turn(runs, turn, lm.tokenizer)
+        if turn.side == compute.SHRUNK and time.monotonic() - drawn > DRAW_EVERY_S:
             stage.heading.caption(progress_words(turn.step, asked.new_tokens, time.monotonic() - started))
-            draw_answers(stage, [runs[shrink.FULL], runs[shrink.SHRUNK]], final=False)
+            draw_answers(stage, [runs[compute.FULL], runs[compute.SHRUNK]], final=False)
             drawn = time.monotonic()
-    return shrink.comparison(runs)
+    return compute.comparison(runs)
 
 
 def progress_words(step, steps: int, elapsed_s: float) -> str:
@@ -305,7 +305,7 @@ def progress_words(step, steps: int, elapsed_s: float) -> str:
 def run_clicked(lm, rules, asked: Settings, stage: Stage, status, ran_with) -> None:
     """Check the request, run both sides in the device's turn, keep the result in the session."""
     try:
-        ids = shrink.prompt_ids(lm.tokenizer, asked.prompt)
+        ids = compute.prompt_ids(lm.tokenizer, asked.prompt)
         rules.check_prompt_tokens(ids.shape[1])
         st.session_state.pop("shrink", None)  # a new run: the old result is not this one's
         with ui.device_turn(status) if rules.enabled else nullcontext():

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 from markupsafe import Markup
 
-from kvviz.viz import report_page as report
-from kvviz.shrink import charts as shrink_charts
+from kvviz.viz import report_page
+import kvviz.shrink.charts
 from kvviz.shrink.compute import Comparison
 from kvviz.core.units import fmt_bytes
 
@@ -36,16 +36,16 @@ def figures(result: Comparison) -> list[tuple[str, str]]:
 
 def charts(result: Comparison, prompt_pieces: list[str], svg) -> list[dict]:
     """Each chart's title and inline SVG (Markup), or the error that kept it from being drawn."""
-    frame = shrink_charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
-    built = {"Cache bytes per step (measured)": shrink_charts.steps_chart(frame, "kv_mib", "cache (MiB)"),
-             "Time per step": shrink_charts.steps_chart(frame, "step_ms", "step time (ms)")}
+    frame = kvviz.shrink.charts.steps_frame({"full": result.full.steps, "shrunk": result.shrunk.steps})
+    built = {"Cache bytes per step (measured)": kvviz.shrink.charts.steps_chart(frame, "kv_mib", "cache (MiB)"),
+             "Time per step": kvviz.shrink.charts.steps_chart(frame, "step_ms", "step time (ms)")}
     if result.shrunk.kept:
-        kept = shrink_charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces)
-        built["Which prompt positions each layer kept"] = shrink_charts.kept_map_chart(kept)
+        kept = kvviz.shrink.charts.kept_map_frame(result.shrunk.kept, len(prompt_pieces), prompt_pieces)
+        built["Which prompt positions each layer kept"] = kvviz.shrink.charts.kept_map_chart(kept)
     out = []
     for i, (title, chart) in enumerate(built.items()):
         try:
-            drawing, error = Markup(report.inline_svg(svg(chart.properties(width=report.CHART_WIDTH).to_dict()),
+            drawing, error = Markup(report_page.inline_svg(svg(chart.properties(width=report_page.CHART_WIDTH).to_dict()),
                                                       f"s{i}")), None
         except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
             drawing, error = None, type(exc).__name__
@@ -59,7 +59,7 @@ def steps_table(result: Comparison) -> Markup:
         if step >= len(run.steps):
             return {f"{name} token": "", f"{name} bytes": "", f"{name} ms": ""}
         s, piece = run.steps[step], run.pieces[step] if run.pieces else ""
-        return {f"{name} token": report.utf8_safe(piece), f"{name} bytes": s.kv_bytes, f"{name} ms": f"{s.step_ms:,.1f}"}
+        return {f"{name} token": report_page.utf8_safe(piece), f"{name} bytes": s.kv_bytes, f"{name} ms": f"{s.step_ms:,.1f}"}
     rows = [{"step": step, **side(result.full, step, "full"), **side(result.shrunk, step, "shrunk")}
             for step in range(max(len(result.full.steps), len(result.shrunk.steps)))]
     order = ["step", "full token", "shrunk token", "full bytes", "shrunk bytes", "full ms", "shrunk ms"]
@@ -77,9 +77,9 @@ def html_report(result: Comparison, prompt_pieces: list[str], model: str = "", s
             svg = export.svg
         except ImportError:
             svg = None
-    doc = report.template("shrink_report.html.j2").render(
-        csp=report.CSP, css=Markup(report.CSS), model=model or "a model", mode=result.shrunk.label,
+    doc = report_page.template("shrink_report.html.j2").render(
+        csp=report_page.CSP, css=Markup(report_page.CSS), model=model or "a model", mode=result.shrunk.label,
         caption=result.caption(), figures=figures(result), full=result.full, shrunk=result.shrunk,
         prompt="".join(prompt_pieces), charts=charts(result, prompt_pieces, svg) if svg else None,
         steps_table=steps_table(result))
-    return report.utf8_safe(doc)
+    return report_page.utf8_safe(doc)

@@ -34,7 +34,7 @@ import msgspec
 
 from kvviz.core.trace import TraceError
 from kvviz.core.wire import decode_versioned, has_format
-from kvviz.shrink import compute as shrink
+from kvviz.shrink import compute
 from kvviz.shrink import fanout, peak, presses, protocol, task
 
 NEW_TOKENS = 5  # version 1 files: every answer's length (version 2: each item's max_new_tokens)
@@ -62,22 +62,22 @@ def quant_offered(backends: dict) -> list[tuple[str, int]]:
     return [(b, n) for b, n in QUANT if n in backends.get(b, ())]
 
 
-def modes(press_names, quant: list[tuple[str, int]], ratios=RATIOS, question_aware=()) -> list[shrink.ShrinkMode]:
+def modes(press_names, quant: list[tuple[str, int]], ratios=RATIOS, question_aware=()) -> list[compute.ShrinkMode]:
     """The full cache, each press at each ratio, the question-aware ones, each quantized setting."""
-    out = [shrink.ShrinkMode()]
-    out += [shrink.ShrinkMode(press=name, ratio=r) for name in press_names for r in ratios]
-    out += [shrink.ShrinkMode(press=name, ratio=r, question_aware=True) for name in question_aware for r in ratios]
-    out += [shrink.ShrinkMode(backend=b, nbits=n, residual_length=RESIDUAL) for b, n in quant]
+    out = [compute.ShrinkMode()]
+    out += [compute.ShrinkMode(press=name, ratio=r) for name in press_names for r in ratios]
+    out += [compute.ShrinkMode(press=name, ratio=r, question_aware=True) for name in question_aware for r in ratios]
+    out += [compute.ShrinkMode(backend=b, nbits=n, residual_length=RESIDUAL) for b, n in quant]
     return out
 
 
-def kind_of(mode: shrink.ShrinkMode) -> str:
+def kind_of(mode: compute.ShrinkMode) -> str:
     return QUANTIZED if mode.backend else PRESS if mode.press != presses.NONE else FULL
 
 
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolated percentile (q in 0..1) of a non-empty list."""
-    return shrink.quantile(sorted(values), q)
+    return compute.quantile(sorted(values), q)
 
 
 # ------------------------------------------------------------------ one item
@@ -106,7 +106,7 @@ def in_turn(setting, reference) -> tuple[list[protocol.Step], list[protocol.Step
     return sides[1][1], sides[0][1]
 
 
-def answer_setting(lm, recs: dict, mode: shrink.ShrinkMode, item: task.TaskItem, eos: set[int], timed: bool) -> Answered:
+def answer_setting(lm, recs: dict, mode: compute.ShrinkMode, item: task.TaskItem, eos: set[int], timed: bool) -> Answered:
     """The setting's cache from the recorded prefill, then the question and the answer; timed:
     each step in turn with the full cache's same step on the same item."""
     rec = recs[mode.question_aware]
@@ -141,7 +141,7 @@ class ItemRecord:
     cpu_seconds: float = 0.0  # this process's CPU time for the item
 
 
-def run_item(lm, index: int, item: task.TaskItem, wanted: list[shrink.ShrinkMode], eos: set[int],
+def run_item(lm, index: int, item: task.TaskItem, wanted: list[compute.ShrinkMode], eos: set[int],
              timed: bool) -> ItemRecord:
     """Every setting on one item: one recorded prefill per prompt (context-only; with the question
     for question-aware settings), then each setting's answer."""
@@ -188,7 +188,7 @@ class SweepRow:
         return wilson(self.right, self.items)
 
 
-def row(mode: shrink.ShrinkMode, answers: list[Answered], items: list, full_bytes: float) -> SweepRow:
+def row(mode: compute.ShrinkMode, answers: list[Answered], items: list, full_bytes: float) -> SweepRow:
     """One setting's row from its answers to `items` (ItemRecords, same order)."""
     right = sum(task.TaskItem.expecting(i.expected).is_right(a.text) for a, i in zip(answers, items))
     kept = sum(a.kv_bytes for a in answers) / len(answers)
@@ -258,10 +258,10 @@ class Sweep:
         return ", ".join(f"{n} {name}" for name, n in counts.items())
 
 
-def assemble(records: list[ItemRecord], wanted: list[shrink.ShrinkMode], **notes) -> Sweep:
+def assemble(records: list[ItemRecord], wanted: list[compute.ShrinkMode], **notes) -> Sweep:
     """The rows of every setting over `records` (items in order), and the items' facts."""
     records = sorted(records, key=lambda r: r.index)
-    full = [r.answers[shrink.ShrinkMode().label()] for r in records]
+    full = [r.answers[compute.ShrinkMode().label()] for r in records]
     full_bytes = sum(a.kv_bytes for a in full) / len(full) if full else 0.0
     rows = [row(m, [r.answers[m.label()] for r in records], records, full_bytes) for m in wanted] if records else []
     infos = [ItemInfo(r.task, r.depth, tuple(r.expected), r.context_tokens, r.prompt_tokens) for r in records]
@@ -283,11 +283,11 @@ class Progress:
                 f"({m}m {s:02d}s so far)")
 
 
-def with_full_first(wanted: list[shrink.ShrinkMode]) -> list[shrink.ShrinkMode]:
-    return [shrink.ShrinkMode()] + [m for m in dict.fromkeys(wanted) if m != shrink.ShrinkMode()]
+def with_full_first(wanted: list[compute.ShrinkMode]) -> list[compute.ShrinkMode]:
+    return [compute.ShrinkMode()] + [m for m in dict.fromkeys(wanted) if m != compute.ShrinkMode()]
 
 
-def check_items(lm, items: list[task.TaskItem], wanted: list[shrink.ShrinkMode]) -> None:
+def check_items(lm, items: list[task.TaskItem], wanted: list[compute.ShrinkMode]) -> None:
     """UserError before any run for a setting `compute.check_run` refuses on any item."""
     for item in items:
         for qa in {m.question_aware for m in wanted}:
@@ -295,7 +295,7 @@ def check_items(lm, items: list[task.TaskItem], wanted: list[shrink.ShrinkMode])
             total = prompt.context_tokens + prompt.question_ids.shape[1]
             for mode in wanted:
                 if mode.question_aware == qa:
-                    shrink.check_run(lm, prompt.context_tokens, total - prompt.context_tokens + item.max_new_tokens, mode)
+                    compute.check_run(lm, prompt.context_tokens, total - prompt.context_tokens + item.max_new_tokens, mode)
 
 
 def spaced(n: int, k: int | None) -> set[int]:
@@ -305,7 +305,7 @@ def spaced(n: int, k: int | None) -> set[int]:
     return {round(i * n / k) for i in range(k)} if k > 0 else set()
 
 
-def run(lm, items: list[task.TaskItem], wanted: list[shrink.ShrinkMode], progress: Callable[[Progress], None] | None = None,
+def run(lm, items: list[task.TaskItem], wanted: list[compute.ShrinkMode], progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None, note: str = "", done: list[ItemRecord] | None = None,
         on_item: Callable[[ItemRecord], None] | None = None, timed_items: int | None = None,
         dropped: list[Dropped] | None = None, made_with: str = "") -> Sweep:
@@ -315,7 +315,7 @@ def run(lm, items: list[task.TaskItem], wanted: list[shrink.ShrinkMode], progres
     UserError before any run for a setting `compute.check_run` refuses on any item."""
     wanted = with_full_first(wanted)
     check_items(lm, items, wanted)
-    eos = shrink.stop_ids(lm)
+    eos = compute.stop_ids(lm)
     records = list(done or [])
     finished = {r.index for r in records}
     todo = [(i, item) for i, item in enumerate(items) if i not in finished]
