@@ -32,12 +32,6 @@ POSITIONAL_RECORDS = {
     "kvviz/shrink/compute.py",
     "kvviz/shrink/record.py",
     "kvviz/shrink/sweep.py",
-    "kvviz/vllm/blocklog.py",
-    "kvviz/vllm/metrics.py",
-    "kvviz/vllm/pool.py",
-    "kvviz/vllm/reasons.py",
-    "kvviz/vllm/requests.py",
-    "kvviz/vllm/watch.py",
 }
 ALIASED_IMPORTS: set[str] = set()
 JOB_OUTSIDE_ITS_FILE = {

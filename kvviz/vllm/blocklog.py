@@ -21,7 +21,7 @@ MAX_LIVES = 20_000  # ended lives kept for the histograms (the oldest are droppe
 EVICTED, CLEARED = "evicted", "cleared"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Life:
     """One stay of a block hash in the cache."""
 
@@ -42,7 +42,7 @@ class Life:
         return self.uses_s[-1] if self.uses_s else self.stored_s
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BlockLog:
     live: dict[BlockHash, Life] = field(default_factory=dict)  # cached now (the first copy's life)
     copies: Counter = field(default_factory=Counter)
@@ -61,7 +61,7 @@ class BlockLog:
             before = self.last_end.get(block_hash)
             if before is not None and before.ended_by == EVICTED:
                 self.restored_after_s.append(ts - before.ended_s)
-            life = Life(block_hash, parent, position, tokens, keys, owner, ts)
+            life = Life(block_hash=block_hash, parent=parent, position=position, tokens=tokens, keys=keys, owner=owner, stored_s=ts)
             self.live[block_hash] = life
             self.siblings.add(life)
         self.copies[block_hash] += 1

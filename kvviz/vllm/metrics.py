@@ -58,7 +58,7 @@ class Histogram:
         return [c - (self.cumulative[i - 1] if i else 0.0) for i, c in enumerate(self.cumulative)]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EngineMetrics:
     """One engine's series at one scrape. Missing series stay at 0."""
 
@@ -126,7 +126,7 @@ def add_sample(engines: dict[str, EngineMetrics], name: str, labels: dict, value
     if any(len(str(v)) > 200 for v in labels.values()):
         raise NotVllmMetrics(f"the server's /metrics gives a {name[:80]} label over 200 characters")
     engine = str(labels.get("engine", "0"))
-    metrics = engines.setdefault(engine, EngineMetrics(engine))
+    metrics = engines.setdefault(engine, EngineMetrics(engine=engine))
     metrics.model_name = labels.get("model_name", metrics.model_name)
     if name == "vllm:cache_config_info":
         metrics.cache_config = {k: v for k, v in labels.items() if k != "engine"}

@@ -28,7 +28,7 @@ class Block:
     depth: int  # 0 for a block that starts a sequence
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PoolCounts:
     """Cumulative counts since the reader attached (events, never the server's own counters)."""
 
@@ -41,7 +41,7 @@ class PoolCounts:
     num_restarts: int = 0  # sequence numbers went back: the server restarted
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CachedBlocks:
     """The cached blocks of one engine (one DP rank), as its events describe them."""
 

@@ -37,7 +37,7 @@ NO_EVENT = "no event"  # a request only the client's request log names (kvviz.vl
 CODES = (FIRST_SEEN, EXTENDS, DIVERGED, EVICTED, CLEARED_CODE, RECOMPUTED, EXTRA_KEYS, PARTIAL_TAIL, NO_EVENT)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Miss:
     """The first block a request stored: where its cache match stopped."""
 

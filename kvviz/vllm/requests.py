@@ -37,7 +37,7 @@ MATCH_WINDOW = 512  # a store continues only one of the latest requests started
 EVENTS, INFERRED = "events", "inferred from the chain"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Request:
     name: str  # the session_id (with #n from its second request on), else "#n" in arrival order
     session_id: str | None
@@ -70,7 +70,7 @@ class Request:
                 "first_miss_token": self.first_miss_token, "reuse_source": self.reuse_source}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RequestLedger:
     log: BlockLog = field(default_factory=BlockLog)
     requests: deque[Request] = field(default_factory=lambda: deque(maxlen=MAX_REQUESTS))
@@ -110,9 +110,9 @@ class RequestLedger:
                          copies=Counter(log.copies), ended=deque(log.ended), last_end=dict(log.last_end),
                          restored_after_s=deque(log.restored_after_s, maxlen=log.restored_after_s.maxlen),
                          num_cached=log.num_cached)
-        return RequestLedger(drawn, deque((copy.copy(r) for r in self.requests), maxlen=MAX_REQUESTS),
-                             self.t0, self.batch_no, self.numbered, dict(self.sessions), {},
-                             self.usable_blocks, self.started)
+        return RequestLedger(log=drawn, requests=deque((copy.copy(r) for r in self.requests), maxlen=MAX_REQUESTS),
+                             t0=self.t0, batch_no=self.batch_no, numbered=self.numbered, sessions=dict(self.sessions), pending={},
+                             usable_blocks=self.usable_blocks, started=self.started)
 
     def rows(self) -> list[dict]:
         return [r.row(self.t0 or 0.0) for r in self.requests]
@@ -147,7 +147,7 @@ class RequestLedger:
             self.numbered += 1
             name = f"#{self.numbered}"
         self.started += 1
-        request = Request(name, sid, ts, self.batch_no, event.block_size, number=self.started)
+        request = Request(name=name, session_id=sid, first_s=ts, batch_no=self.batch_no, block_size=event.block_size, number=self.started)
         self.requests.append(request)  # the deque drops the oldest past MAX_REQUESTS
         return request
 

@@ -28,7 +28,7 @@ TRIM_SLACK = MAX_BATCHES // 8  # records kept beyond the cap before the oldest a
 LOG_EVERY_S = 0.5  # between two reads of the request log
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Connection:
     """One server: its info once discovered, and a subscriber per DP rank."""
 
@@ -55,7 +55,7 @@ class EngineWatch:
         self.recording = Recording({"kind": "vllm watch", "urls": self.urls,
                                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                     "replicas": {u: f"r{i}" for i, u in enumerate(self.urls)}})
-        self.connections = [Connection(u) for u in self.urls]
+        self.connections = [Connection(url=u) for u in self.urls]
         self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
