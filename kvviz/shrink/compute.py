@@ -43,7 +43,7 @@ DEFAULT_PROMPT = (
     "museum.\n\nQuestion: in which year did the lighthouse get an electric lamp?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShrinkMode:
     """What shrinks the cache: a press and ratio, or a quantized cache."""
 
@@ -86,7 +86,7 @@ class ShrinkMode:
 DEMO_MODE = ShrinkMode(press="StreamingLLM", ratio=0.75)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepRecord:
     step: int  # 0 = the prompt's forward (prefill)
     token_id: int
@@ -166,8 +166,9 @@ def record(step: int, token: int, cache, ms: float, memory: dict | None = None) 
     peaks = {"peak_bytes": 0, "cuda_peak_bytes": 0, **(memory or {})}
     if hasattr(cache.layers[0], "_quantized_keys"):
         q = quant_cache.measure(cache)
-        return StepRecord(step, token, q.kv_bytes, ms, q.payload_bytes, q.scale_bytes, q.residual_bytes, **peaks)
-    return StepRecord(step, token, dynamic_bytes(cache), ms, **peaks)
+        return StepRecord(step=step, token_id=token, kv_bytes=q.kv_bytes, step_ms=ms, payload_bytes=q.payload_bytes,
+                          scale_bytes=q.scale_bytes, residual_bytes=q.residual_bytes, **peaks)
+    return StepRecord(step=step, token_id=token, kv_bytes=dynamic_bytes(cache), step_ms=ms, **peaks)
 
 
 def stop_ids(lm) -> set[int]:

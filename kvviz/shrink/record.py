@@ -30,7 +30,7 @@ Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**50)]  # a pebibyte: past any cac
 Label = Annotated[str, msgspec.Meta(max_length=500)]
 
 
-class _Step(msgspec.Struct, forbid_unknown_fields=True):
+class _Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     step: Count
     token_id: TokenId
     kv_bytes: Bytes
@@ -50,7 +50,7 @@ class _Side(msgspec.Struct, forbid_unknown_fields=True):
     pieces: list[str] = []  # each new token's own text
 
 
-class _Doc(msgspec.Struct, forbid_unknown_fields=True):
+class _Doc(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     format: str
     version: int
     prompt_tokens: list[str]

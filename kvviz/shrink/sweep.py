@@ -106,7 +106,8 @@ def in_turn(setting, reference) -> tuple[list[protocol.Step], list[protocol.Step
     return sides[1][1], sides[0][1]
 
 
-def answer_setting(lm, recs: dict, mode: compute.ShrinkMode, item: task.TaskItem, eos: set[int], timed: bool) -> Answered:
+def answer_setting(lm, recs: dict, mode: compute.ShrinkMode, item: task.TaskItem, eos: set[int],
+                   timed: bool) -> Answered:
     """The setting's cache from the recorded prefill, then the question and the answer; timed:
     each step in turn with the full cache's same step on the same item."""
     rec = recs[mode.question_aware]
@@ -126,7 +127,7 @@ def answer_setting(lm, recs: dict, mode: compute.ShrinkMode, item: task.TaskItem
                     [round(r, 4) for r in ratios])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ItemRecord:
     """Everything measured on one item: what it asked, and each setting's answer (by label)."""
 
@@ -150,13 +151,14 @@ def run_item(lm, index: int, item: task.TaskItem, wanted: list[compute.ShrinkMod
             for qa in sorted({m.question_aware for m in wanted} | {False})}
     answers = {m.label(): answer_setting(lm, recs, m, item, eos, timed) for m in wanted}
     prompt = recs[False].prompt
-    return ItemRecord(index, item.task, item.depth, list(item.answers), prompt.context_tokens,
-                      prompt.context_tokens + prompt.question_ids.shape[1], answers, round(time.monotonic() - started, 2),
-                      round(time.process_time() - cpu, 2))
+    return ItemRecord(index=index, task=item.task, depth=item.depth, expected=list(item.answers),
+                      context_tokens=prompt.context_tokens,
+                      prompt_tokens=prompt.context_tokens + prompt.question_ids.shape[1], answers=answers,
+                      seconds=round(time.monotonic() - started, 2), cpu_seconds=round(time.process_time() - cpu, 2))
 
 
 # ------------------------------------------------------------------ the rows
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepRow:
     mode: str  # the setting's label
     kind: str  # FULL, PRESS or QUANTIZED
@@ -195,12 +197,14 @@ def row(mode: compute.ShrinkMode, answers: list[Answered], items: list, full_byt
     ratio = mode.ratio if kind_of(mode) == PRESS else (1 - kept / full_bytes if full_bytes and mode.backend else 0.0)
     ratios = [r for a in answers for r in a.step_ratios]
     spread = ratios or [1.0]
-    return SweepRow(mode.label(), kind_of(mode), mode.press if kind_of(mode) == PRESS else "", round(ratio, 4),
-                    mode.backend, mode.nbits if mode.backend else 0, len(answers), right, right / len(answers),
-                    round(kept), 0, 0, round(median(spread), 4), round(percentile(spread, 0.25), 4),
-                    round(percentile(spread, 0.75), 4), mode.question_aware,
-                    round(sum(a.kept_share for a in answers) / len(answers), 4), tuple(a.text for a in answers),
-                    len(ratios))
+    return SweepRow(mode=mode.label(), kind=kind_of(mode), press=mode.press if kind_of(mode) == PRESS else "",
+                    ratio=round(ratio, 4), backend=mode.backend, nbits=mode.nbits if mode.backend else 0,
+                    items=len(answers), right=right, accuracy=right / len(answers), bytes=round(kept), peak_bytes=0,
+                    cuda_peak_bytes=0, step_ratio=round(median(spread), 4),
+                    step_ratio_lo=round(percentile(spread, 0.25), 4), step_ratio_hi=round(percentile(spread, 0.75), 4),
+                    question_aware=mode.question_aware,
+                    kept_share=round(sum(a.kept_share for a in answers) / len(answers), 4),
+                    answers=tuple(a.text for a in answers), timed_steps=len(ratios))
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,7 @@ class Dropped:
     why: str
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Sweep:
     """The finished (or stopped) sweep: one row per setting, each item's facts, the notes."""
 
@@ -265,10 +269,10 @@ def assemble(records: list[ItemRecord], wanted: list[compute.ShrinkMode], **note
     full_bytes = sum(a.kv_bytes for a in full) / len(full) if full else 0.0
     rows = [row(m, [r.answers[m.label()] for r in records], records, full_bytes) for m in wanted] if records else []
     infos = [ItemInfo(r.task, r.depth, tuple(r.expected), r.context_tokens, r.prompt_tokens) for r in records]
-    return Sweep(rows, items=infos, **notes)
+    return Sweep(rows=rows, items=infos, **notes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Progress:
     done: int
     total: int
@@ -295,7 +299,8 @@ def check_items(lm, items: list[task.TaskItem], wanted: list[compute.ShrinkMode]
             total = prompt.context_tokens + prompt.question_ids.shape[1]
             for mode in wanted:
                 if mode.question_aware == qa:
-                    compute.check_run(lm, prompt.context_tokens, total - prompt.context_tokens + item.max_new_tokens, mode)
+                    compute.check_run(lm, prompt.context_tokens, total - prompt.context_tokens + item.max_new_tokens,
+                                      mode)
 
 
 def spaced(n: int, k: int | None) -> set[int]:
@@ -305,7 +310,8 @@ def spaced(n: int, k: int | None) -> set[int]:
     return {round(i * n / k) for i in range(k)} if k > 0 else set()
 
 
-def run(lm, items: list[task.TaskItem], wanted: list[compute.ShrinkMode], progress: Callable[[Progress], None] | None = None,
+def run(lm, items: list[task.TaskItem], wanted: list[compute.ShrinkMode],
+        progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None, note: str = "", done: list[ItemRecord] | None = None,
         on_item: Callable[[ItemRecord], None] | None = None, timed_items: int | None = None,
         dropped: list[Dropped] | None = None, made_with: str = "") -> Sweep:
@@ -325,16 +331,18 @@ def run(lm, items: list[task.TaskItem], wanted: list[compute.ShrinkMode], progre
             complete = False
             break
         if progress is not None:
-            progress(Progress(n * len(wanted), len(todo) * len(wanted), f"{len(wanted)} settings", index + 1,
-                              len(items), time.monotonic() - started))
+            progress(Progress(done=n * len(wanted), total=len(todo) * len(wanted), mode=f"{len(wanted)} settings",
+                              item=index + 1, items=len(items), elapsed_s=time.monotonic() - started))
         record = run_item(lm, index, item, wanted, eos, index in timed)
         records.append(record)
         if on_item is not None:
             on_item(record)
     if progress is not None:
-        progress(Progress(len(todo) * len(wanted) if complete else 0, len(todo) * len(wanted),
-                          "done" if complete else "stopped", len(items), len(items), time.monotonic() - started))
-    return assemble(records, wanted, model=lm.label, task=note, new_tokens=max((i.max_new_tokens for i in items), default=0),
+        progress(Progress(done=len(todo) * len(wanted) if complete else 0, total=len(todo) * len(wanted),
+                          mode="done" if complete else "stopped", item=len(items), items=len(items),
+                          elapsed_s=time.monotonic() - started))
+    return assemble(records, wanted, model=lm.label, task=note,
+                    new_tokens=max((i.max_new_tokens for i in items), default=0),
                     complete=complete and len(records) == len(items), items_total=len(items),
                     dropped=list(dropped or []), made_with=made_with,
                     timed_items=len(items) if timed_items is None else min(timed_items, len(items)))
@@ -366,7 +374,7 @@ Protocol = Literal[protocol.PROTOCOL]
 Text = Annotated[str, msgspec.Meta(max_length=2000)]
 
 
-class _Row(msgspec.Struct, forbid_unknown_fields=True):
+class _Row(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     mode: Annotated[str, msgspec.Meta(max_length=200)]
     kind: Annotated[str, msgspec.Meta(pattern="^(full|press|quantized)$")]
     press: Annotated[str, msgspec.Meta(max_length=100)]
@@ -384,7 +392,7 @@ class _Row(msgspec.Struct, forbid_unknown_fields=True):
     step_ratio_hi: Ratio
 
 
-class _Doc(msgspec.Struct, forbid_unknown_fields=True):
+class _Doc(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     format: str
     version: int
     rows: Annotated[list[_Row], msgspec.Meta(max_length=MAX_ROWS)]
@@ -415,7 +423,7 @@ class _Dropped(msgspec.Struct, forbid_unknown_fields=True):
     why: Text
 
 
-class _Doc2(msgspec.Struct, forbid_unknown_fields=True):
+class _Doc2(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     format: str
     version: int
     rows: Annotated[list[_Row2], msgspec.Meta(max_length=MAX_ROWS)]
@@ -478,13 +486,15 @@ def from_json(data: bytes | str) -> Sweep:
         doc = decode_versioned(data, _Doc, FORMAT, 1)
         rows = [SweepRow(**msgspec.structs.asdict(r)) for r in doc.rows]
         check_rows(rows)
-        return Sweep(rows, doc.model, doc.task, doc.new_tokens, doc.peak_how, doc.complete, protocol="",
+        return Sweep(rows=rows, model=doc.model, task=doc.task, new_tokens=doc.new_tokens, peak_how=doc.peak_how,
+                     complete=doc.complete, protocol="",
                      items_total=rows[0].items if rows else 0)
     doc = decode_versioned(data, _Doc2, FORMAT, VERSION)
     rows = [SweepRow(**{**msgspec.structs.asdict(r), "answers": tuple(r.answers)}) for r in doc.rows]
     items = [ItemInfo(i.task, i.depth, tuple(i.expected), i.context_tokens, i.prompt_tokens) for i in doc.items]
     check_rows(rows)
     check_answers(rows, items)
-    return Sweep(rows, doc.model, doc.task, doc.new_tokens, "", doc.complete, doc.protocol, items,
-                 [Dropped(d.setting, d.why) for d in doc.dropped], max(doc.items_total, len(items)), doc.made_with,
-                 doc.timed_items)
+    return Sweep(rows=rows, model=doc.model, task=doc.task, new_tokens=doc.new_tokens, peak_how="",
+                 complete=doc.complete, protocol=doc.protocol, items=items,
+                 dropped=[Dropped(d.setting, d.why) for d in doc.dropped], items_total=max(doc.items_total, len(items)),
+                 made_with=doc.made_with, timed_items=doc.timed_items)

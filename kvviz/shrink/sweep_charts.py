@@ -86,8 +86,10 @@ def press_accuracy_chart(df: pd.DataFrame, heading: str = "") -> alt.LayerChart:
     x = alt.X("accuracy:Q", title=title, scale=alt.Scale(domain=[0, 1]), axis=axis)
     full = df[df["kind"] == "full"].assign(evicted=FULL_LABEL)
     domain = labels + [FULL_LABEL] * (not full.empty)
-    color = alt.Color("evicted:N", sort=domain, title="share of the context evicted", legend=alt.Legend(**TOP_LEGEND, columns=RATIO_LEGEND_COLUMNS, symbolOpacity=1),
-                      scale=alt.Scale(domain=domain, range=RATIO_COLORS[:len(labels)] + [FULL_COLOR] * (not full.empty)))
+    legend = alt.Legend(**TOP_LEGEND, columns=RATIO_LEGEND_COLUMNS, symbolOpacity=1)  # the band's 0.25 not on it
+    colors = RATIO_COLORS[:len(labels)] + [FULL_COLOR] * (not full.empty)
+    color = alt.Color("evicted:N", sort=domain, title="share of the context evicted", legend=legend,
+                      scale=alt.Scale(domain=domain, range=colors))
     base = alt.Chart(presses).encode(
         y=alt.Y("curve:N", sort=order, title=None, axis=alt.Axis(labelLimit=230, labelExpr=TWO_LINES)),
         yOffset=alt.YOffset("evicted:N", sort=labels), color=color, tooltip=TIPS)

@@ -61,7 +61,8 @@ class BlockLog:
             before = self.last_end.get(block_hash)
             if before is not None and before.ended_by == EVICTED:
                 self.restored_after_s.append(ts - before.ended_s)
-            life = Life(block_hash=block_hash, parent=parent, position=position, tokens=tokens, keys=keys, owner=owner, stored_s=ts)
+            life = Life(block_hash=block_hash, parent=parent, position=position, tokens=tokens, keys=keys,
+                        owner=owner, stored_s=ts)
             self.live[block_hash] = life
             self.siblings.add(life)
         self.copies[block_hash] += 1

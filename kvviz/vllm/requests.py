@@ -111,8 +111,8 @@ class RequestLedger:
                          restored_after_s=deque(log.restored_after_s, maxlen=log.restored_after_s.maxlen),
                          num_cached=log.num_cached)
         return RequestLedger(log=drawn, requests=deque((copy.copy(r) for r in self.requests), maxlen=MAX_REQUESTS),
-                             t0=self.t0, batch_no=self.batch_no, numbered=self.numbered, sessions=dict(self.sessions), pending={},
-                             usable_blocks=self.usable_blocks, started=self.started)
+                             t0=self.t0, batch_no=self.batch_no, numbered=self.numbered, sessions=dict(self.sessions),
+                             pending={}, usable_blocks=self.usable_blocks, started=self.started)
 
     def rows(self) -> list[dict]:
         return [r.row(self.t0 or 0.0) for r in self.requests]
@@ -147,7 +147,8 @@ class RequestLedger:
             self.numbered += 1
             name = f"#{self.numbered}"
         self.started += 1
-        request = Request(name=name, session_id=sid, first_s=ts, batch_no=self.batch_no, block_size=event.block_size, number=self.started)
+        request = Request(name=name, session_id=sid, first_s=ts, batch_no=self.batch_no, block_size=event.block_size,
+                          number=self.started)
         self.requests.append(request)  # the deque drops the oldest past MAX_REQUESTS
         return request
 

@@ -219,7 +219,8 @@ def test_first_difference_marked_and_timing_spread():
     """⟦ ⟧ around the first differing token in both texts; the step-time ratio is the median of the
     paired decode steps with its middle half, "within noise" when that holds 1."""
     def run(pieces, times):
-        steps = [shrink.StepRecord(i, hash(p) % 1000, 100, ms) for i, (p, ms) in enumerate(zip(pieces, times))]
+        steps = [shrink.StepRecord(step=i, token_id=hash(p) % 1000, kv_bytes=100, step_ms=ms) for i, (p,
+                                   ms) in enumerate(zip(pieces, times))]
         return shrink.ShrinkRun("x", steps, {}, "".join(pieces), pieces)
     full = run(["The", " year", " 1952", "."], [500, 100, 100, 100])
     shrunk = run(["The", " year", " 1950", "."], [900, 90, 120, 105])
@@ -249,10 +250,11 @@ def test_one_slow_step_does_not_flatten_the_step_chart():
 
 def test_progress_line_shows_elapsed_time_and_a_slow_step():
     from kvviz.shrink import panel
-    quick = shrink.StepRecord(2, 5, 100, 80.0)
+    quick = shrink.StepRecord(step=2, token_id=5, kv_bytes=100, step_ms=80.0)
     assert panel.progress_words(quick, 24, 0.5) == "Both runs take turns on the device: step 3 of 24…"
-    slow = shrink.StepRecord(0, 5, 100, 120_000.0)
-    assert panel.progress_words(slow, 24, 121.0) == ("Both runs take turns on the device: step 1 of 24… 121 s so far; "
+    slow = shrink.StepRecord(step=0, token_id=5, kv_bytes=100, step_ms=120_000.0)
+    assert panel.progress_words(slow, 24,
+                                121.0) == ("Both runs take turns on the device: step 1 of 24… 121 s so far; "
                                                      "that step took 120.0 s")
 
 
@@ -260,7 +262,8 @@ def test_identical_answers_say_why_and_offer_the_demo():
     from kvviz.shrink import panel
 
     def side(label, kept=None):
-        return shrink.ShrinkRun(label, [shrink.StepRecord(0, 5, 100, 1.0)], kept or {}, "x", ["x"])
+        return shrink.ShrinkRun(label, [shrink.StepRecord(step=0, token_id=5, kv_bytes=100, step_ms=1.0)], kept or {},
+                                "x", ["x"])
     pressed = shrink.Comparison(side("full"), side("SnapKV", {0: torch.zeros(3, 54, dtype=torch.long)}), None)
     words = panel.identical_words(pressed, 219)
     assert words.startswith("Why identical: each KV head kept 54 of the 219 prompt positions")
