@@ -135,8 +135,7 @@ def prefix_hit_sentence(v: VllmPlan) -> str:
     sizes = sorted(set(v.group_block_sizes))
     groups = (f" (its cache groups' blocks of {', '.join(f'{b:,}' for b in sizes)} tokens: their least common "
               "multiple)" if len(sizes) > 1 else "")
-    return ("Modelled: " + hit_block_sentence(v.hit_block or v.block_size, groups, "on this setup")
-            + (". A Mamba hybrid's hit also needs the state vLLM kept at that boundary." if len(sizes) > 1 else "."))
+    return "Modelled: " + hit_block_sentence(v.hit_block or v.block_size, groups, "on this setup") + "."
 
 
 def vllm_unavailable_sentence(error: str) -> str:
