@@ -72,7 +72,10 @@ class Player:
         self.state.update({STEP: start, PLAYING: True, CLOCK: (self.clock(), start, self.speed), SHOWN: None})
 
     def pause(self) -> None:
-        self.state[PLAYING] = False
+        """Stop at the slider's step, written back: the browser's slider may already show a later
+        step than the one the Pause click sent (a playing run sent it after the click left), and a
+        step written by the script is sent again, so slider and panels show the same step."""
+        self.state.update({PLAYING: False, STEP: self.current()})
         self.state.pop(CLOCK, None)
 
     def step(self, delta: int) -> None:

@@ -77,6 +77,19 @@ def test_play_draws_each_step_whole_from_the_scrubbed_step(page, monkeypatch):
     assert "◀ slower" in [c.value for c in at.caption] and "faster ▶" in [c.value for c in at.caption]
 
 
+def test_pause_sends_the_slider_the_step_the_panels_show(page):
+    """A Pause click can leave the browser while a playing run's later step is on its way to the
+    slider: the paused run must send the slider its step again (set_value), or the slider stays on
+    the later step while every panel shows the one the click carried (seen under CI's load)."""
+    at = page.run()
+    at.session_state["replay_playing"] = True  # mid-play, as the click finds it
+    at.slider(key="replay_step").set_value(29)
+    at.button(key="replay_play").click().run()
+    slider = at.slider(key="replay_step")
+    assert at.button(key="replay_play").label == "Play" and metrics(at)["Tokens"].startswith("29 ×")
+    assert slider.proto.set_value and list(slider.proto.value) == [29]
+
+
 def test_the_step_buttons_move_the_scrubber_one_step(page):
     at = page.run()
     at.slider(key="replay_step").set_value(10).run()
