@@ -1,6 +1,11 @@
 """What a real vLLM allocates for one model: run with .venv-vllm's python, never the app's.
 
     .venv-vllm/bin/python scripts/vllm_hybrid_check.py MODEL_DIR KV_BYTES BLOCK_SIZE MAX_LEN PREFIX DTYPE
+    .venv-vllm/bin/python scripts/vllm_hybrid_check.py --many CASES.json
+
+CASES.json: a JSON list of those six arguments per case. vLLM is imported once (about 13 s here)
+and each case runs in a child forked from that process (its engine dies with it); the last stdout
+line is then a JSON list, one object per case, {"error": ...} for a case whose child failed.
 
 MODEL_DIR holds a config.json (no weights: vLLM's dummy loader fills random ones). The engine is
 built in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) with exactly KV_BYTES of KV cache
@@ -15,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 
 def group_summary(group) -> dict:
@@ -44,13 +51,45 @@ def allocation(model_dir: str, kv_bytes: int, block_size: int, max_len: int, pre
             "scheduler_block_size": core.scheduler.block_size, "hash_block_size": core.scheduler.hash_block_size}
 
 
+def allocation_of(args: list) -> dict:
+    model_dir, kv_bytes, block_size, max_len, prefix, dtype = map(str, args)
+    return allocation(model_dir, int(kv_bytes), int(block_size), int(max_len), prefix == "1", dtype)
+
+
+def in_child(args: list, out: Path) -> dict:
+    """`allocation_of(args)` in a child forked from this process (vLLM already imported)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            out.write_text(json.dumps(allocation_of(args)))
+            code = 0
+        except BaseException as exc:  # the parent reports it for this case
+            out.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if out.exists():
+        return json.loads(out.read_text())
+    return {"error": f"the child ended with status {status} and wrote nothing"}
+
+
+def many(cases_file: str) -> list[dict]:
+    import vllm  # noqa: F401  (once, before the forks)
+    cases = json.loads(Path(cases_file).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        return [in_child(args, Path(tmp) / f"{i}.json") for i, args in enumerate(cases)]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 6:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if len(argv) == 2 and argv[0] == "--many":
+        result = many(argv[1])
+    elif len(argv) == 6:
+        result = allocation_of(argv)
+    else:
         print(__doc__, file=sys.stderr)
         return 2
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    model_dir, kv_bytes, block_size, max_len, prefix, dtype = argv
-    result = allocation(model_dir, int(kv_bytes), int(block_size), int(max_len), prefix == "1", dtype)
     print(json.dumps(result), flush=True)
     return 0
 

@@ -4,7 +4,8 @@ Three tiny hybrids of the shapes people deploy (8 layers: 3 state + 1 full atten
 Granite-4-style one (Mamba-2 mixers), a Qwen3-Next-style one (Gated DeltaNet) and an LFM2-style one
 (short convolutions), bf16, 256 MiB
 of KV cache, max model length 8,192, prefix caching on (vLLM's default: "align" mode) and off.
-`scripts/vllm_hybrid_check.py` builds vLLM's engine in-process on each config (dummy weights,
+`scripts/vllm_hybrid_check.py` builds vLLM's engine in-process on each config (all of them in one
+vLLM process: tests/planner/conftest.py) (dummy weights,
 nothing generated) and prints what it allocated; kvviz.planner.serving_plan, on vLLM's CPU
 platform, must give the same block size, blocks, tokens and concurrency.
 
@@ -18,23 +19,16 @@ In CI a vLLM that cannot build the engine is a failure (never a skip).
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import signal
-import subprocess
-from pathlib import Path
 
 import pytest
 from transformers import DeepseekV32Config, GraniteMoeHybridConfig, Lfm2Config, Qwen3NextConfig
 
 from kvviz.planner import configs as plan_models
 from kvviz.planner import serving_plan as sp
+from tests.planner import vllm_real
 
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 KV_BYTES, MAX_LEN, MAX_BATCHED = 256 * 2**20, 8192, 4096  # vLLM's CPU max_num_batched_tokens
-ENGINE_TIMEOUT_S = 420
 LAYERS = ["linear_attention"] * 3 + ["full_attention"]
 COMMON = dict(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=8,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16384,
@@ -136,35 +130,11 @@ def test_the_v32_indexer_is_fp8_with_scales_in_its_own_pages():
     assert v32_plan() == ([8_448, 73_728], "uniform type", 204, 13_056, 1.59375)
 
 
-def run_vllm_script(script: str, *args) -> dict:
-    """Run a check script under .venv-vllm: bounded, its whole process group killed after."""
-    if not VLLM_PYTHON.exists():
-        if os.environ.get("CI"):
-            pytest.fail(".venv-vllm is missing in CI (make test installs it)")
-        pytest.skip(".venv-vllm is not installed (make test installs it)")
-    args = [str(VLLM_PYTHON), str(ROOT / "scripts" / script), *map(str, args)]
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # it overrides KV_BYTES
-    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=ENGINE_TIMEOUT_S)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
-    assert proc.returncode == 0, err[-4000:]
-    return json.loads(out.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(MEASURED), ids=lambda c: f"{c[0]}-block{c[1]}-prefix{int(c[2])}")
-def test_the_real_vllm_allocates_what_kvviz_plans(case, tmp_path):
-    name, block, prefix = case
-    CONFIGS[name]().save_pretrained(tmp_path)
-    got = run_vllm_script("vllm_hybrid_check.py", tmp_path, KV_BYTES, block, MAX_LEN, int(prefix), "bfloat16")
+def test_the_real_vllm_allocates_what_kvviz_plans(case, real_allocations):
+    got, prefix = real_allocations[("hybrid", *case)], case[2]
+    assert "error" not in got, got
     assert got["mamba_cache_mode"] == ("align" if prefix else "none")
     assert got["max_num_batched_tokens"] == MAX_BATCHED
     real = (got["block_size"], got["num_blocks"], got["num_tokens"], got["max_concurrency"])
@@ -179,7 +149,7 @@ def test_the_real_vllm_allocates_what_kvviz_plans(case, tmp_path):
 
 @pytest.mark.slow
 def test_vllms_own_arithmetic_on_the_v32_indexer_specs():
-    got = run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192)
+    got = vllm_real.run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192)
     assert got["groups"] == [["UniformTypeKVCacheSpecs", 8]]  # latent + indexer of 4 layers, one group
     assert v32_plan()[1:] == ("uniform type", got["num_blocks"], got["num_tokens"], got["max_concurrency"])
 
@@ -188,7 +158,7 @@ def test_vllms_own_arithmetic_on_the_v32_indexer_specs():
 def test_vllms_own_arithmetic_on_the_v32_fp8_ds_mla_specs():
     """The latent in vLLM's fp8_ds_mla cache (656 B per token): tests/planner/test_serving_plan.py pins
     kvviz's 332 blocks, 21,248 tokens, 2.59375× for these specs; vLLM's own functions agree."""
-    got = run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192, "fp8_ds_mla")
+    got = vllm_real.run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192, "fp8_ds_mla")
     assert got["pages"] == [64 * 132, 64 * 656]
     assert got["groups"] == [["UniformTypeKVCacheSpecs", 8]]
     assert (got["num_blocks"], got["num_tokens"], got["max_concurrency"]) == (332, 21_248, 2.59375)
