@@ -1,10 +1,12 @@
 """Replay: play a recorded run through the live panels. Needs no model and no GPU."""
 import streamlit as st
 
-from kvviz.app import player, ui
+from kvviz.app import ui
 from kvviz.live import panel
 import kvviz.shrink.panel
 import kvviz.vllm.panel
+import kvviz.replay.panel
+from kvviz.replay import player
 from kvviz.core.trace import TraceError
 
 presenting = ui.presenter_mode()
@@ -22,7 +24,7 @@ examples = ui.example_traces()
 with options:
     source = st.radio("Trace", list(examples) + ["Upload a file"], horizontal=not presenting,
                       key="replay_source", bind="query-params")
-    upload = ui.trace_uploader() if source == "Upload a file" else None
+    upload = kvviz.replay.panel.trace_uploader() if source == "Upload a file" else None
 link = ui.share_link(settings="this trace and how it plays", notes=[
     "An uploaded file is not in a link: whoever opens it uploads the file again."] if upload is not None else [])
 try:
@@ -34,14 +36,14 @@ try:
     if compared is not None:
         kvviz.shrink.panel.replay_page(compared)
         st.stop()
-    trace = ui.read_trace(examples.get(source), upload)
+    trace = kvviz.replay.panel.read_trace(examples.get(source), upload)
 except TraceError as exc:
     st.error(f"Cannot replay this file: {ui.inert(exc)}")
     st.stop()
 if trace is None:
     st.info("Choose an example trace or upload one.")
     st.stop()
-(options if presenting else st).caption(ui.trace_origin(trace))
+(options if presenting else st).caption(kvviz.replay.panel.trace_origin(trace))
 if not presenting:
     speed_col, step_col, play_col = st.columns([2, 4, 2], vertical_alignment="bottom")
 with speed_col:
@@ -52,11 +54,11 @@ with speed_col:
         slow_end, fast_end = st.columns(2)
         slow_end.caption("◀ slower")
         fast_end.caption("faster ▶", text_alignment="right")
-playback = ui.replay_player(trace, ui.SPEEDS[speed])
+playback = kvviz.replay.panel.replay_player(trace, ui.SPEEDS[speed])
 playback.advance()  # playing: the step due now, set on the slider before it is drawn
 shown = step_col.slider("Step", 1, playback.steps, playback.steps, key=player.STEP,
                         bind="query-params") if playback.steps > 1 else 1
-ui.replay_buttons(play_col, playback)
+kvviz.replay.panel.replay_buttons(play_col, playback)
 show_tokens = (options if presenting else st).toggle("Token boundaries", key="replay_tokens", bind="query-params")
 link()  # again, with every setting drawn
 panel.replay(trace, show_tokens, upto_step=shown - 1, downloadable=not playback.playing)

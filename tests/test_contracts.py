@@ -14,7 +14,7 @@ KVVIZ = Path(__file__).resolve().parent.parent / "kvviz"
 # that runs a model; viz: chart theme and builders; app: the Streamlit shell every panel stands on
 # (sidebar, cached model, device queue, hosted policy, links, slots); the features, which never
 # import one another; kvviz/cli.py, the one command that dispatches to every feature's cli.
-FEATURES = {"live", "planner", "sweep", "serving", "shrink", "vllm"}
+FEATURES = {"live", "replay", "planner", "sweep", "serving", "shrink", "vllm"}
 MAY_IMPORT = {
     "core": set(),
     "engine": {"core"},

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kvviz.app import links, ui
+import kvviz.replay.panel
+from kvviz.app import links
 from kvviz.planner import frames as planner_frames
 from kvviz.core import safe_input
 from kvviz.core.errors import UserError
@@ -32,7 +33,7 @@ def read_trace(data: bytes) -> None:
     """What the Replay page does with an upload: parse, check the meta, describe the run, read its layout."""
     trace = Trace.from_json(data)
     check_run_meta(trace)
-    ui.trace_origin(trace)
+    kvviz.replay.panel.trace_origin(trace)
     trace.meta.specs  # noqa: B018 - read as the views read it
 
 

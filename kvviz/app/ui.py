@@ -1,6 +1,6 @@
 """Streamlit plumbing shared by the pages: cached model, sidebar settings, device queue.
 
-kvviz imports streamlit only here and in `panels.py`.
+A page's own widgets live in its feature's `panel.py`: the Replay page's in kvviz/replay/panel.py.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.core import errors
-from kvviz.app import hosted, keys, links, player, restart, threads, uploads
+from kvviz.app import hosted, keys, links, restart, threads, uploads
 from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
 from kvviz.app.stage import presenter_mode
 from kvviz.core.config import DEFAULT_MODEL, ModelSpec, RunConfig
-from kvviz.core.trace import MAX_TRACE_BYTES, Trace, TraceError, check_run_meta
+from kvviz.core.trace import MAX_TRACE_BYTES, Trace
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MAX_PROMPT_CHARS = 200_000  # the prompt boxes' cap on your own machine (hosted: kvviz.app.hosted)
@@ -358,23 +358,10 @@ def presenter_style(page_title: str = "") -> None:
             + keys.help_overlay(page_title), unsafe_allow_javascript=True)
 
 
+# What several features share, so it stays here (a feature never imports another): the speeds of
+# the Replay page's three replays (a trace: kvviz.replay; a Shrink comparison; a vLLM watch), the
+# shipped example traces (the Live tour reads one too), and every upload box's caps.
 SPEEDS = {"¼×": 0.25, "½×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0, "instant": 0.0}
-
-
-def replay_player(trace: Trace, speed: float) -> player.Player:
-    """The Replay page's playback of `trace`'s cached steps at `speed` (kvviz.app.player)."""
-    return player.Player(st.session_state, [e.step_ms for e in trace.events_of("cached")], speed)
-
-
-def replay_buttons(column, playback: player.Player) -> None:
-    """Back a step, Play / Pause, forward a step, in one row, each with its key (kvviz.app.keys)."""
-    with column.container(horizontal=True, gap="small", key="replay-buttons"):
-        st.button("", icon=":material/chevron_left:", key="replay_back", shortcut=keys.STEP_BACK,
-                  help="One step back", on_click=playback.step, args=(-1,), disabled=playback.steps < 2)
-        st.button("Pause" if playback.playing else "Play", type="primary", key="replay_play", shortcut=keys.PLAY,
-                  on_click=playback.toggle)
-        st.button("", icon=":material/chevron_right:", key="replay_forward", shortcut=keys.STEP_FORWARD,
-                  help="One step forward", on_click=playback.step, args=(1,), disabled=playback.steps < 2)
 
 
 def example_traces() -> dict[str, Path]:
@@ -382,34 +369,8 @@ def example_traces() -> dict[str, Path]:
     return {p.stem: p for p in sorted((ASSETS / "traces").glob("*.json"))}
 
 
-def read_trace(path: Path | None, upload) -> Trace | None:
-    """An example trace or an uploaded file, validated (TraceError says what is wrong)."""
-    if upload is not None:
-        limit = upload_limit_bytes()
-        if upload.size > limit:  # checked before a byte of the file is read
-            raise TraceError(f"the file is {upload.size / 2**20:.1f} MiB; traces are limited to "
-                             f"{limit / 2**20:g} MiB here")
-        trace = Trace.from_json(upload.getvalue())
-    elif path is not None:
-        trace = cached_example(str(path))
-    else:
-        return None
-    check_run_meta(trace)
-    return trace
-
-
 def upload_limit_bytes() -> int:
     return policy().upload_limit_bytes(MAX_TRACE_BYTES)
-
-
-def trace_uploader():
-    """The Replay page's file box; its label states kvviz's cap in MiB, which `read_trace`
-    enforces in bytes before reading. Streamlit's own box limit is set above it
-    (`uploader_limit_mb`) so a file over the cap gets kvviz's sentence, never Streamlit's."""
-    limit = upload_limit_bytes()
-    return uploads.upload_box(f"A kvviz trace (JSON, at most {limit / 2**20:g} MiB = {limit:,} bytes)",
-                              type=["json"], key="replay_upload",
-                              max_upload_size=uploader_limit_mb(limit))
 
 
 SERVER_MAX_UPLOAD_MIB = hosted.UNHOSTED_UPLOAD_MIB  # .streamlit/config.toml; hosted: Policy.server_upload_mib
@@ -427,15 +388,6 @@ def uploader_limit_mb(cap_bytes: int, server_mib: int | None = None) -> int:
 @st.cache_data(max_entries=8, show_spinner=False)
 def cached_example(path: str) -> Trace:
     return Trace.load(path)
-
-
-def trace_origin(trace: Trace) -> str:
-    m = trace.meta
-    return (f"Recorded with {inert(m.model_label or m.model or '?')} on "
-            f"{inert(m.device or '?')} in {inert(m.dtype or '?')}; "
-            f"prompt {m.prompt_tokens} tokens × batch {m.batch}; "
-            f"{len(trace.events_of('cached'))} steps"
-            f"{', with a no-cache run' if 'recompute' in trace.modes else ''}.")
 
 
 INTRO = ("A small language model writes the same answer twice, side by side: once with its KV cache "

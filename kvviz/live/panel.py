@@ -780,7 +780,7 @@ def downloads(trace: Trace, wall_tokens_per_s: float | None = None) -> None:
 def replay(trace: Trace, show_tokens: bool, upto_step: int | None = None, downloadable: bool = True) -> None:
     """A recorded run's panels at one cached step (`upto_step`, 0 = the prefill; None: the last):
     the texts, the figures, the map and every chart drawn from the same events, so they all show
-    that one step. Playback draws one step per script run (kvviz.app.player)."""
+    that one step. Playback draws one step per script run (kvviz.replay.player)."""
     cached = trace.events_of("cached")
     last = len(cached) - 1 if upto_step is None else min(max(upto_step, 0), len(cached) - 1)
     order = race.through_step(race.race_order(cached, trace.events_of("recompute")), last)

@@ -116,16 +116,16 @@ class FakeUpload:
 
 
 def test_upload_over_the_hosted_cap_is_refused_before_it_is_read(monkeypatch):
-    from kvviz.app import ui
+    from kvviz.replay import panel
     from kvviz.core.trace import TraceError
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     upload = FakeUpload("{}", size=9 * 2**20)
     with pytest.raises(TraceError, match="9.0 MiB; traces are limited to 8 MiB"):
-        ui.read_trace(None, upload)
+        panel.read_trace(None, upload)
     assert upload.reads == 0
     monkeypatch.delenv("KVVIZ_HOSTED")
     with pytest.raises(TraceError):  # 9 MiB is fine on your own machine: read, then found invalid
-        ui.read_trace(None, upload)
+        panel.read_trace(None, upload)
     assert upload.reads == 1
 
 
@@ -150,22 +150,22 @@ def example_doc() -> dict:
 def test_trace_meta_out_of_bounds_is_refused_at_load(key, value, message):
     import json
 
-    from kvviz.app import ui
+    from kvviz.replay import panel
     from kvviz.core.trace import TraceError
     doc = example_doc()
     doc["meta"][key] = value
     with pytest.raises(TraceError, match=message):
-        ui.read_trace(None, FakeUpload(json.dumps(doc)))
+        panel.read_trace(None, FakeUpload(json.dumps(doc)))
 
 
 def test_a_huge_step_time_is_refused_at_load():
     import json
 
-    from kvviz.app import ui
+    from kvviz.replay import panel
     from kvviz.core.trace import TraceError
     doc = example_doc()
     doc["events"][3]["step_ms"] = 1e12  # a replay would sleep for 31 years
     with pytest.raises(TraceError, match="event 3: step_ms = 1,000,000,000,000, more than the 10 minutes"):
-        ui.read_trace(None, FakeUpload(json.dumps(doc)))
+        panel.read_trace(None, FakeUpload(json.dumps(doc)))
     doc["events"][3]["step_ms"] = 1234.5  # an ordinary slow step
-    assert ui.read_trace(None, FakeUpload(json.dumps(doc))).events[3].step_ms == 1234.5
+    assert panel.read_trace(None, FakeUpload(json.dumps(doc))).events[3].step_ms == 1234.5

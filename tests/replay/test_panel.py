@@ -152,31 +152,32 @@ def without_meta() -> bytes:
     (without_meta(), "lacks whole numbers"),
 ])
 def test_bad_uploads_get_clear_errors(data, message):
-    from kvviz.app import ui
+    from kvviz.replay import panel
     from kvviz.core.trace import TraceError
     with pytest.raises(TraceError, match=message):
-        ui.read_trace(None, Upload(data))
+        panel.read_trace(None, Upload(data))
 
 
 def test_oversized_upload_refused_before_parsing(monkeypatch):
     from kvviz.core import trace as trace_mod
     from kvviz.app import ui
+    from kvviz.replay import panel
     monkeypatch.setattr(ui, "MAX_TRACE_BYTES", 1000)
     with pytest.raises(trace_mod.TraceError, match="limited to"):
-        ui.read_trace(None, Upload(b"x" * 5000))
+        panel.read_trace(None, Upload(b"x" * 5000))
 
 
 def test_hosted_uploads_have_a_smaller_limit(monkeypatch):
-    from kvviz.app import ui
+    from kvviz.replay import panel
     from kvviz.core.trace import TraceError
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     with pytest.raises(TraceError, match="limited to 8 MiB here"):
-        ui.read_trace(None, Upload(b" " * (9 * 2**20)))
+        panel.read_trace(None, Upload(b" " * (9 * 2**20)))
 
 
 def test_trace_origin_line_escapes_the_model_label():
     import msgspec
-    from kvviz.app import ui
+    from kvviz.replay import panel
     trace = Trace.load(EXAMPLE)
     trace.meta = msgspec.structs.replace(trace.meta, model_label="[phish](https://example.invalid)")
-    assert "\\[phish\\]\\(https\\:\u2060//example\\.invalid\\)" in ui.trace_origin(trace)  # no link, bare or not
+    assert "\\[phish\\]\\(https\\:\u2060//example\\.invalid\\)" in panel.trace_origin(trace)  # no link, bare or not

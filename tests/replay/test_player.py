@@ -1,7 +1,7 @@
-"""Replay's player (kvviz.app.player): which step shows when, and its controls' state. Pure: a
+"""Replay's player (kvviz.replay.player): which step shows when, and its controls' state. Pure: a
 session state dict, a fake clock, a fake rerun."""
-from kvviz.app import player
-from kvviz.app.player import PLAYING, STEP, Player
+from kvviz.replay import player
+from kvviz.replay.player import PLAYING, STEP, Player
 
 STEP_MS = [400.0, 300.0, 300.0, 300.0, 300.0]  # the prefill, then four decode steps: steps 1-5 on the slider
 
