@@ -8,7 +8,14 @@ that several sequences share. `CachedBlocks` applies events in sequence order an
 - a hash is counted once per physical block holding it (vLLM may briefly keep two copies);
 - a `BlockStored` whose blocks are all cached already, starting from a root, is vLLM reporting a
   prefix-cache hit (requests sent with `kv_cache_report_mode="full"`), not new memory;
-- a sequence number lower than the last one seen means the server restarted: state is reset.
+- a sequence number lower than the last one seen means the server restarted: state is reset;
+- a hybrid model's state groups (`kv_cache_spec_kind` "mamba": Mamba, Gated DeltaNet, short
+  convolutions) store the same hashes as its attention group, but in "align" mode only the state
+  at some block boundaries is kept: their `BlockStored` lists just those hashes while its
+  `token_ids` span every block (null blocks skipped), so its tokens cannot be placed. Such a group's
+  hashes are kept per group (`StateGroups`), and only events whose hashes and tokens line up build
+  the tree. A prefix hit on a hybrid needs the attention blocks AND each state group's state at the
+  hit's last block (vLLM's `MambaManager.find_longest_cache_hit`).
 """
 from __future__ import annotations
 
@@ -41,6 +48,45 @@ class PoolCounts:
     num_restarts: int = 0  # sequence numbers went back: the server restarted
 
 
+@dataclass
+class StateGroups:
+    """A hybrid model's state cache groups (events of `kv_cache_spec_kind` "mamba") and the block
+    hashes at which each keeps its state. A state group's reuse report lists every block up to the
+    hit (its state is kept at the last one only), and its new stores repeat hashes the attention
+    group already holds: so its events are judged by its own hashes."""
+
+    held: dict[int, Counter] = field(default_factory=dict)  # group -> hash -> copies
+
+    def is_state(self, event: BlockStored | BlockRemoved) -> bool:
+        group = event.group_idx or 0
+        if isinstance(event, BlockStored) and event.kv_cache_spec_kind == "mamba":
+            self.held.setdefault(group, Counter())
+        return group in self.held
+
+    def reported(self, event: BlockStored) -> bool:
+        """A reuse report: from block 0, ending where this group already keeps a state."""
+        hashes = event.block_hashes
+        return event.parent_block_hash is None and bool(hashes) and hashes[-1] in self.held[event.group_idx or 0]
+
+    def store(self, event: BlockStored) -> None:
+        self.held[event.group_idx or 0].update(event.block_hashes)
+
+    def remove(self, event: BlockRemoved) -> None:
+        held = self.held[event.group_idx or 0]
+        for block_hash in event.block_hashes:
+            held[block_hash] -= 1
+            if held[block_hash] <= 0:
+                del held[block_hash]
+
+    def clear(self) -> None:
+        for held in self.held.values():
+            held.clear()
+
+    def kept(self, block_hash: BlockHash) -> bool:
+        """Every state group keeps its state at this block (True without state groups)."""
+        return all(block_hash in held for held in self.held.values())
+
+
 @dataclass(kw_only=True)
 class CachedBlocks:
     """The cached blocks of one engine (one DP rank), as its events describe them."""
@@ -53,6 +99,7 @@ class CachedBlocks:
     block_size: int | None = None
     num_cached_blocks: int = 0  # physical blocks holding a cached prefix: sum(copies.values())
     group_block_sizes: dict[int, int] = field(default_factory=dict)  # cache group -> its block size (events)
+    states: StateGroups = field(default_factory=lambda: StateGroups())  # a hybrid's state groups
 
     def apply(self, seq: int, batch: KVEventBatch) -> None:
         """Apply one batch in sequence order. A batch numbered at or below the last one is a
@@ -80,29 +127,41 @@ class CachedBlocks:
             self.store(event, ts)
         elif isinstance(event, BlockRemoved):
             self.remove(event.block_hashes)
+            if self.states.is_state(event):
+                self.states.remove(event)
         elif isinstance(event, AllBlocksCleared):
             self.blocks.clear()
             self.copies.clear()
             self.num_cached_blocks = 0
             self.counts.num_cleared += 1
+            self.states.clear()
 
     def store(self, event: BlockStored, ts: float) -> None:
         self.block_size = event.block_size
         self.group_block_sizes[event.group_idx or 0] = event.block_size
-        if event.parent_block_hash is None and all(h in self.copies for h in event.block_hashes):
+        state = self.states.is_state(event)
+        if state and self.states.reported(event) or not state and self.reported_reuse(event):
             self.counts.num_reused += len(event.block_hashes)
             self.counts.reused_tokens += len(event.token_ids)
             return
+        if state:
+            self.states.store(event)
         parent = event.parent_block_hash
         depth = self.blocks[parent].depth + 1 if parent in self.blocks else 0
         size = event.block_size
+        placed = len(event.token_ids) == size * len(event.block_hashes)  # else null blocks were skipped
         for i, block_hash in enumerate(event.block_hashes):
-            tokens = tuple(event.token_ids[i * size:(i + 1) * size])
-            self.blocks.setdefault(block_hash, Block(parent, tokens, ts, depth + i))
+            if placed:
+                tokens = tuple(event.token_ids[i * size:(i + 1) * size])
+                self.blocks.setdefault(block_hash, Block(parent, tokens, ts, depth + i))
             self.copies[block_hash] += 1
             parent = block_hash
         self.num_cached_blocks += len(event.block_hashes)
         self.counts.num_stored += len(event.block_hashes)
+
+    def reported_reuse(self, event: BlockStored) -> bool:
+        """A store from block 0 of blocks already cached is vLLM reporting a hit."""
+        return event.parent_block_hash is None and all(h in self.copies for h in event.block_hashes)
 
     def remove(self, hashes: list[BlockHash]) -> None:
         for block_hash in hashes:
@@ -115,6 +174,10 @@ class CachedBlocks:
             if self.copies[block_hash] == 0:
                 self.copies.pop(block_hash, None)
                 self.blocks.pop(block_hash, None)
+
+    def states_kept(self, block_hash: BlockHash) -> bool:
+        """Every state group keeps its state at this block (True without state groups)."""
+        return self.states.kept(block_hash)
 
     def children(self) -> dict[BlockHash | None, list[BlockHash]]:
         """parent -> cached children, in storing order (None: the roots)."""

@@ -6,7 +6,8 @@ held, in this order:
 1. its very hash was cached before and evicted (LRU, under pool pressure) or cleared: `evicted`,
    `cleared` (when, how long before, how full the pool was then);
 2. its hash is cached right now, yet it was computed again: `recomputed` (a request running in
-   the same step was computing it, or it holds the prompt's last token, which vLLM recomputes);
+   the same step was computing it, or it holds the prompt's last token, which vLLM recomputes; on
+   a hybrid model, the state its Mamba / linear-attention layers need there was not kept);
 3. a block after the same prefix holds the very same tokens under another hash: `extra keys`
    (a different LoRA, cache salt or multimodal input, which vLLM hashes with the tokens);
 4. a block after the same prefix shares its first tokens: `diverged` at token k, from the request
@@ -56,13 +57,18 @@ def tail(block_size: int) -> tuple[str, str]:
                           f"do not fill a block of {block_size} and vLLM caches whole blocks only")
 
 
-def explain(log: BlockLog, miss: Miss, usable: int | None = None) -> tuple[str, str, int]:
-    """(code, sentence, first token not served from the cache)."""
+def explain(log: BlockLog, miss: Miss, usable: int | None = None, state_kept: bool = True) -> tuple[str, str, int]:
+    """(code, sentence, first token not served from the cache). `state_kept` False: a hybrid's
+    state groups stored their state at this block in this step (they had not kept it)."""
     start = miss.position * miss.block_size
     gone = log.last_end.get(miss.block_hash)
     if not log.is_cached(miss.block_hash) and gone is not None:
         return gone_reason(gone, miss, usable) + (start,)
     current = log.live.get(miss.block_hash)
+    if current is not None and not state_kept:
+        return RECOMPUTED, (f"block {miss.position} was already cached (stored by request {current.owner}) "
+                            "but computed again: the model's state (Mamba / linear attention) was not "
+                            "kept at it, and a hybrid's hit needs both"), start
     if current is not None:
         return RECOMPUTED, (f"block {miss.position} was already cached (stored by request "
                             f"{current.owner}) but computed again: that request was computing it in "

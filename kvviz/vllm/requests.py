@@ -10,7 +10,11 @@ one. Events are grouped into requests:
 
 - a reuse report, or a store whose parent is None, starts a request (per session, when tagged);
 - any other store continues the request whose chain ends at its parent (same session when
-  tagged); a store continuing no known request starts one whose reuse is inferred from the chain.
+  tagged); a store continuing no known request starts one whose reuse is inferred from the chain;
+- a hybrid model's state groups (`kvviz.vllm.pool.StateGroups`) publish the same requests again
+  with the same hashes: their events only say where a state was kept, and a store from block 0 of
+  cached attention blocks next to a state newly stored at one of them (the same step) is the
+  request computing them again (its state was not kept), not a hit.
 
 Per request: `cached_tokens` = reused blocks × block size (vLLM's own
 `usage.prompt_tokens_details.cached_tokens`), `prompt_tokens` = the prompt's tokens in whole blocks
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from kvviz.vllm import reasons
 from kvviz.vllm.blocklog import BlockLog
 from kvviz.vllm.events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEventBatch
+from kvviz.vllm.pool import StateGroups
 
 MAX_REQUESTS = 5000
 MATCH_WINDOW = 512  # a store continues only one of the latest requests started
@@ -82,6 +87,8 @@ class RequestLedger:
     usable_blocks: int | None = None  # from /metrics when known: "N of U blocks cached"
     started: int = 0  # requests started so far
     ends: ChainEnds = field(default_factory=lambda: ChainEnds())  # (session, chain end) -> requests
+    states: StateGroups = field(default_factory=StateGroups)  # a hybrid's state groups
+    fresh_states: set = field(default_factory=set)  # hashes a state group newly stored this step
 
     def apply(self, batch: KVEventBatch) -> None:
         """One batch (one engine step), in sequence order."""
@@ -89,13 +96,17 @@ class RequestLedger:
             self.t0 = batch.ts
         self.batch_no += 1
         for event in batch.events:
-            if isinstance(event, BlockStored):
+            if isinstance(event, (BlockStored, BlockRemoved)) and self.states.is_state(event):
+                self.state_event(event)
+            elif isinstance(event, BlockStored):
                 self.stored(event, batch.ts)
             elif isinstance(event, BlockRemoved):
                 for block_hash in event.block_hashes:
                     self.log.remove(block_hash, batch.ts)
             elif isinstance(event, AllBlocksCleared):
                 self.log.clear(batch.ts)
+                self.states.clear()
+        self.fresh_states.clear()
         for request in self.pending.values():  # every whole block of its prompt came from the cache
             request.reason, request.miss_reason = reasons.tail(request.block_size)
             request.first_miss_token = request.prompt_tokens
@@ -114,6 +125,13 @@ class RequestLedger:
                              t0=self.t0, batch_no=self.batch_no, numbered=self.numbered, sessions=dict(self.sessions),
                              pending={}, usable_blocks=self.usable_blocks, started=self.started)
 
+    def state_event(self, event: BlockStored | BlockRemoved) -> None:
+        if isinstance(event, BlockRemoved):
+            self.states.remove(event)
+        elif not self.states.reported(event):
+            self.states.store(event)
+            self.fresh_states.update(event.block_hashes)
+
     def rows(self) -> list[dict]:
         return [r.row(self.t0 or 0.0) for r in self.requests]
 
@@ -121,7 +139,7 @@ class RequestLedger:
     def stored(self, event: BlockStored, ts: float) -> None:
         if not event.block_hashes:
             return
-        if is_reuse(event, self.log):
+        if is_reuse(event, self.log) and not self.fresh_states.intersection(event.block_hashes):
             request = self.start(event, ts)
             request.reused_blocks = len(event.block_hashes)
             self.set_tail(request, event.block_hashes[-1])
@@ -188,7 +206,7 @@ class RequestLedger:
                             position=request.reused_blocks, tokens=tuple(event.token_ids[:size]),
                             keys=block_keys(event, 0), block_size=size, ts=ts, t0=self.t0 or ts)
         request.reason, request.miss_reason, request.first_miss_token = reasons.explain(
-            self.log, miss, self.usable_blocks)
+            self.log, miss, self.usable_blocks, state_kept=miss.block_hash not in self.fresh_states)
 
 
 def is_reuse(event: BlockStored, log: BlockLog) -> bool:
