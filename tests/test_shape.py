@@ -32,8 +32,6 @@ POSITIONAL_RECORDS: set[str] = set()
 ALIASED_IMPORTS: set[str] = set()
 JOB_OUTSIDE_ITS_FILE = {
     "kvviz/live/report.py",
-    "kvviz/vllm/request_views.py",
-    "kvviz/vllm/views.py",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvviz.vllm.views import FIT_WIDTH
+from kvviz.vllm.charts import FIT_WIDTH
 
 PARTS = ["cached where it went", "given up"]
 PART_COLORS = ["#4C78A8", "#E45756"]

@@ -14,7 +14,8 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.app import ui
-from kvviz.vllm import fleet, fleet_charts, fleet_frames, lifetimes, request_views, tokens, views, would_hit
+from kvviz.vllm import charts, fleet, fleet_charts, fleet_frames, lifetimes, request_charts, request_views, tokens
+from kvviz.vllm import views, would_hit
 from kvviz.vllm.recording import FORMAT, Recording, peek_format, replay_frames
 from kvviz.vllm.state import EngineState
 from kvviz.vllm.watch import EngineWatch
@@ -179,18 +180,18 @@ def show_engine(state: EngineState, text_fn, key: str, alone: bool = False) -> N
     with left:
         show_numbers(state)
         show_pool(state)
-        st.altair_chart(views.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks"),
-                        width="stretch")  # its plot's height is the chart's own (views.lines_chart)
+        st.altair_chart(charts.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks"),
+                        width="stretch")  # its plot's height is the chart's own (charts.lines_chart)
     with right:
         show_tree(state, text_fn)
-        st.altair_chart(views.lines_chart(views.requests_frame(state), "requests", views.REQUEST_COLORS,
+        st.altair_chart(charts.lines_chart(views.requests_frame(state), "requests", views.REQUEST_COLORS,
                                           "requests", plot_px=120), width="stretch")
     left, right = st.columns(2) if alone else (st.container(), st.container())
     with left:
-        st.altair_chart(views.histogram_chart(views.histogram_frame(state, "ttft"),
+        st.altair_chart(charts.histogram_chart(views.histogram_frame(state, "ttft"),
                                               "time to first token (metrics)"), width="stretch", height=220)
     with right:
-        st.altair_chart(views.histogram_chart(views.histogram_frame(state, "itl"),
+        st.altair_chart(charts.histogram_chart(views.histogram_frame(state, "itl"),
                                               "inter-token latency (metrics)"), width="stretch", height=220)
     with st.expander("Cache config (metrics: vllm:cache_config_info)"):
         st.dataframe(views.config_frame(state), hide_index=True, width="stretch")
@@ -218,7 +219,7 @@ def show_requests(state: EngineState, key: str) -> None:
         st.dataframe(df, hide_index=True, width="stretch", height=260,
                      column_config={"miss_reason": st.column_config.TextColumn("miss_reason", width="large")})
     with right:
-        st.altair_chart(request_views.reasons_chart(request_views.reasons_frame(df)), width="stretch",
+        st.altair_chart(request_charts.reasons_chart(request_views.reasons_frame(df)), width="stretch",
                         height=240)
     st.download_button("Download the requests (CSV)", request_views.csv_bytes(df),
                        file_name="vllm-requests.csv", mime="text/csv", on_click="ignore",
@@ -239,7 +240,7 @@ def show_lifetimes(state: EngineState) -> None:
             if df.empty:
                 st.caption(f"{title}: none yet")
             else:
-                st.altair_chart(request_views.value_histogram(df, name, title), width="stretch", height=200)
+                st.altair_chart(request_charts.value_histogram(df, name, title), width="stretch", height=200)
 
 
 def show_pool(state: EngineState) -> None:
@@ -249,7 +250,7 @@ def show_pool(state: EngineState) -> None:
         return
     st.caption("Block pool now: held (metrics: usage × usable blocks); cached and free to evict "
                "(derived: cached blocks from events less the full blocks running requests hold)")
-    st.altair_chart(views.pool_chart(views.pool_frame(state), state.metrics.num_usable_blocks),
+    st.altair_chart(charts.pool_chart(views.pool_frame(state), state.metrics.num_usable_blocks),
                     width="stretch")
 
 
@@ -287,7 +288,7 @@ def show_tree(state: EngineState, text_fn) -> None:
     if df.empty:
         st.info("No cached blocks yet: vLLM caches only full blocks.")
         return
-    st.altair_chart(views.tree_chart(df), width="stretch")
+    st.altair_chart(charts.tree_chart(df), width="stretch")
     with st.expander("Cached blocks, in tree order (events)"):
         st.dataframe(views.blocks_table(state.pool, text), hide_index=True, width="stretch")
 

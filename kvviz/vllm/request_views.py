@@ -1,4 +1,5 @@
-"""Frames and Altair charts of the per-request table and the block lifetimes. Pure.
+"""Frames of the per-request table and the block lifetimes (their charts: kvviz.vllm.request_charts).
+Pure.
 
 Every column comes from the KV events (`kvviz.vllm.requests`, `kvviz.vllm.lifetimes`): cached
 tokens are reused blocks × block size (vLLM's own count of prompt tokens served from the cache),
@@ -8,7 +9,6 @@ the rows of requests no event names (`source`).
 """
 from __future__ import annotations
 
-import altair as alt
 import pandas as pd
 
 from kvviz.viz.export import csv_text
@@ -38,13 +38,6 @@ def reasons_frame(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"reason": list(CODES), "requests": [int(counts.get(c, 0)) for c in CODES]})
 
 
-def reasons_chart(df: pd.DataFrame) -> alt.Chart:
-    return alt.Chart(df).mark_bar(color="#4C78A8").encode(
-        x=alt.X("requests:Q", title="requests (derived)"),
-        y=alt.Y("reason:N", sort=list(CODES), title="why the rest missed"),
-        tooltip=["reason:N", "requests:Q"])
-
-
 def lifetime_frames(state: EngineState) -> dict[str, pd.DataFrame]:
     """LIFETIME_CHARTS' column -> a one-column frame of its values (empty rows dropped)."""
     log, t0 = state.ledger.log, state.ledger.t0 or 0.0
@@ -53,14 +46,6 @@ def lifetime_frames(state: EngineState) -> dict[str, pd.DataFrame]:
     return {"lifetime_s": evicted[["lifetime_s"]],
             "idle_before_eviction_s": evicted[["idle_before_eviction_s"]].astype(float),
             "gap_s": lifetimes.gaps_frame(log), "reuses": lifetimes.reuse_counts_frame(log)}
-
-
-def value_histogram(df: pd.DataFrame, column: str, title: str) -> alt.Chart:
-    """Counts of `column`'s values in at most 20 bins."""
-    return alt.Chart(df).mark_bar(color="#6A3D9A").encode(
-        x=alt.X(f"{column}:Q", bin=alt.Bin(maxbins=20), title=title),
-        y=alt.Y("count():Q", title="blocks" if column != "gap_s" else "gaps"),
-        tooltip=[alt.Tooltip(f"{column}:Q", bin=True, title=title), alt.Tooltip("count():Q", title="count")])
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:

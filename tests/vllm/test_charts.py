@@ -2,7 +2,8 @@
 watch's Replay page is drawn and read in Chromium by tests/browser/test_readable.py)."""
 import pandas as pd
 
-from kvviz.vllm import views
+from kvviz.vllm import charts, request_charts, views
+from kvviz.vllm.reasons import CODES
 
 FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
 
@@ -10,19 +11,27 @@ FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
 def test_the_pool_bar_has_its_row_and_the_chart_grows_for_its_legend():
     """Fitted into 60 px with its three-line legend and axis, the pool's bar was 0 px high."""
     pool = pd.DataFrame({"part": list(views.POOL_COLORS), "blocks": [3, 60, 8], "order": [0, 1, 2]})
-    spec = views.pool_chart(pool, 71).to_dict()
+    spec = charts.pool_chart(pool, 71).to_dict()
     assert spec["height"] == 40 and spec["autosize"] == FIT_WIDTH
 
 
 def test_the_lines_keep_their_plot_height_under_a_four_line_legend():
     """Fitted into 240 px with four legend lines above, the plot was 28 px high."""
     history = pd.DataFrame(columns=["t_s", "series", "blocks"])
-    spec = views.lines_chart(history, "blocks", views.OVER_TIME, "blocks").to_dict()
+    spec = charts.lines_chart(history, "blocks", views.OVER_TIME, "blocks").to_dict()
     assert spec["height"] == 160 and spec["autosize"] == FIT_WIDTH
-    assert views.lines_chart(history, "blocks", views.OVER_TIME, "blocks", plot_px=120).to_dict()["height"] == 120
+    assert charts.lines_chart(history, "blocks", views.OVER_TIME, "blocks", plot_px=120).to_dict()["height"] == 120
 
 
 def test_the_prefix_tree_legend_sits_under_its_rows():
     tree = pd.DataFrame({"sequence": ["a"], "position": [0], "shared_by": [2], "block": ["x"], "text": ["t"]})
-    spec = views.tree_chart(tree).to_dict()
+    spec = charts.tree_chart(tree).to_dict()
     assert spec["encoding"]["color"]["legend"]["orient"] == "bottom" and spec["autosize"] == FIT_WIDTH
+
+
+def test_the_request_charts_keep_the_reasons_order_and_bin_the_lifetimes():
+    reasons = pd.DataFrame({"reason": list(CODES), "requests": range(len(CODES))})
+    spec = request_charts.reasons_chart(reasons).to_dict()
+    assert spec["encoding"]["y"]["sort"] == list(CODES) and spec["mark"]["type"] == "bar"
+    gaps = request_charts.value_histogram(pd.DataFrame({"gap_s": [0.5, 1.5]}), "gap_s", "gap, s").to_dict()
+    assert gaps["encoding"]["x"]["bin"] == {"maxbins": 20} and gaps["encoding"]["y"]["title"] == "gaps"

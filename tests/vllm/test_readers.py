@@ -4,7 +4,7 @@ import msgspec
 import pytest
 
 from kvviz.core.trace import TraceError
-from kvviz.vllm import views
+from kvviz.vllm import charts, views
 from kvviz.vllm.events import (AllBlocksCleared, BlockRemoved, BlockStored, SchemaMismatch,
                                decode_message, decode_payload)
 from kvviz.vllm.metrics import NotVllmMetrics, parse_metrics
@@ -161,9 +161,9 @@ def test_frames_and_charts_build_from_a_real_state():
     hist = views.histogram_frame(state, "ttft")
     assert hist["requests"].sum() == state.metrics.histograms["ttft"].count
     assert set(views.history_frame(state)["series"]) == set(views.OVER_TIME)
-    for chart in (views.pool_chart(views.pool_frame(state), USABLE_BLOCKS), views.tree_chart(tree),
-                  views.histogram_chart(hist, "ttft"),
-                  views.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks")):
+    for chart in (charts.pool_chart(views.pool_frame(state), USABLE_BLOCKS), charts.tree_chart(tree),
+                  charts.histogram_chart(hist, "ttft"),
+                  charts.lines_chart(views.history_frame(state), "blocks", views.OVER_TIME, "blocks")):
         assert chart.to_dict()["mark"]
     assert "block_size" in set(views.config_frame(state)["setting"])
 
