@@ -7,8 +7,10 @@ from kvviz.app import keys, ui
 from kvviz.live import panel
 from kvviz.live import cache_map_panel
 from kvviz.live import tour_panel
+from kvviz.live import settings_panel
+from kvviz.live import words
 
-spec, cfg, opts = ui.sidebar()
+spec, cfg, opts = settings_panel.sidebar()
 if st.sidebar.toggle("Attention over the cache", value=False, key="attention", bind="query-params",
                      help=cache_map_panel.ATTENTION_HELP):
     spec, cfg = replace(spec, attn_implementation="eager"), replace(cfg, attention=True)
@@ -19,7 +21,7 @@ st.sidebar.page_link("app_pages/replay.py", label="Replay a recorded run", icon=
 presenting = ui.presenter_mode()
 st.title("kvviz · the KV cache, live")
 if not presenting:  # on stage the speaker explains; the screen keeps its height for the run
-    ui.intro()
+    panel.intro()
 panel.preload_charts()
 lm = ui.load_model_with_progress(spec)
 go, stop, *rest = st.columns([1, 1, 2, 4] if presenting else [1, 1, 6], vertical_alignment="center")
@@ -27,15 +29,15 @@ info = rest[-1]
 generate = go.button("Generate", type="primary", disabled=lm is None, key="generate", shortcut=keys.GENERATE)
 stopped = stop.button("Stop", key="stop", shortcut=keys.STOP)
 if presenting:  # the sidebar is closed on stage: slow motion sits beside Generate
-    names = list(ui.PACES)
-    opts = replace(opts, pace=ui.PACES[rest[0].selectbox(
-        "Pace", names, index=names.index(ui.pace_name(opts.pace)), key="stage_pace",
+    names = list(settings_panel.PACES)
+    opts = replace(opts, pace=settings_panel.PACES[rest[0].selectbox(
+        "Pace", names, index=names.index(settings_panel.pace_name(opts.pace)), key="stage_pace",
         label_visibility="collapsed", help="Slow motion shows every step this many times as long as it "
                                            "took, to explain one step while it happens")])
 if not presenting:  # what Generate will send (the explainer, one click away, ends the page)
-    ui.prompt_line(cfg, info)
+    panel.prompt_line(cfg, info)
 status = st.empty()
-keys.pace_key(list(ui.PACES), ui.pace_name(opts.pace), ("pace", "stage_pace"))  # P: hidden, takes no room
+keys.pace_key(list(settings_panel.PACES), settings_panel.pace_name(opts.pace), ("pace", "stage_pace"))  # P: hidden, takes no room
 tour = tour_panel.TourPanel.placed(st, st.session_state, st.fragment) if tour_on else None
 if lm is not None:
     info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
@@ -52,9 +54,9 @@ elif "trace" in st.session_state:
                        "made with the earlier settings. Press **Generate** to run the new ones.")
     panel.show_result(st.session_state["trace"], opts.show_tokens, tour)
 elif lm is not None:
-    status.info(f"Press **Generate** to start. Pick a prompt and settings in the sidebar {ui.SIDEBAR_WHERE}.")
+    status.info(f"Press **Generate** to start. Pick a prompt and settings in the sidebar {words.SIDEBAR_WHERE}.")
 else:
     status.info("Generate is off until a model is loaded: see the message above, and pick another "
-                f"model in the sidebar {ui.SIDEBAR_WHERE} if this one cannot load.")
+                f"model in the sidebar {words.SIDEBAR_WHERE} if this one cannot load.")
 if not presenting:  # below the run: a run's texts and map come first (before one, right under the tour)
-    ui.explainer()
+    panel.explainer()

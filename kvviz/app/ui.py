@@ -1,6 +1,9 @@
-"""Streamlit plumbing shared by the pages: cached model, sidebar settings, device queue.
+"""Streamlit plumbing every page shares: Markdown-inert text and visitor-safe errors, process-wide
+settings, the cached model with its Load button and device queue, the model box, presenter-mode
+style, share links, text boxes filled from a link, example traces, speeds and upload caps.
 
-A page's own widgets live in its feature's `panel.py`: the Replay page's in kvviz/replay/panel.py.
+A page's own widgets live in its feature's `panel.py` (or `<part>_panel.py`): the Live page's
+sidebar in kvviz/live/settings_panel.py, the Replay page's in kvviz/replay/panel.py.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import re
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -22,25 +25,11 @@ from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
 from kvviz.app.stage import presenter_mode
-from kvviz.core.config import DEFAULT_MODEL, ModelSpec, RunConfig
+from kvviz.core.config import DEFAULT_MODEL, ModelSpec
 from kvviz.core.trace import MAX_TRACE_BYTES, Trace
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MAX_PROMPT_CHARS = 200_000  # the prompt boxes' cap on your own machine (hosted: kvviz.app.hosted)
-PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0, "Slow motion ×30": 30.0}
-
-
-def pace_name(pace: float) -> str:
-    return next((name for name, value in PACES.items() if value == pace), "Real time")
-
-
-@dataclass(frozen=True)
-class LiveOptions:
-    race: bool = True  # run the no-cache race beside the cached run
-    pace: float = 1.0  # 1 = real time; 4 = every step shown 4× as long as it took
-    show_tokens: bool = False  # draw token boundaries in the text
-
-
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
 # GitHub-flavoured Markdown links bare URLs, "www." names and e-mail addresses whatever is escaped:
 # a word joiner (U+2060, invisible) after the scheme's colon, after "www" and before "@" stops it.
@@ -242,79 +231,6 @@ def model_settings() -> ModelSpec:
     return ModelSpec(name=name.strip() or DEFAULT_MODEL, device=device, dtype=dtype)
 
 
-def prompt_settings() -> tuple[str, str, bool]:
-    st.sidebar.subheader("Prompt")
-    presets = prompt_presets()
-    choice = st.sidebar.selectbox("Preset", list(presets) + ["Free text"], key="preset",
-                                  bind="query-params")
-    chars = policy().cap("prompt_chars", MAX_PROMPT_CHARS)
-    preset = linked_prompt(choice, presets.get(choice) or dict.fromkeys(links.PROMPT_KEYS, ""), chars)
-    system = st.sidebar.text_area("System prompt", value=preset["system"], key=f"system-{choice}",
-                                  max_chars=chars)
-    prompt = st.sidebar.text_area("Prompt", value=preset["prompt"], key=f"prompt-{choice}", height=120,
-                                  max_chars=chars)
-    chat = st.sidebar.toggle("Chat template", value=True, key="chat", bind="query-params")
-    return system, prompt, chat
-
-
-def run_settings(system: str, prompt: str, chat: bool) -> RunConfig:
-    st.sidebar.subheader("Generation")
-    rules, bound = policy(), {"bind": "query-params"}
-    max_new = st.sidebar.slider("Max new tokens", 1, rules.cap("new_tokens", 512), 64, key="max_new", **bound)
-    batch = st.sidebar.slider("Batch size", 1, rules.cap("batch", 16), 1, key="batch",
-                              help="copies of the prompt", **bound)
-    block = st.sidebar.select_slider("Block size", [1, 2, 4, 8, 16, 32, 64, 128], value=16, key="block",
-                                     **bound)
-    backend = st.sidebar.radio("Cache", ["dynamic", "static"], horizontal=True, key="backend", **bound)
-    greedy = st.sidebar.toggle("Greedy", value=True, key="greedy", **bound)
-    temperature, top_p, top_k, seed = 0.0, 1.0, 0, 0
-    if not greedy:
-        temperature = st.sidebar.slider("Temperature", 0.05, 2.0, 0.8, key="temperature", **bound)
-        top_p = st.sidebar.slider("Top-p", 0.05, 1.0, 0.95, key="top_p", **bound)
-        top_k = st.sidebar.number_input("Top-k (0 = off)", 0, 1000, 0, key="top_k", **bound)
-        seed = st.sidebar.number_input("Seed", 0, 2**31 - 1, 0, key="seed", **bound)
-    return RunConfig(prompts=(prompt,), batch=batch, max_new_tokens=max_new, chat_template=chat,
-                     system=system, temperature=temperature, top_k=int(top_k), top_p=top_p,
-                     seed=int(seed), block_size=block, cache_backend=backend)
-
-
-def live_settings() -> LiveOptions:
-    st.sidebar.subheader("Show")
-    race = st.sidebar.toggle("Race a no-cache run", value=True, key="race", bind="query-params")
-    pace = st.sidebar.radio("Playback pace", list(PACES), key="pace", bind="query-params")
-    tokens = st.sidebar.toggle("Token boundaries", value=False, key="show_tokens", bind="query-params")
-    return LiveOptions(race=race, pace=PACES[pace], show_tokens=tokens)
-
-
-def sidebar() -> tuple[ModelSpec, RunConfig, LiveOptions]:
-    spec = model_settings()
-    cfg = run_settings(*prompt_settings())
-    opts = live_settings()
-    choice = st.session_state.get("preset")
-    share_link(links.prompt_texts(choice, prompt_presets().get(choice), cfg.system, cfg.prompts[0]))
-    return spec, cfg, opts
-
-
-def linked_prompt(choice: str, preset: dict, chars: int) -> dict:
-    """The prompt boxes' first text for `choice`: the preset's own, or what the link that opened
-    this page carried for it (only for the preset that link named; cut to `chars`, said so)."""
-    link = st.session_state.setdefault("link_prompt", {"preset": choice, "params": {
-        k: st.query_params[k] for k in links.PROMPT_KEYS if k in st.query_params}})
-    if link["preset"] != choice:
-        return preset
-    texts, cut = links.linked_texts(link["params"], preset, chars)
-    if cut:
-        st.sidebar.caption(f"This link's {' and '.join(cut)} text is longer than the {chars:,} "
-                           "characters a box takes here: cut to fit.")
-    return texts
-
-
-def pace_delay(step_ms: float, pace: float) -> None:
-    """Stretch a step on screen to `pace` times its measured length (slow motion)."""
-    if pace > 1.0:
-        time.sleep(step_ms * (pace - 1.0) / 1000)
-
-
 PAGE_CSS = """<style>
 [data-testid="stMainBlockContainer"] { padding-top: 3.5rem; }
 h1 { font-size: 2.25rem !important; padding-top: 0.5rem !important; }
@@ -388,36 +304,6 @@ def uploader_limit_mb(cap_bytes: int, server_mib: int | None = None) -> int:
 @st.cache_data(max_entries=8, show_spinner=False)
 def cached_example(path: str) -> Trace:
     return Trace.load(path)
-
-
-INTRO = ("A small language model writes the same answer twice, side by side: once with its KV cache "
-         "(its memory of the text so far) and once without it. Press **Generate** to watch what the "
-         "memory saves and what it costs.")
-PROMPT_SHOWN_CHARS = 110  # the prompt beside Generate: one or two lines on a phone
-SIDEBAR_WHERE = "(» at the top left opens it)"  # hosted, on a phone and on stage it starts closed
-
-
-def intro() -> None:
-    """One sentence of what this page is, for a stranger (kvviz's own text)."""
-    st.markdown(INTRO)
-
-
-def prompt_line(cfg: RunConfig, where=st) -> None:
-    """The prompt Generate will use, shortened to a line or two, as plain text (never Markdown)."""
-    prompt = " ".join(cfg.prompts[0].split())
-    if len(prompt) > PROMPT_SHOWN_CHARS:
-        prompt = prompt[:PROMPT_SHOWN_CHARS - 1] + "…"
-    where.text(f"Prompt: {prompt or '(empty)'}")
-
-
-def explainer() -> None:
-    """The plain-language panel and glossary, one click away (kvviz's own text from kvviz/assets/,
-    never user text); closed, at the end of the page: right under the tour before a run (on a
-    stranger's first screen, below Generate), below the run's panels after one (a hosted run's
-    texts and cache map keep the first screen at 1280 x 720)."""
-    with st.expander("What am I looking at?", expanded=False):
-        st.markdown((ASSETS / "explainer.md").read_text())
-        st.markdown((ASSETS / "glossary.md").read_text())
 
 
 def text_from_link(key: str, default: str, chars: int) -> str:

@@ -27,6 +27,8 @@ from kvviz.live import frames
 from kvviz.engine import race
 from kvviz.viz import charts
 from kvviz.live import report
+from kvviz.live import settings_panel
+from kvviz.live import words
 from kvviz.engine import cost
 from kvviz.engine.pump import Pump, Running
 from kvviz.app.failures import failure_message
@@ -665,7 +667,7 @@ def drive(pump: Pump, trace: Trace, view: LiveView, pace: float, known_s_per_flo
             if pace > 1.0 and not out_of_time():  # slow motion: each step drawn on its own, stretched
                 view.update(trace)
                 if event.mode == "cached":
-                    ui.pace_delay(event.step_ms, pace)
+                    settings_panel.pace_delay(event.step_ms, pace)
         if arrived and pace <= 1.0:
             view.update(trace)
         if any(e.phase == "prefill" or e.mode == "recompute" for e in arrived):  # the passes it fits
@@ -789,3 +791,23 @@ def replay(trace: Trace, show_tokens: bool, upto_step: int | None = None, downlo
     view.update(Trace(trace.meta, order), final=True)
     if downloadable:  # not while playing: a download built for every step would slow each one
         downloads(trace)
+
+
+def intro() -> None:
+    """One sentence of what this page is, for a stranger (kvviz's own text)."""
+    st.markdown(words.INTRO)
+
+
+def prompt_line(cfg, where=st) -> None:
+    """The prompt Generate will use, shortened to a line or two, as plain text (never Markdown)."""
+    where.text(words.prompt_shown(cfg.prompts[0]))
+
+
+def explainer() -> None:
+    """The plain-language panel and glossary, one click away (kvviz's own text from kvviz/assets/,
+    never user text); closed, at the end of the page: right under the tour before a run (on a
+    stranger's first screen, below Generate), below the run's panels after one (a hosted run's
+    texts and cache map keep the first screen at 1280 x 720)."""
+    with st.expander("What am I looking at?", expanded=False):
+        st.markdown((ui.ASSETS / "explainer.md").read_text())
+        st.markdown((ui.ASSETS / "glossary.md").read_text())

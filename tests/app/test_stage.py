@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.viz import charts
 from kvviz.app import ui
+from kvviz.live import settings_panel
 
 pytestmark = pytest.mark.slow  # runs the Live page in presenter mode (Streamlit AppTest): make test, not make check
 
@@ -36,7 +37,7 @@ def test_stage_layout_runs_with_pace_beside_generate(tiny_dir, monkeypatch):
     at.query_params["max_new"] = "6"
     at.run()
     assert not at.exception
-    assert at.selectbox(key="stage_pace").options == list(ui.PACES)
+    assert at.selectbox(key="stage_pace").options == list(settings_panel.PACES)
     assert not at.expander or all("What am I looking at" not in e.label for e in at.expander)
     assert any(ui.PRESENTER_CSS in h.proto.body for h in at.get("html"))
     at.button(key="generate").click().run()

@@ -1,4 +1,4 @@
-"""The words kvviz.app.ui.explainer puts before a visitor: the explainer says where things are in
+"""The words kvviz.live.panel.explainer puts before a visitor: the explainer says where things are in
 words that hold on every screen, and the glossary explains every term the run's captions use."""
 from __future__ import annotations
 

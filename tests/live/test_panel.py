@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.live.panel import (DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS,
                               RUN_CARD_CSS)
-from kvviz.app.ui import INTRO, PAGE_CSS, PRESENTER_CSS, inert
+from kvviz.app.ui import PAGE_CSS, PRESENTER_CSS, inert
+from kvviz.live.words import INTRO
 from kvviz.app import keys
 from kvviz.app.restart import RELOAD_SCRIPT
 
@@ -309,11 +310,11 @@ def test_a_hosts_time_limit_ends_slow_motion_drawing_too(monkeypatch):
     host's limit must end the drawing, not only the generation (else others wait on a replay)."""
     from types import SimpleNamespace
 
-    from kvviz.app import ui
     from kvviz.live import panel as panels
+    from kvviz.live import settings_panel
 
     delays, clock = [], {"t": 0.0}
-    monkeypatch.setattr(ui, "pace_delay", lambda step_ms, pace: (delays.append(step_ms),
+    monkeypatch.setattr(settings_panel, "pace_delay", lambda step_ms, pace: (delays.append(step_ms),
                                                                  clock.__setitem__("t", clock["t"] + 1.0)))
     events = [SimpleNamespace(mode="cached", step_ms=1.0, phase="decode") for _ in range(50)]
     pump = SimpleNamespace(done=lambda: False, take=lambda timeout: [events.pop() for _ in range(len(events))],
