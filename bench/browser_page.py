@@ -268,9 +268,10 @@ def browser_vs_headless(s: Settings, bench: PageBench | None = None) -> tuple[li
 def server_threads(torch_default: int) -> int | str:
     """The torch threads kvviz's thread policy gives the server here (kvviz.app.threads)."""
     from kvviz.app.threads import torch_threads
+    from kvviz.core.errors import UserError
     try:
         return torch_threads(os.cpu_count() or 1, torch_default)
-    except ValueError as exc:
+    except UserError as exc:
         return str(exc)
 
 

@@ -89,7 +89,8 @@ def add_record(sub) -> None:
 def run_record(args) -> int:
     from kvviz.engine.loop import generate, run_meta
     from kvviz.engine.models import ModelLoadError, load_model
-    from kvviz.core.trace import Trace, TraceError, format_summary, summary
+    from kvviz.core.errors import UserError
+    from kvviz.core.trace import Trace, format_summary, summary
 
     try:
         cfg = values_of(args, RunConfig, args.run_fields)
@@ -100,7 +101,7 @@ def run_record(args) -> int:
             for event in generate(lm, cfg, mode):
                 trace.append(event)
         trace.save(args.out)
-    except (ModelLoadError, ValueError, TraceError) as exc:
+    except (ModelLoadError, UserError, ValueError) as exc:  # ValueError: transformers' or torch's refusal
         print(f"kvviz record: error: {exc}", file=sys.stderr)
         return 2
     print(format_summary(summary(trace)))

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kvviz.core.config import ModelSpec  # noqa: E402
+from kvviz.core.errors import UserError  # noqa: E402
 from kvviz.core.files import write_atomic  # noqa: E402
 from kvviz.engine.models import load_model  # noqa: E402
 from kvviz.shrink import presses, support, sweep, task  # noqa: E402
@@ -110,7 +111,7 @@ def show(path: Path) -> int:
     from kvviz.shrink import cli
     try:
         result = sweep.from_json(path.read_bytes())
-    except (OSError, ValueError) as exc:
+    except (OSError, UserError) as exc:
         print(f"shrink_sweep: cannot show {path}: {exc}", file=sys.stderr)
         return 2
     print(cli.table(result))

@@ -21,7 +21,7 @@ ENV = "KVVIZ_TORCH_THREADS"
 def torch_threads(cores: int, torch_default: int, env: dict | None = None) -> int:
     """Threads for torch: `$KVVIZ_TORCH_THREADS` if set (0 = torch's default), else all but one core.
 
-    ValueError for a setting that is not a whole number ≥ 0.
+    UserError for a setting that is not a whole number ≥ 0.
     """
     env = os.environ if env is None else env
     raw = env.get(ENV, "").strip()

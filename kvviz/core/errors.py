@@ -16,16 +16,16 @@ class KvvizError(Exception):
     """Base of the errors kvviz raises on purpose."""
 
 
-class UserError(KvvizError, ValueError):
+class UserError(KvvizError):
     """Bad input or a limit reached, in one plain sentence built by kvviz (never a library's text).
     Every `raise` of bad input in kvviz raises one (or a subclass: TraceError, PlanError,
     ConfigError, NotServable, UnknownArchitecture, EngineError, RunTimeLimit, ...).
 
-    Also a ValueError, on purpose: "a refused request" has always been a ValueError in kvviz, and
-    code that sorts errors by that keeps working (the sweep's failure_status, `kvviz record`'s exit
-    code 2, pages that catch ValueError to say what was refused, tests' pytest.raises(ValueError)).
-    Being a ValueError never makes a text shown: a library's ValueError is not a UserError, and
-    `visitor_message` shows only UserErrors' words to a hosted visitor."""
+    Not a ValueError: `except UserError` catches refused input and nothing else, so a library's
+    ValueError (a bug, or a library refusing something kvviz should have checked) is never taken
+    for one. Code that also guards a library's ValueError names both, `except (UserError,
+    ValueError)`, and shows the error through `visitor_message`, which gives a hosted visitor only
+    UserErrors' words."""
 
 
 GENERIC = "Something went wrong on the server; the details are in its log."

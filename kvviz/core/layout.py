@@ -28,7 +28,7 @@ states of the Mamba families, Qwen3-Next's delta-rule state; measured in bf16). 
 compressed layers are sliding layers with a compressor (CompressedSpec: entries every
 `compress_rate` tokens, buffered tokens, overlap halves); xLSTM and RWKV, which keep their whole
 state in objects of their own, are one StateSpec per layer (_OWN_STATES). A layer kind transformers
-has but kvviz does not size raises ValueError naming it; a state family without a size rule here
+has but kvviz does not size raises UserError naming it; a state family without a size rule here
 gets `state_known=False`.
 No torch import here: only transformers' config classes and its layer-type resolution, and those
 only inside the two functions that read a config, so the arithmetic on specs (the planner, views,
@@ -55,7 +55,7 @@ class UnknownModelType(UserError):
 def config_from_dict(d: dict):
     """A transformers config from published config.json values (`model_type` picks the class).
 
-    Raises ValueError with a message naming the problem for an unknown model type or a field the
+    Raises UserError with a message naming the problem for an unknown model type or a field the
     config class refuses.
     """
     if not isinstance(d, dict):
@@ -86,7 +86,7 @@ def _config_problem(exc: Exception) -> str:
 def layer_specs(config) -> tuple[CacheSpec, ...]:
     """One CacheSpec per decoder layer, from a transformers config (the text config of multimodal ones).
 
-    ValueError (naming the missing field) when the config lacks a field a size rule needs: then the
+    UserError (naming the missing field) when the config lacks a field a size rule needs: then the
     layout is "not modelled".
     """
     try:

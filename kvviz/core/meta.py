@@ -61,7 +61,7 @@ def spec_record(spec: CacheSpec) -> LayerRecord:
 def spec_of(record: LayerRecord, index: int) -> CacheSpec:
     try:
         return CacheSpec(**msgspec.to_builtins(record))  # the fields not at their default
-    except ValueError as exc:
+    except UserError as exc:
         raise MetaError(f"meta.layers[{index}]: {exc}") from None
 
 
@@ -233,7 +233,7 @@ def _legacy_spec(meta: dict, i: int) -> CacheSpec:
         fields.update(token_cap=None)
     try:
         return CacheSpec(kind=kind, **fields)
-    except ValueError:  # a sliding / chunked layer without a usable window, a latent layer's odd label
+    except UserError:  # a sliding / chunked layer without a usable window, a latent layer's odd label
         return CacheSpec(kind="full", **{**fields, "token_cap": None, "latent_rope": 0, "index_values": 0})
 
 

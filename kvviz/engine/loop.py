@@ -357,7 +357,7 @@ def plan_layout(config) -> tuple[tuple, int, str]:
     try:
         specs = layout.layer_specs(config)
         return specs, len(specs), ""
-    except ValueError as exc:
+    except UserError as exc:
         return (), config.get_text_config(decoder=True).num_hidden_layers, str(exc)
 
 
@@ -558,7 +558,7 @@ def decoder_layers(model, num_layers: int) -> torch.nn.ModuleList:
     list of the decoder count (looped layers, two attention sublayers per decoder layer)."""
     try:
         return find_decoder_layers(model, num_layers)
-    except ValueError:
+    except UserError:
         return torch.nn.ModuleList()
 
 

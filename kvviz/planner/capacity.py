@@ -151,7 +151,7 @@ def uniform_model(num_layers: int, num_kv_heads: int, head_dim: int, num_attenti
 
 
 def normalize_dtype(dtype: str) -> str:
-    """'bfloat16' → 'bf16', 'float8' → 'fp8', …; ValueError for an unknown format."""
+    """'bfloat16' → 'bf16', 'float8' → 'fp8', …; UserError for an unknown format."""
     key = str(dtype).strip().lower().removeprefix("torch.")
     key = _DTYPE_ALIASES.get(key, key)
     if key not in _PAYLOAD_BYTES:

@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
             print(_listing())
             return 0
         plan = build_plan(args)
-    except (PlanError, ValueError, OSError) as err:
+    except (UserError, ValueError, OSError) as err:  # ValueError: int() of a NaN flag, a library's refusal
         print(f"kvviz plan: error: {_one_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan))
@@ -222,7 +222,7 @@ def _parse(cfg: dict, name: str, where: str, params: int | None, measured: bool 
     are checked against hand counts, and the page plans them the same way)."""
     try:
         return configs.model_from_config(cfg, name=name, given_params=params, measured=measured)
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
+    except (UserError, ValueError, TypeError, KeyError, AttributeError) as err:  # a config transformers refuses
         raise PlanError(f"{where}: {_one_line(err)}") from None
 
 
@@ -397,7 +397,7 @@ def build_plan(args: argparse.Namespace) -> CliPlan:
     try:
         deployed = deployment.plan_setup(model, setup, FLAGS)
         rows = deployment.context_rows(model, setup, contexts, FLAGS)
-    except ValueError as err:
+    except UserError as err:
         raise PlanError(_one_line(err)) from None
     kv_dtype = capacity.normalize_dtype(args.kv_dtype)  # checked by plan_setup above
     log_rows = tuple(_log_rows(facts, model, setup)) if facts is not None else ()
@@ -429,14 +429,14 @@ def _read_log(path: str) -> vllm_log.LogFacts:
         return vllm_log.parse_log(text)
     except OSError as err:
         raise PlanError(f"--vllm-log: cannot read {path} ({err.strerror or type(err).__name__})") from None
-    except ValueError as err:
+    except UserError as err:
         raise PlanError(f"--vllm-log: {_one_line(err)}") from None
 
 
 def _log_rows(facts: vllm_log.LogFacts, model: capacity.ModelKV, setup: deployment.Setup) -> list[log_compare.Row]:
     try:
         return log_compare.compare(facts, model, setup, FLAGS)
-    except ValueError as err:
+    except UserError as err:
         raise PlanError(f"--vllm-log: {_one_line(err)}") from None
 
 

@@ -221,7 +221,7 @@ def decode_saved_floats(value):
 
 def model_from_config(cfg: dict, name: str = "", given_params: int | None = None,
                       measured: bool = False) -> capacity.ModelKV:
-    """The ModelKV of a config.json dict. ValueError (plain words) when it cannot be planned.
+    """The ModelKV of a config.json dict. UserError (plain words) when it cannot be planned.
 
     `given_params` replaces the meta-device count (a user's figure for an unknown architecture).
     `measured` sizes each layer by running the architecture's code on the meta device (a pasted or
@@ -235,7 +235,7 @@ def model_from_config(cfg: dict, name: str = "", given_params: int | None = None
 
 
 def catalog_model(name: str) -> capacity.ModelKV:
-    """The ModelKV of a catalog model; ValueError listing the names when there is none."""
+    """The ModelKV of a catalog model; UserError listing the names when there is none."""
     entry = capacity.find_catalog_entry(name)
     if entry is None:
         names = ", ".join(e["name"] for e in capacity.load_catalog())

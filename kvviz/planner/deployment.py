@@ -465,7 +465,7 @@ def blocks_refused(plan: SetupPlan) -> bool:
 def _starts(model: ModelKV, s: Setup) -> bool:
     try:
         plan = plan_setup(model, s)
-    except ValueError:
+    except UserError:
         return False
     return isinstance(plan.vllm, VllmPlan) and plan.vllm.starts
 
@@ -475,7 +475,7 @@ def _with_fewer_seqs(model: ModelKV, s: Setup) -> int | None:
     starts, or 0 when the failure is not the warm-up's or fewer sequences do not cure it."""
     try:
         plan = plan_setup(model, s)
-    except ValueError:
+    except UserError:
         return 0
     if plan.start.starts:
         return None
@@ -515,7 +515,7 @@ def first_that_starts(model: ModelKV, s: Setup, changes) -> dict | None:
     for change in changes:
         try:
             plan = plan_setup(model, replace(s, **change))
-        except ValueError:
+        except UserError:
             continue
         if plan.start.starts and not any(r.kind == "kv_margin" for r in plan.start.risks):
             return change

@@ -434,7 +434,7 @@ def what_if_frame(plan: Plan, window: int | None = None) -> pd.DataFrame:
     for order, (group, label, model, dtype, current) in enumerate(what_if_variants(plan, window)):
         try:
             plain = plan.with_model(model, dtype).result.plain
-        except ValueError:  # e.g. MHA's heads do not split over this TP size
+        except UserError:  # e.g. MHA's heads do not split over this TP size
             continue
         rows.append({"group": group, "variant": label, "kv_heads": model.kv_heads,
                      "kv_dtype": dtype, "kv_bytes_per_token": capacity.kv_bytes_per_token(model, dtype),

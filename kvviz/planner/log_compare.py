@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvviz.core.errors import UserError
 from kvviz.planner import deployment, parallel, vllm_versions
 from kvviz.planner.capacity import ModelKV
 from kvviz.planner.results import SetupPlan, VllmPlan
@@ -47,7 +48,7 @@ def with_log_release(facts: LogFacts, setup: deployment.Setup) -> deployment.Set
         return setup
     try:
         vllm_versions.parse_version(facts.vllm_version)
-    except ValueError:
+    except UserError:
         return setup
     return replace(setup, vllm_version=facts.vllm_version, vllm_engine=facts.vllm_engine)
 

@@ -89,7 +89,7 @@ def page() -> None:
     plan = frames.Plan(model, choice.setup)
     try:
         result = plan.result
-    except ValueError as err:
+    except UserError as err:
         st.error(ui.visitor_text(err, "planner"))
         st.stop()
     model_caption(model, result)
@@ -271,7 +271,7 @@ def log_release(log: str) -> tuple[str | None, str | None]:
         if facts and facts.vllm_version:
             vllm_versions.parse_version(facts.vllm_version)
             return facts.vllm_version, facts.vllm_engine
-    except ValueError:  # an unreadable log is said so in its own section
+    except UserError:  # an unreadable log is said so in its own section
         pass
     return None, None
 
@@ -434,7 +434,7 @@ def log_section(plan) -> None:
             return
         try:
             rows = log_compare.compare(vllm_log.parse_log(text), plan.model, plan.setup)
-        except ValueError as err:  # kvviz's own sentences: numbers only, never the pasted text
+        except UserError as err:  # kvviz's own sentences: numbers only, never the pasted text
             st.warning(inert(f"Cannot compare: {err}."))
             return
         # st.table wraps its cells: the "difference" sentences are read whole, never cut

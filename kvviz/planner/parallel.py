@@ -49,7 +49,7 @@ class Parallel:
 
 
 def check_parallel(par: Parallel, specs, num_attention_heads: int) -> None:
-    """ValueError, in plain words, for a split vLLM would refuse."""
+    """UserError, in plain words, for a split vLLM would refuse."""
     for name, value in (("TP", par.tp), ("PP", par.pp), ("DP", par.dp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} must be a whole number ≥ 1 (got {value!r})")

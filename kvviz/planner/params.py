@@ -131,7 +131,7 @@ def _tensors_from_json(config_json: str) -> tuple[str, tuple[Tensor, ...]]:
     cfg = _architecture_only(json.loads(config_json))
     try:
         config = config_from_dict(cfg)
-    except (KeyError, ValueError, TypeError) as err:
+    except (KeyError, UserError, TypeError) as err:
         raise UnknownArchitecture(str(err)) from err
     num, _ = moe_counts(cfg)
     model = instantiate_on_meta(config)

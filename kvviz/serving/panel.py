@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from kvviz.app import hosted, links, tables, ui
+from kvviz.core.errors import UserError
 from kvviz.engine.models import LoadedModel
 import kvviz.serving.charts
 from kvviz.serving import compute
@@ -194,9 +195,9 @@ def execute(rules: hosted.Policy, model: str, lm: LoadedModel, settings: Setting
             result = stream(compute.serve(lm, ids, cfg), view)
         status.empty()
         return result
-    except compute.RunTimeLimit as exc:  # a UserError too, so before ValueError
+    except compute.RunTimeLimit as exc:  # a UserError too, so first
         status.warning(f"Stopped: the run {exc}. Steps drawn so far stay above.")
-    except ValueError as exc:
+    except (UserError, ValueError) as exc:  # ValueError: the tokenizer's or transformers' refusal
         status.error(ui.visitor_text(exc, "serving run"))
     except RuntimeError as exc:
         status.error("Continuous batching failed" + ("." if rules.enabled else "; transformers said:"))

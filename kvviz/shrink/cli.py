@@ -111,7 +111,7 @@ def run_sweep(args) -> int:
                            note=f"{args.task or 'the built-in task'}: {len(items)} items", dropped=dropped,
                            timed_items=args.timed_items, made_with="kvviz shrink --sweep")
         write_atomic(args.out, sweep.to_json(result))
-    except (ModelLoadError, ValueError, OSError) as exc:
+    except (ModelLoadError, UserError, ValueError, OSError) as exc:  # ValueError: a library's refusal
         print(f"kvviz shrink: error: {exc}", file=sys.stderr)
         return 2
     print(table(result))
@@ -157,7 +157,6 @@ def run_pair(args) -> int:
     from kvviz.core.files import write_atomic
     from kvviz.core.config import ModelSpec
     from kvviz.engine.models import ModelLoadError, load_model
-    from kvviz.core.trace import TraceError
     from kvviz.shrink import record
     from kvviz.shrink import compute
     from kvviz.shrink import report
@@ -181,7 +180,7 @@ def run_pair(args) -> int:
         write_atomic(args.out, record.to_json(result, pieces, lm.label))
         if args.report:
             write_atomic(args.report, report.html_report(result, pieces, lm.label))
-    except (ModelLoadError, ValueError, TraceError, OSError) as exc:
+    except (ModelLoadError, UserError, ValueError, OSError) as exc:  # ValueError: a library's refusal
         print(f"kvviz shrink: error: {exc}", file=sys.stderr)
         return 2
     print(result.caption())

@@ -55,7 +55,7 @@ class ShrinkMode:
     question_aware: bool = False  # the sweep's leaderboard protocol: the question compressed with the context
 
     def check(self) -> None:
-        """ValueError in plain words for a mode kvviz cannot run (before any model is loaded)."""
+        """UserError in plain words for a mode kvviz cannot run (before any model is loaded)."""
         if self.backend:
             quant_cache.check(self.backend, self.nbits, self.residual_length)
         elif self.press != presses.NONE:

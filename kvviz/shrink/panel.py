@@ -17,6 +17,7 @@ from typing import Callable
 import streamlit as st
 
 from kvviz.app import links, ui, uploads
+from kvviz.core.errors import UserError
 from kvviz.core.units import fmt_bytes, fmt_ms
 from kvviz.shrink import presses, quant_cache, record, support, sweep, sweep_charts, task
 from kvviz.shrink import charts
@@ -315,7 +316,7 @@ def run_clicked(lm, rules, asked: Settings, stage: Stage, status, ran_with) -> N
             status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s per run.")
         pieces = lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()])
         st.session_state["shrink"] = (result, pieces, ran_with)
-    except ValueError as exc:
+    except (UserError, ValueError) as exc:  # ValueError: the tokenizer's or a press's own refusal
         st.error(f"Cannot run: {ui.visitor_text(exc, 'shrink run')}")
 
 
@@ -340,7 +341,7 @@ def page() -> None:
     if clicked:
         try:
             rules.check_limits(spec.name, new_tokens=asked.new_tokens, prompt_chars=len(asked.prompt))
-        except ValueError as exc:
+        except UserError as exc:
             st.error(f"Cannot run: {ui.visitor_text(exc, 'shrink run')}")
         else:
             run_clicked(lm, rules, asked, stage, status, ran_with)
@@ -427,7 +428,7 @@ def run_sweep(lm, rules, spec_name: str, modes: list, dropped: list, items: list
         if not result.complete:
             status.warning(f"Stopped at this host's limit of {rules.max_run_s:.0f} s: the rows hold the "
                            "items measured so far.")
-    except ValueError as exc:
+    except (UserError, ValueError) as exc:  # ValueError: the tokenizer's or a press's own refusal
         status.error(f"Cannot run the sweep: {ui.visitor_text(exc, 'shrink sweep')}")
 
 
@@ -437,7 +438,7 @@ def read_sweep_upload(upload, status) -> None:
         return
     try:
         st.session_state["shrink_sweep"] = (sweep.from_json(upload.getvalue()), "uploaded")
-    except ValueError as exc:
+    except UserError as exc:
         status.error(f"Cannot show that file: {ui.visitor_text(exc, 'shrink sweep file')}")
 
 

@@ -79,7 +79,7 @@ def offered(registry: dict | None = None) -> tuple[dict[str, str], dict[str, str
 
 
 def check(name: str, ratio: float) -> None:
-    """ValueError in plain words for a press kvviz does not offer or a ratio outside (0, 1)."""
+    """UserError in plain words for a press kvviz does not offer or a ratio outside (0, 1)."""
     if name not in ALL_PRESSES:
         raise UserError(f"unknown press {name!r}: pick one of {', '.join(ALL_PRESSES)}")
     if not 0 < ratio < 1:
@@ -87,7 +87,7 @@ def check(name: str, ratio: float) -> None:
 
 
 def make_press(name: str, ratio: float, prompt_tokens: int):
-    """A kvpress press that evicts `ratio` of the prompt's positions; ValueError in plain words."""
+    """A kvpress press that evicts `ratio` of the prompt's positions; UserError in plain words."""
     check(name, ratio)
     if prompt_tokens < MIN_PROMPT_TOKENS:
         noun = "token" if prompt_tokens == 1 else "tokens"

@@ -41,7 +41,7 @@ def available() -> tuple[dict[str, tuple], dict[str, str]]:
 
 
 def check(backend: str, nbits: int, residual_length: int) -> None:
-    """ValueError in plain words for a backend, bit width or residual kvviz does not offer (fp8
+    """UserError in plain words for a backend, bit width or residual kvviz does not offer (fp8
     has one width and no residual: those two are not asked)."""
     if backend not in BACKENDS:
         raise UserError(f"unknown quantization backend {backend!r}: pick one of {', '.join(BACKENDS)}")
@@ -54,7 +54,7 @@ def check(backend: str, nbits: int, residual_length: int) -> None:
 
 
 def make_cache(config, backend: str, nbits: int = 4, residual_length: int = 16):
-    """A QuantizedCache; ValueError in plain words for a backend / bit width kvviz does not offer."""
+    """A QuantizedCache; UserError in plain words for a backend / bit width kvviz does not offer."""
     from transformers import QuantizedCache
     check(backend, nbits, residual_length)
     if backend == "fp8":

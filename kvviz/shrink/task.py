@@ -85,7 +85,7 @@ def load(path: Path | str | None = None) -> list[TaskItem]:
     try:
         doc = json.loads(Path(path).read_text())
         items = [from_dict(raw) for raw in doc["items"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, UserError, ValueError, KeyError, TypeError, AttributeError) as exc:  # ValueError: json, float()
         raise UserError(f"{path} is not a kvviz shrink task ({type(exc).__name__})") from None
     if not 0 < len(items) <= MAX_ITEMS or any(len(i.prompt) > MAX_CHARS for i in items):
         raise UserError(f"{path}: a task holds 1 to {MAX_ITEMS} items of at most {MAX_CHARS:,} characters")

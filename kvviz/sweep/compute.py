@@ -95,7 +95,7 @@ def exact_prompt(tokenizer, num_tokens: int, text: str | None = None) -> str:
     """A prompt that tokenizes to exactly `num_tokens`: `text` repeated, cut by token ids.
 
     Decoding a cut and encoding it again may merge or split a token at the cut, so the cut moves
-    until the count matches, from a few start offsets; ValueError when none matches.
+    until the count matches, from a few start offsets; UserError when none matches.
     """
     ids = tokenizer(text or source_text(), add_special_tokens=False)["input_ids"]
     ids = ids * (num_tokens // max(len(ids), 1) + 2)
@@ -207,10 +207,12 @@ def measure(lm: LoadedModel, point: Point, new_tokens: int,
 
 
 def failure_status(exc: BaseException) -> str | None:
-    """"oom" for out-of-memory, "error" for a refused request (ValueError), else None."""
+    """"oom" for out-of-memory, "error" for a request kvviz refused (a UserError, in its own
+    words), else None: anything else (a library's ValueError included) stops the sweep, and the
+    page says so as it says any failure (kvviz.app.failures: no internals when hosted)."""
     if out_of_memory(exc):
         return "oom"
-    return "error" if isinstance(exc, ValueError) else None
+    return "error" if isinstance(exc, UserError) else None
 
 
 def first_line(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from kvviz.app import ui
 from kvviz.app.failures import failure_message
 from kvviz.app.tables import draw_altair, people_table
 from kvviz.core import units
+from kvviz.core.errors import UserError
 from kvviz.core.budget import DEFAULT_OVERHEAD_FRACTION
 from kvviz.engine.models import LoadedModel
 from kvviz.sweep import charts
@@ -185,7 +186,7 @@ class SweepView:
         try:  # the hosted caps, on the server (widgets cap too, but a crafted request could not)
             rules.check_limits(self.model_name, batch=max(settings.batches), new_tokens=settings.new_tokens,
                                points=self.total, prompt_tokens=max(settings.prompt_tokens))
-        except ValueError as exc:
+        except UserError as exc:
             status.error(f"Cannot run this sweep: {ui.visitor_text(exc)}")
             return
         bar = progress.progress(len(rows) / self.total, text=self.progress_text(rows))

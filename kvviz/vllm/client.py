@@ -78,8 +78,10 @@ def get_text(url: str, path: str, timeout_s: float = TIMEOUT_S) -> str:
         raise EngineUnreachable(f"cannot reach {url}: {reason_text(exc.reason)}") from None
     except (TimeoutError, socket.timeout):
         raise EngineUnreachable(f"{url} did not answer within {timeout_s:g} s") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise EngineUnreachable(f"cannot reach {url}: {exc}") from None
+    except ValueError:  # urllib refusing the URL ("Invalid IPv6 URL"): said in kvviz's words
+        raise EngineUnreachable(f"cannot reach {url}: it is not a URL urllib can open") from None
     if len(body) > MAX_BYTES:
         raise NotVllm(f"{full} sent more than {MAX_BYTES // 2**20} MiB; not a vLLM endpoint")
     return body.decode("utf-8", "replace")

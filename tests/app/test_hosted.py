@@ -1,6 +1,7 @@
 """Hosted-mode policy: allowlist with pinned revisions, caps, off by default."""
 import pytest
 
+from kvviz.core.errors import UserError
 from kvviz.app import hosted
 
 
@@ -16,16 +17,16 @@ def test_on_allows_only_listed_models_at_pinned_revisions():
                                 "KVVIZ_HOSTED_MODELS": "default, HuggingFaceTB/SmolLM2-360M-Instruct@abc123"})
     assert p.enabled and p.check_model("HuggingFaceTB/SmolLM2-360M-Instruct") == "abc123"
     assert p.check_model("default") is None
-    with pytest.raises(ValueError, match="only runs"):
+    with pytest.raises(UserError, match="only runs"):
         p.check_model("/etc/passwd")
     assert p.cap("new_tokens", 500) == p.max_new_tokens and p.cap("batch", 2) == 2
-    with pytest.raises(ValueError, match="allows 1024"):
+    with pytest.raises(UserError, match="allows 1024"):
         p.check_prompt_tokens(5000)
 
 
 @pytest.mark.parametrize("spec, message", [("org/model", "pinned revision"), ("./local@x", "local path")])
 def test_bad_allowlists_are_refused(spec, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         hosted.parse_models(spec)
 
 
@@ -50,7 +51,7 @@ def test_torch_thread_policy(cores, default, env, expected):
 @pytest.mark.parametrize("value", ["-1", "two", "1.5"])
 def test_torch_thread_setting_must_be_a_whole_number(value):
     from kvviz.app.threads import torch_threads
-    with pytest.raises(ValueError, match="KVVIZ_TORCH_THREADS"):
+    with pytest.raises(UserError, match="KVVIZ_TORCH_THREADS"):
         torch_threads(2, 2, {"KVVIZ_TORCH_THREADS": value})
 
 

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.core.errors import UserError
 from kvviz.app import ui
 
 pytestmark = pytest.mark.slow  # runs the hosted Live page (Streamlit AppTest) with model runs: make test, not make check
@@ -66,7 +67,7 @@ def test_hosted_run_checks_allowlist_and_caps_where_it_starts():
                                ("default", RunConfig(batch=5), "batch is 5"),
                                ("default", RunConfig(prompts=("word " * 1000,)), "5,000 characters"),
                                ("default", RunConfig(system="s" * 4001), "allows 4,000")):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(UserError, match=message):
             p.check_run(name, cfg)
 
 

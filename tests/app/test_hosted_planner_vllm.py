@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.core.errors import UserError
 from kvviz.app import hosted
 from kvviz.vllm import panel as panels
 
@@ -164,5 +165,5 @@ def test_hosted_run_limit_comes_from_the_environment():
     assert hosted.policy_from_env({"KVVIZ_HOSTED": "1", "KVVIZ_HOSTED_MAX_RUN_S": "2.5"}).max_run_s == 2.5
     assert hosted.policy_from_env({"KVVIZ_HOSTED": "1"}).max_run_s == 60.0
     for bad in ("soon", "0", "-3", "1e9"):
-        with pytest.raises(ValueError, match="KVVIZ_HOSTED_MAX_RUN_S"):
+        with pytest.raises(UserError, match="KVVIZ_HOSTED_MAX_RUN_S"):
             hosted.policy_from_env({"KVVIZ_HOSTED": "1", "KVVIZ_HOSTED_MAX_RUN_S": bad})

@@ -1,6 +1,7 @@
 """Block accounting invariants, vLLM-style: tiny pools, an assert after every operation."""
 import pytest
 
+from kvviz.core.errors import UserError
 from kvviz.core.blocks import BlockPool, cdiv
 
 
@@ -67,5 +68,5 @@ def test_empty_pool_and_bad_sizes():
     pool = BlockPool(num_blocks=0, block_size=16)
     check(pool)
     assert pool.get_usage() == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         BlockPool(num_blocks=1, block_size=0)

@@ -1,6 +1,7 @@
 """kvviz's one error hierarchy (kvviz.core.errors): every exception class kvviz or a page defines is a
-KvvizError, the user-facing ones UserErrors (also ValueErrors, for the callers that sort refused
-requests by that), and one out-of-memory test. Read from the source (ast), so a class in a module
+KvvizError, the user-facing ones UserErrors (not ValueErrors: `except UserError` is refused input
+and nothing else; a library's ValueError is shown generically to a hosted visitor), and one
+out-of-memory test. Read from the source (ast), so a class in a module
 that needs torch or Streamlit is checked without importing it."""
 import ast
 import builtins
@@ -80,16 +81,62 @@ def test_the_ast_reading_catches_a_class_off_the_base(tmp_path, monkeypatch):
         test_every_exception_class_derives_from_kvviz_error()
 
 
-def test_user_errors_are_value_errors_and_internal_ones_are_not_user_errors():
+def test_user_errors_are_not_value_errors_and_internal_ones_are_not_user_errors():
     from kvviz.engine.models import ModelLoadError
     from kvviz.core.trace import TraceError
     from kvviz.serving.compute import RunTimeLimit, ServingFailed
 
-    assert issubclass(UserError, ValueError) and issubclass(TraceError, ValueError)
+    for user_facing in (UserError, TraceError, RunTimeLimit):
+        assert issubclass(user_facing, UserError) and not issubclass(user_facing, ValueError)
+    with pytest.raises(ValueError):  # `except ValueError` no longer catches a refusal by mistake
+        try:
+            raise ValueError("a library's own refusal")
+        except UserError:
+            pytest.fail("a library's ValueError taken for refused input")
     assert issubclass(RunTimeLimit, TimeoutError)  # the Serving page's "Stopped" warning reads it
     for internal in (ModelLoadError, ServingFailed):
         assert issubclass(internal, KvvizError) and not issubclass(internal, UserError)
         assert visitor_message(internal("/home/me/model failed"), hosted=True) == GENERIC
+
+
+def _shrink_run_refused(prompt: str):
+    """The Shrink page's Run, with a tokenizer that refuses with a library's ValueError."""
+    import types
+
+    import streamlit as st
+
+    from kvviz.app import ui
+    from kvviz.shrink import panel
+
+    class Tokenizer:
+        chat_template = None
+
+        def __call__(self, *args, **kwargs):
+            raise ValueError("secret internal detail /srv/kvviz")
+
+    lm = types.SimpleNamespace(tokenizer=Tokenizer())
+    panel.run_clicked(lm, ui.policy(), types.SimpleNamespace(prompt=prompt), None, st.empty(), ())
+
+
+@pytest.mark.parametrize("hosted", [True, False])
+def test_a_library_value_error_on_a_page_is_generic_hosted_and_a_refusal_is_in_kvviz_words(monkeypatch, hosted):
+    from streamlit.testing.v1 import AppTest
+
+    from kvviz.app.ui import inert  # what the page escapes its sentences with
+    if hosted:
+        monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    else:
+        monkeypatch.delenv("KVVIZ_HOSTED", raising=False)
+    library = AppTest.from_function(_shrink_run_refused, args=("hello",), default_timeout=60).run()
+    assert not library.exception  # caught by the page, not Streamlit's error box
+    (shown,) = [e.value for e in library.error]
+    if hosted:
+        assert shown == f"Cannot run: {inert(GENERIC)}"
+    else:
+        assert shown == "Cannot run: " + inert("ValueError: secret internal detail /srv/kvviz")
+    refused = AppTest.from_function(_shrink_run_refused, args=("  ",), default_timeout=60).run()
+    assert [e.value for e in refused.error] == [
+        "Cannot run: " + inert("the prompt is empty: type something for the model to continue")]
 
 
 def test_a_time_limit_is_worded_for_the_visitor():

@@ -8,6 +8,7 @@ chunked layer holds cap - 1 tokens.
 """
 import pytest
 
+from kvviz.core.errors import UserError
 from kvviz.core import layout
 from kvviz.core.layout import CHUNKED, FULL, LATENT, SHARED, SLIDING, STATE
 
@@ -183,7 +184,7 @@ def test_state_of_an_unmodelled_family_is_flagged():
     ([1, 2], "must be a JSON object"),
 ])
 def test_bad_configs_get_a_clear_value_error(config, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         layout.config_from_dict(config)
 
 
@@ -213,7 +214,7 @@ def test_each_kind_builds_its_own_class_and_replace_changes_class_with_kind():
     ("moe", None, "unknown cache kind 'moe'"),
 ])
 def test_specs_refuse_what_their_kind_cannot_be(kind, cap, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         sp.CacheSpec(kind=kind, kv_heads=8, values_per_token=2048, token_cap=cap)
 
 

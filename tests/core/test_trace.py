@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from kvviz.core.errors import UserError
 from kvviz.core import trace as tr
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from kvviz.core.meta import LEGACY_KEYS, as_dict, legacy_specs, spec_record
@@ -322,7 +323,7 @@ def test_replay_sleeps_before_each_event():
 
 
 def test_replay_rejects_negative_speed():
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         list(replay(sample_trace().events, speed=-1))
 
 

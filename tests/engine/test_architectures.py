@@ -19,6 +19,7 @@ from functools import lru_cache
 import pytest
 import torch
 
+from kvviz.core.errors import UserError
 from kvviz.engine import loop as engine
 from kvviz.core import trace as trace_module
 from kvviz.core import layout
@@ -213,5 +214,5 @@ def test_minimax_gets_its_own_cache_and_refuses_the_static_backend_clearly():
     from transformers.models.minimax.modeling_minimax import MiniMaxCache
     lm = arch_lm("minimax")
     assert type(engine.make_cache(lm.model, "dynamic", 16)) is MiniMaxCache
-    with pytest.raises(ValueError, match="keeps its own cache \\(MiniMaxCache\\).*choose the dynamic cache"):
+    with pytest.raises(UserError, match="keeps its own cache \\(MiniMaxCache\\).*choose the dynamic cache"):
         engine.make_cache(lm.model, "static", 16)

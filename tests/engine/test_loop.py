@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from kvviz.core.errors import UserError
 from kvviz.engine import loop as engine
 from kvviz.core import layout
 from kvviz.core.config import RunConfig
@@ -180,7 +181,7 @@ def test_chat_template_wraps_the_prompt():
     (RunConfig(cache_backend="paged"), "unknown cache backend"),
 ])
 def test_bad_requests_get_clear_errors(cfg, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         list(engine.generate(tiny_lm(), cfg))
 
 
@@ -214,7 +215,7 @@ def test_unknown_cache_layer_class_is_named_and_the_run_goes_on(monkeypatch):
 
 def test_a_layout_kvviz_cannot_model_is_named_and_the_run_goes_on(monkeypatch):
     def unknown(config):
-        raise ValueError("llama: layer type 'compressed_sparse_attention' is not modelled by kvviz")
+        raise UserError("llama: layer type 'compressed_sparse_attention' is not modelled by kvviz")
 
     monkeypatch.setattr(layout, "layer_specs", unknown)
     lm = tiny_lm()

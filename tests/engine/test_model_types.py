@@ -221,10 +221,11 @@ def sizes(specs) -> list[tuple]:
 def planner_layout(config) -> tuple[list[tuple], str]:
     """The layer sizes the planner gives this config when pasted (measured on the meta device)."""
     from kvviz.core import layout
+    from kvviz.core.errors import UserError
     from kvviz.engine import config_probe
     try:
         specs = layout.layer_specs(config)
-    except ValueError as exc:
+    except UserError as exc:
         return [], str(exc)
     measured, note = config_probe.measured_layout(config, specs)
     return sizes(measured), note

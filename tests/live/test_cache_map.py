@@ -6,6 +6,7 @@ import json
 import altair as alt
 import pytest
 
+from kvviz.core.errors import UserError
 from kvviz.live import cache_map as cm
 from kvviz.live import cache_map_charts as cc
 from kvviz.viz import charts
@@ -240,7 +241,7 @@ def test_attention_needs_eager_and_says_so():
     from kvviz.engine import loop as engine
     from kvviz.core.config import RunConfig
 
-    with pytest.raises(ValueError, match="eager attention"):
+    with pytest.raises(UserError, match="eager attention"):
         engine.run_meta(tiny_lm("llama"), RunConfig(attention=True))
 
 

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from catalog_cases import first_of_each_type
+from kvviz.core.errors import UserError
 from kvviz.planner import capacity
 from kvviz.planner import configs as plan_models
 from kvviz.core.layout import FULL, SLIDING, STATE, CacheSpec, config_from_dict
@@ -122,7 +123,7 @@ def test_what_if_attention():
     assert capacity.kv_bytes_per_token(capacity.what_if_attention(LLAMA_8B, "mha")) == 524_288
     assert capacity.kv_bytes_per_token(capacity.what_if_attention(LLAMA_8B, "MQA")) == 16_384
     assert capacity.what_if_attention(LLAMA_8B, "gqa") == LLAMA_8B
-    with pytest.raises(ValueError, match="variant"):
+    with pytest.raises(UserError, match="variant"):
         capacity.what_if_attention(LLAMA_8B, "mla")
     deepseek = plan_models.catalog_model("DeepSeek-V3")  # latent layers are left as they are
     assert capacity.what_if_attention(deepseek, "mha").specs == deepseek.specs
@@ -134,7 +135,7 @@ def test_what_if_window():
     assert capacity.kv_bytes_for_context(windowed, 8_000) == 131_072 * 1_023
     unwindowed = capacity.what_if_window(plan_models.catalog_model("Mistral-7B-v0.1"), None)
     assert capacity.kv_bytes_for_context(unwindowed, 8_000) == 1_048_576_000
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(UserError, match="window"):
         capacity.what_if_window(LLAMA_8B, 0)
 
 
@@ -148,7 +149,7 @@ def test_bytes_per_element_including_scale_overhead():
     assert capacity.kv_bytes_per_element("fp8") == 1
     assert capacity.kv_bytes_per_element("int8") == 1.0625  # + 4 B per 64 values
     assert capacity.kv_bytes_per_element("int4") == 0.5625
-    with pytest.raises(ValueError, match="int3"):
+    with pytest.raises(UserError, match="int3"):
         capacity.kv_bytes_per_element("int3")
 
 
@@ -179,7 +180,7 @@ def test_no_request_fits_when_weights_do_not():
     model = plan_models.catalog_model("Llama-3.1-70B")
     assert capacity.kv_budget_bytes(80 * GB, weights_70b) == 0
     assert capacity.max_concurrent_requests(model, 500, 80 * GB, weights_70b) == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         capacity.max_concurrent_requests(model, 0, 80 * GB, 0)
 
 
@@ -203,7 +204,7 @@ def test_decode_step_floor_and_ceilings():
     assert step_s == pytest.approx(0.003)
     assert capacity.tokens_per_s_ceiling_per_request(step_s) == pytest.approx(333.333, rel=1e-4)
     assert capacity.tokens_per_s_ceiling_aggregate(step_s, 8) == pytest.approx(2666.667, rel=1e-4)
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         capacity.decode_step_floor_s(1, 1, 0)
 
 
@@ -225,7 +226,7 @@ def test_capacity_row_reads_active_weights():
 def test_catalog_lookup():
     assert capacity.kv_bytes_per_token(plan_models.catalog_model("smollm2-135m")) == 23_040
     assert plan_models.catalog_model("meta-llama/Llama-3.1-8B-Instruct").name == "Llama-3.1-8B"
-    with pytest.raises(ValueError, match="known"):
+    with pytest.raises(UserError, match="known"):
         plan_models.catalog_model("no-such-model")
 
 
@@ -247,9 +248,9 @@ def test_gpu_presets():
 
 
 def test_model_needs_layers_and_heads():
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         capacity.ModelKV(name="x", specs=(), num_attention_heads=1)
-    with pytest.raises(ValueError, match="num_kv_heads"):
+    with pytest.raises(UserError, match="num_kv_heads"):
         capacity.uniform_model(2, 0, 4, 2)
 
 

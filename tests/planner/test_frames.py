@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.core.errors import UserError
 from kvviz.planner import capacity, deployment, parallel, words
 from kvviz.planner import configs as plan_models
 from kvviz.planner import charts as planner_charts
@@ -516,7 +517,7 @@ def test_page_bandwidth_sentence_follows_the_models_own_bound():
 
 
 def test_a_what_if_window_of_one_token_is_one_sentence_not_a_division_by_zero():
-    with pytest.raises(ValueError, match="at least 2 tokens"):
+    with pytest.raises(UserError, match="at least 2 tokens"):
         pf.what_if_frame(make_plan("Gemma-2-9B", bandwidth_bytes_per_s=None, context_tokens=8000), 1)
     assert len(pf.what_if_frame(make_plan("Gemma-2-9B", bandwidth_bytes_per_s=None, context_tokens=8000), 2))
 

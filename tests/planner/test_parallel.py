@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvviz.core.errors import UserError
 from kvviz.planner import capacity, deployment, parallel
 from kvviz.planner import configs as plan_models
 from kvviz.planner.parallel import Parallel
@@ -57,7 +58,7 @@ def test_pp_layer_counts_follow_vllm():
 ])
 def test_impossible_splits_are_named(par, heads, kv_heads, message):
     model = capacity.uniform_model(80, kv_heads, 128, heads)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         parallel.check_parallel(par, model.specs, model.num_attention_heads)
 
 
@@ -133,8 +134,8 @@ def test_prefix_and_offload_what_ifs():
 
 def test_bad_setups_are_named():
     model = plan_models.catalog_model("SmolLM2-135M")
-    with pytest.raises(ValueError, match="shared prefix"):
+    with pytest.raises(UserError, match="shared prefix"):
         deployment.plan_setup(model, setup(prefix_tokens=8000))
-    with pytest.raises(ValueError, match="block size"):
+    with pytest.raises(UserError, match="block size"):
         deployment.plan_setup(model, setup(block_size=0))
     assert deployment.plan_setup(model, setup(kv_dtype="int4")).vllm.error

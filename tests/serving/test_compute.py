@@ -6,6 +6,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
+from kvviz.core.errors import UserError
 from kvviz.viz import charts
 from kvviz.serving import compute as serving
 from kvviz.serving import charts as sc
@@ -120,11 +121,11 @@ def test_a_run_past_its_time_limit_stops_and_leaves_the_model_usable(lm):
 
 def test_requests_that_can_never_fit_are_refused(lm):
     ids = serving.encode_requests(lm.tokenizer, PROMPTS, chat=False)
-    with pytest.raises(ValueError, match="enlarge the pool"):
+    with pytest.raises(UserError, match="enlarge the pool"):
         serving.check_fits(ids, serving.ServingConfig(block_size=4, num_blocks=3, max_new_tokens=8))
-    with pytest.raises(ValueError, match="at least 4"):
+    with pytest.raises(UserError, match="at least 4"):
         serving.check_fits(ids, serving.ServingConfig(block_size=2))
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         serving.parse_requests("\n \n")
     assert serving.parse_requests(" a \n\n b ") == ["a", "b"]
 

@@ -6,6 +6,7 @@ import torch
 from tiny import tiny_lm
 from transformers import DynamicCache
 
+from kvviz.core.errors import UserError
 from kvviz.shrink import presses, quant_cache
 from kvviz.shrink import compute as shrink
 
@@ -112,13 +113,13 @@ def test_quantized_bytes_equal_formula(kind, backend, nbits):
 
 
 def test_bad_settings_get_plain_messages():
-    with pytest.raises(ValueError, match="compression ratio"):
+    with pytest.raises(UserError, match="compression ratio"):
         presses.make_press("Knorm", 1.0, 100)
-    with pytest.raises(ValueError, match="at least 8"):
+    with pytest.raises(UserError, match="at least 8"):
         presses.make_press("SnapKV", 0.5, 3)
-    with pytest.raises(ValueError, match="offers 2, 4 bits"):
+    with pytest.raises(UserError, match="offers 2, 4 bits"):
         quant_cache.make_cache(tiny_lm().model.config, "quanto", 8)
-    with pytest.raises(ValueError, match="unknown press"):
+    with pytest.raises(UserError, match="unknown press"):
         presses.make_press("Magic", 0.5, 100)
 
 

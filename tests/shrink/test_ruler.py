@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from kvviz.core.errors import UserError
 from kvviz.shrink import ruler, task
 
 
@@ -56,7 +57,7 @@ def test_a_task_file_is_checked(tmp_path):
                         (json.dumps({"items": [{"context": "c", "question": "q", "answer_prefix": "", "answers": ["1"],
                                                 "depth": 7}]}), "is not a kvviz shrink task")):
         bad.write_text(text)
-        with pytest.raises(ValueError, match=words):
+        with pytest.raises(UserError, match=words):
             task.load(bad)
     items = ruler.generate(2, 300, count_words, seed=4)
     bad.write_text(task.to_json(items, "made here"))

@@ -8,6 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
+from kvviz.core.errors import UserError
 from kvviz.engine import loop as engine
 from kvviz.core import layout
 from kvviz.sweep import compute as sweep
@@ -132,7 +133,7 @@ def test_a_resumed_sweep_measures_only_what_is_missing(lm):
 
 
 def test_new_tokens_must_allow_a_decode_step(lm):
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(UserError, match="at least 2"):
         list(sweep.run_sweep(lm, SweepSettings((8,), (1,), 1)))
 
 
@@ -314,7 +315,7 @@ def test_heatmap_labels_cells_and_outlines_predicted_oom():
     assert marks(spec) == ["rect", "rect", "rect", "text"]
     assert spec["layer"][0]["encoding"]["color"]["field"] == "ttft_ms"
     assert "upper(datum.status)" in spec["transform"][0]["calculate"]
-    with pytest.raises(ValueError, match="unknown metric"):
+    with pytest.raises(UserError, match="unknown metric"):
         sweep_charts.heatmap_chart(sample_frame(), "nope")
     assert "peak_cuda_bytes" not in sweep_charts.metric_names(cuda=False)
     assert sweep_charts.metric_names(cuda=True) == list(sweep_charts.METRICS)

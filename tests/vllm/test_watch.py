@@ -261,3 +261,10 @@ def test_kvviz_watch_on_nothing_says_so_and_fails(tmp_path, capsys):
 def test_get_text_names_timeouts_and_refusals():
     with pytest.raises(client.EngineUnreachable, match="refused"):
         client.get_text(f"http://127.0.0.1:{free_port()}", "/metrics", 1.0)
+
+
+def test_a_url_urllib_refuses_is_said_in_kvviz_words():
+    """urllib's ValueError ("Invalid IPv6 URL") becomes a UserError in kvviz's own sentence."""
+    with pytest.raises(client.EngineUnreachable, match="not a URL urllib can open") as info:
+        client.get_text("http://[::1", "/metrics", 1.0)
+    assert "IPv6" not in str(info.value)
