@@ -7,6 +7,7 @@ from kvviz.app import keys, ui
 from kvviz.live import panel
 from kvviz.live import cache_map_panel
 from kvviz.live import tour_panel
+from kvviz.live import run_panel
 from kvviz.live import settings_panel
 from kvviz.live import words
 
@@ -43,7 +44,7 @@ if lm is not None:
     info.caption(f"{ui.inert(lm.label)} · {lm.device.type} · {str(lm.dtype).removeprefix('torch.')} · "
                  f"weights {lm.weight_bytes / 2**20:,.0f} MiB")
 if generate and lm is not None:
-    panel.run_live(lm, cfg, opts, status, tour)
+    run_panel.run_live(lm, cfg, opts, status, tour)
 elif "trace" in st.session_state:
     changed = panel.changed_settings(st.session_state["trace"].meta, cfg,
                                       "recompute" in st.session_state["trace"].modes, opts.race) if not stopped else []

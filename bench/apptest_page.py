@@ -62,8 +62,8 @@ class PageClock:
     (`LiveView.draw_figures`) while installed; the final redraw after a run is left out."""
 
     def __enter__(self):
-        from kvviz.live import panel as panels
-        self.real_update, self.real_draw = panels.LiveView.update, panels.LiveView.draw_figures
+        from kvviz.live import view_panel
+        self.real_update, self.real_draw = view_panel.LiveView.update, view_panel.LiveView.draw_figures
         self.update_ms: list[float] = []
         self.draw_ms: list[float] = []
         self.final, clock = False, self
@@ -85,12 +85,12 @@ class PageClock:
                 if not clock.final:
                     clock.draw_ms.append((time.perf_counter() - start) * 1e3)
 
-        panels.LiveView.update, panels.LiveView.draw_figures = update, draw_figures
+        view_panel.LiveView.update, view_panel.LiveView.draw_figures = update, draw_figures
         return self
 
     def __exit__(self, *exc):
-        from kvviz.live import panel as panels
-        panels.LiveView.update, panels.LiveView.draw_figures = self.real_update, self.real_draw
+        from kvviz.live import view_panel
+        view_panel.LiveView.update, view_panel.LiveView.draw_figures = self.real_update, self.real_draw
         return False
 
     def reset(self) -> None:
@@ -183,7 +183,7 @@ def catch(work: Callable[[], object], failure: list) -> None:
 
 
 def chart_interval_s() -> float:
-    from kvviz.live.panel import CHART_INTERVAL_S
+    from kvviz.live.cadence import CHART_INTERVAL_S
     return CHART_INTERVAL_S
 
 
@@ -219,7 +219,7 @@ def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[R
         f"one warm-up click, then {s.reps} page runs interleaved with {s.reps} headless runs. "
         "`kvviz.engine.loop.generate` is wrapped so that a clock starts when the page asks for the first "
         "event and stops when it asks for the one after the last: the window holds every step "
-        "plus everything `panels.run_live` does per event — the streamed text rewritten every "
+        "plus everything `run_panel.run_live` does per event — the streamed text rewritten every "
         f"token, and the metrics, captions and Altair charts redrawn at most every "
         f"{chart_interval_s()} s. The headless variant consumes the very same generator "
         "(same model object, same config, EOS ignored in both) and only appends to a Trace; it "

@@ -2,7 +2,7 @@
 
 Fills a container the page hands it (a Streamlit container; this module imports no streamlit).
 Each chart spec is built once per run shape and then only re-fed with data (~2-4 ms a redraw,
-against ~25 ms for a fresh chart); the page calls `draw` at its chart rate (kvviz.live.panel.Cadence:
+against ~25 ms for a fresh chart); the page calls `draw` at its chart rate (kvviz.live.cadence.Cadence:
 at most 2 Hz).
 """
 from __future__ import annotations

@@ -154,7 +154,7 @@ def no_cache_figures(sums: trace.RunSummary, cached: list[StepEvent],
 def widest_headline() -> list[tuple[str, str, str]]:
     """The headline figures with every label in its longest form and values wider than a run
     shows, for the figures' hidden copy: the page reserves the row's height with it before a
-    run's first figure arrives (kvviz.live.panel.metric_cards), so nothing below moves then."""
+    run's first figure arrives (kvviz.live.view_panel.metric_cards), so nothing below moves then."""
     help_text = "?"  # a help icon's room beside the label, as every figure has
     return [("Tokens", "9999 × 64", help_text), ("KV cache (allocated)", "1,023 MiB", help_text),
             (FORMULA_LABEL, "1,023 MiB", help_text), ("Time to first token", "999.99 s", help_text),
@@ -414,7 +414,7 @@ def race_opening(without: str, without_ms: str, cached: str, cached_ms: str) -> 
 
 def race_longest() -> str:
     """The race caption at its longest (the estimate's sentences, figures at their widest): the
-    panel reserves its height (kvviz.live.panel.race_caption_slot), so that no form of the caption,
+    panel reserves its height (kvviz.live.view_panel.race_caption_slot), so that no form of the caption,
     from a run's first step to its end, moves the panels below it."""
     wide = ["4,096 tokens", "59.99 min", "4,096 tokens", "999.9 ms"]
     return race_opening(*wide) + estimate_sentences(

@@ -6,7 +6,7 @@ import re
 
 from kvviz.app import ui
 from kvviz.core.trace import Trace, summary
-from kvviz.live import cache_map_panel, captions, panel
+from kvviz.live import cache_map_panel, captions, view_panel
 
 EXAMPLE = ui.ASSETS / "traces" / "smollm2-135m-cpu-fp32.json"  # a real SmolLM2-135M run (kvviz record)
 # Where a panel sits changes with the screen (a phone stacks them): the explainer names panels by
@@ -78,4 +78,4 @@ def test_the_explainer_names_panels_by_their_titles_not_their_places():
     text = " ".join((ui.ASSETS / "explainer.md").read_text().split())
     assert not PLACES.findall(text), PLACES.findall(text)
     assert cache_map_panel.TITLE in text and "*With the KV cache*" in text and "*Without a cache*" in text
-    assert panel.titled_box.__doc__  # the two text boxes' titles are drawn by titled_box (checked in Chromium)
+    assert view_panel.titled_box.__doc__  # the two text boxes' titles are drawn by titled_box (checked in Chromium)

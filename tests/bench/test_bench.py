@@ -117,10 +117,10 @@ def test_live_page_measurement_on_a_tiny_model(tiny_dir, monkeypatch):
         monkeypatch.setenv(name, "")  # so that monkeypatch restores it: the bench sets KVVIZ_MODEL
         monkeypatch.delenv(name)
     from kvviz.engine import loop as engine
-    from kvviz.live import panel as panels
-    real = engine.generate, panels.LiveView.update, panels.LiveView.draw_figures
+    from kvviz.live import view_panel
+    real = engine.generate, view_panel.LiveView.update, view_panel.LiveView.draw_figures
     rows, method = apptest_page.live_page_vs_headless(Settings(reps=1, new_tokens=4), str(tiny_dir))
-    assert (engine.generate, panels.LiveView.update, panels.LiveView.draw_figures) == real  # unpatched
+    assert (engine.generate, view_panel.LiveView.update, view_panel.LiveView.draw_figures) == real  # unpatched
     assert [r.op for r in rows] == [None] and rows[0].ratio > 0  # a harness: informational
     assert "chart redraws" in method and "tok/s" in method
 

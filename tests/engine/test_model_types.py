@@ -348,7 +348,7 @@ def test_kvviz_record_on_falcon_and_rwkv_writes_a_trace(model_type, tmp_path, ca
     ("dory", "2 layers beyond its 4 decoder layers"), ("recurrent_gemma", "state on its own modules")])
 def test_what_a_models_own_code_does_is_said_in_the_trace_and_on_the_page(model_type, words):
     """The caveat the probe measured reaches the trace's meta, the CLI's notes and the Live page's notes."""
-    from kvviz.live.panel import run_notes
+    from kvviz.live.view_panel import run_notes
     from kvviz.cli import layout_lines
     from kvviz.core.trace import Trace
     lm = LoadedModel(model=build(sized_config(model_type)), tokenizer=tiny_tokenizer(), name=model_type,

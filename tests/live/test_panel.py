@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.live.panel import (DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, PRELOAD_DESCRIPTION, RACE_NOTES_CSS,
-                              RUN_CARD_CSS)
+from kvviz.live.stylesheet import DIM_HOLDER_CSS, KEEP_HEIGHT_CSS, PRELOAD_CSS, RACE_NOTES_CSS, RUN_CARD_CSS
+from kvviz.live.panel import PRELOAD_DESCRIPTION
 from kvviz.app.ui import PAGE_CSS, PRESENTER_CSS, inert
 from kvviz.live.words import INTRO
 from kvviz.app import keys
@@ -45,7 +45,7 @@ def generate(at: AppTest) -> AppTest:
 
 def metrics(at: AppTest) -> dict[str, str]:
     """The headline cards' figures: the first card of each label (the row's hidden copy, at its
-    widest, follows it: kvviz.live.panel.metric_cards)."""
+    widest, follows it: kvviz.live.view_panel.metric_cards)."""
     shown: dict[str, str] = {}
     for m in cards(at):
         shown.setdefault(m.label, m.value)
@@ -264,7 +264,7 @@ def test_run_notes_say_what_the_figures_lack():
     from types import SimpleNamespace
 
     from kvviz.core.meta import RunMeta
-    from kvviz.live.panel import run_notes
+    from kvviz.live.view_panel import run_notes
     meta = RunMeta(attn_fallback="sdpa → eager: refused", attn_implementation="eager", state_modelled=False)
     notes = run_notes(meta, SimpleNamespace(cache_note="kvviz cannot read cache layers of class X"))
     assert notes[0].startswith("kvviz cannot read") and "eager" in notes[1] and "formula leaves" in notes[2]
@@ -310,7 +310,7 @@ def test_a_hosts_time_limit_ends_slow_motion_drawing_too(monkeypatch):
     host's limit must end the drawing, not only the generation (else others wait on a replay)."""
     from types import SimpleNamespace
 
-    from kvviz.live import panel as panels
+    from kvviz.live import run_panel
     from kvviz.live import settings_panel
 
     delays, clock = [], {"t": 0.0}
@@ -322,7 +322,7 @@ def test_a_hosts_time_limit_ends_slow_motion_drawing_too(monkeypatch):
     view = SimpleNamespace(update=lambda trace, final=False: None, show_wait=lambda *a: None, work=None,
                            timed_pace=None)
     trace = SimpleNamespace(events=[], append=lambda e: trace.events.append(e))
-    panels.drive(pump, trace, view, 30.0, None, out_of_time=lambda: clock["t"] >= 3)
+    run_panel.drive(pump, trace, view, 30.0, None, out_of_time=lambda: clock["t"] >= 3)
     assert len(delays) == 3  # three slow steps fit the limit; the rest are kept, not drawn slowly
     assert len(trace.events) == 50
 
@@ -333,7 +333,7 @@ def test_the_cached_prefill_wait_line_gives_its_time_left_as_an_estimate():
     import time
 
     from kvviz.engine.pump import Running
-    from kvviz.live.panel import wait_line
+    from kvviz.live.view_panel import wait_line
     running = Running("cached", 0, time.monotonic() - 22.2)
     line = wait_line("cached", running, 1984, 1, 40.0)
     assert line == "Prefilling 1,984 prompt tokens: 22 s so far, ≈ 18 s left (an estimate from this device's pace)."
@@ -343,13 +343,13 @@ def test_the_cached_prefill_wait_line_gives_its_time_left_as_an_estimate():
 def test_a_first_run_on_a_long_prompt_knows_the_device_pace_before_its_prefill(at, monkeypatch):
     """No run before in this session: the pace the cached prefill's time left needs comes from a
     timed pass over the prompt's start, on the worker before the prefill (there was none)."""
-    from kvviz.live import panel as panels
-    seen, real = [], panels.drive
+    from kvviz.live import run_panel
+    seen, real = [], run_panel.drive
 
     def drive(pump, trace, view, pace, known, *args, **kwargs):
         seen.append(view)
         return real(pump, trace, view, pace, known, *args, **kwargs)
-    monkeypatch.setattr(panels, "drive", drive)
+    monkeypatch.setattr(run_panel, "drive", drive)
     at.text_area(key=PROMPT).set_value("The key value cache keeps the keys. " * 22)  # 224 tokens
     generate(at)
     (view,) = seen
@@ -361,7 +361,7 @@ def test_on_stage_the_whole_run_is_a_card_and_the_last_step_and_formula_go_into_
     "modelled" fits beside it); the last step's ratio and, on stage, the computed formula are in
     the helps of the whole run's and the measured cache's cards."""
     from kvviz.live import captions
-    from kvviz.live.panel import card_figures
+    from kvviz.live.view_panel import card_figures
     figures = [(label, f"v{i}", f"h{i}") for i, (label, _, _) in enumerate(captions.widest_headline())]
     figures[1] = ("KV cache (measured)", "v1", "h1")
     screen, stage = card_figures(figures), card_figures(figures, stage=True)
@@ -379,7 +379,7 @@ def test_a_pass_modelled_to_be_long_gets_its_line_from_its_start():
     from types import SimpleNamespace
 
     from kvviz.engine.pump import Running
-    from kvviz.live import panel as panels
+    from kvviz.live import view_panel
 
     drawn = []
     slot = SimpleNamespace(caption=lambda text: drawn.append(("caption", text)),
@@ -389,9 +389,9 @@ def test_a_pass_modelled_to_be_long_gets_its_line_from_its_start():
     view = SimpleNamespace(note_slot=slot, race_wait_slot=None, waiting={}, work=work,
                            meta=SimpleNamespace(prompt_tokens=2000, batch=1))
     running = Running("cached", 0, time.monotonic() - 0.1)
-    panels.LiveView.show_wait(view, running, None, None)
+    view_panel.LiveView.show_wait(view, running, None, None)
     assert drawn == []  # no pace: the line waits for WAIT_SHOWN_S
-    panels.LiveView.show_wait(view, running, None, 20e-12)  # 1e12 flops at 20 ps each: 20 s
+    view_panel.LiveView.show_wait(view, running, None, 20e-12)  # 1e12 flops at 20 ps each: 20 s
     (kind, text), = drawn
     assert kind == "progress" and text.startswith("Prefilling 2,000 prompt tokens: 0 s so far, ≈ 20 s left (an estimate")
 
@@ -403,7 +403,7 @@ def test_the_timed_pass_runs_on_the_worker_with_its_own_line():
     from types import SimpleNamespace
 
     from kvviz.engine.pump import Running
-    from kvviz.live import panel as panels
+    from kvviz.live import run_panel, view_panel
     from tiny import tiny_lm
 
     from kvviz.core.config import RunConfig
@@ -411,14 +411,14 @@ def test_the_timed_pass_runs_on_the_worker_with_its_own_line():
     lm = tiny_lm()
     cfg = RunConfig(prompts=("The key value cache keeps the keys. " * 22,), max_new_tokens=2)
     view = SimpleNamespace(work=cost.model_work(lm), meta=loop.run_meta(lm, cfg), timed_pace=None)
-    steps = panels.timed_pass(lm, cfg, view)
+    steps = run_panel.timed_pass(lm, cfg, view)
     assert view.timed_pace is None and list(steps) == [] and view.timed_pace > 0  # runs when iterated
 
     drawn = []
     slot = SimpleNamespace(caption=drawn.append, empty=lambda: drawn.append(""))
     shown = SimpleNamespace(note_slot=slot, race_wait_slot=None, waiting={}, meta=view.meta)
-    shown.show_timing = lambda running, s: panels.LiveView.show_timing(shown, running, s)
-    panels.LiveView.show_wait(shown, Running(panels.TIMING, 0, time.monotonic() - 1.5), None, None)
+    shown.show_timing = lambda running, s: view_panel.LiveView.show_timing(shown, running, s)
+    view_panel.LiveView.show_wait(shown, Running(view_panel.TIMING, 0, time.monotonic() - 1.5), None, None)
     assert drawn == ["Timing a 32-token pass, for the prefill's time left: 2 s so far."]
 
 
@@ -438,7 +438,7 @@ def test_a_fast_engine_is_drawn_at_the_pages_rates_not_at_its_own(monkeypatch):
     from kvviz.core.config import RunConfig
     from kvviz.core.trace import Trace
     from kvviz.engine import loop as engine
-    from kvviz.live import panel as panels
+    from kvviz.live import cadence, run_panel, view_panel
     lm, cfg = tiny_lm(), RunConfig(max_new_tokens=200, stop_on_eos=False)
     meta, events = engine.run_meta(lm, cfg), list(engine.generate(lm, cfg))
     sent, real = collections.Counter(), delta_generator.DeltaGenerator._enqueue
@@ -447,19 +447,19 @@ def test_a_fast_engine_is_drawn_at_the_pages_rates_not_at_its_own(monkeypatch):
         sent[delta_type] += 1
         return real(dg, delta_type, *args, **kwargs)
     monkeypatch.setattr(delta_generator.DeltaGenerator, "_enqueue", counted)
-    view = panels.LiveView(meta, cfg.max_new_tokens, race_on=False, show_tokens=False)  # bare mode: no page
+    view = view_panel.LiveView(meta, cfg.max_new_tokens, race_on=False, show_tokens=False)  # bare mode: no page
     clock = {"t": 1000.0}
-    monkeypatch.setattr(panels.time, "monotonic", lambda: clock["t"])  # drawing takes no time here
+    monkeypatch.setattr(view_panel.time, "monotonic", lambda: clock["t"])  # drawing takes no time here
     sent.clear()
     trace = Trace(meta, [])
     for first in range(0, 200, 10):
         for event in events[first:first + 10]:
             trace.append(event)
         view.update(trace)
-        clock["t"] += panels.FRAME_S
+        clock["t"] += run_panel.FRAME_S
     assert sent["code"] == 20  # the text streams with every frame
-    assert sent["metric"] <= 8 * (2.0 / panels.FIGURES_S + 1), sent
-    assert 3 * 6 <= sent["vega_lite_chart"] <= 7 * (2.0 / panels.CHART_INTERVAL_S + 1), sent  # moving, at 2 Hz
+    assert sent["metric"] <= 8 * (2.0 / cadence.FIGURES_S + 1), sent
+    assert 3 * 6 <= sent["vega_lite_chart"] <= 7 * (2.0 / cadence.CHART_INTERVAL_S + 1), sent  # moving, at 2 Hz
 
 def test_a_finished_run_ends_without_a_full_garbage_collection(at, monkeypatch):
     """After every run the page collected all garbage (loop.free_device_memory) before its final
@@ -480,24 +480,24 @@ def test_the_rest_after_the_last_tokens_ends_when_the_worker_does(monkeypatch):
     from types import SimpleNamespace
 
     from kvviz.engine.pump import Pump
-    from kvviz.live import panel as panels
+    from kvviz.live import run_panel
     slept = []
-    monkeypatch.setattr(panels.time, "sleep", slept.append)
+    monkeypatch.setattr(run_panel.time, "sleep", slept.append)
     events = [SimpleNamespace(mode="cached", phase="decode", step_ms=1.0) for _ in range(3)]
     pump, trace = Pump(), SimpleNamespace(events=[], append=lambda e: trace.events.append(e))
     view = SimpleNamespace(update=lambda trace: None, show_wait=lambda *a: None, work=None, timed_pace=None)
     pump.start(iter(events))
-    panels.drive(pump, trace, view, 1.0, None)
+    run_panel.drive(pump, trace, view, 1.0, None)
     assert trace.events == events and pump.done() and slept == []
 
 
 def test_each_part_of_the_page_waits_its_gap_and_its_share_of_the_wall_clock(monkeypatch):
     """A part that took c seconds to draw may draw again after max(shortest gap, c / share),
     never later than its longest gap."""
-    from kvviz.live import panel as panels
+    import kvviz.live.cadence
     clock = {"t": 100.0}
-    monkeypatch.setattr(panels.time, "monotonic", lambda: clock["t"])
-    cadence = panels.Cadence({"charts": (0.5, 0.05, 2.0)})
+    monkeypatch.setattr(kvviz.live.cadence.time, "monotonic", lambda: clock["t"])
+    cadence = kvviz.live.cadence.Cadence({"charts": (0.5, 0.05, 2.0)})
     assert cadence.due("charts", 100.0)
     for cost, gap in ((0.01, 0.5), (0.04, 0.8), (0.5, 2.0)):  # cheap: the shortest gap; costly: its share; capped
         start = clock["t"]

@@ -56,10 +56,10 @@ def test_play_instantly_ends_on_the_last_step(page):
 def test_play_draws_each_step_whole_from_the_scrubbed_step(page, monkeypatch):
     """Every script run of a playback draws one step, and the slider reads it: the panels get the
     events through the slider's step, all at once (final), never a partial redraw."""
-    from kvviz.live import panel as panels
+    from kvviz.live import view_panel
     drawn = []  # (cached steps shown, final) for each redraw of the panels
-    update = panels.LiveView.update
-    monkeypatch.setattr(panels.LiveView, "update", lambda self, trace, final=False: (
+    update = view_panel.LiveView.update
+    monkeypatch.setattr(view_panel.LiveView, "update", lambda self, trace, final=False: (
         drawn.append((len(trace.events_of("cached")), final)), update(self, trace, final))[1])
     at = page.run()
     at.select_slider(key="replay_speed").set_value("instant").run()
@@ -116,9 +116,9 @@ def test_trace_text_is_shown_inert():
 
 
 def _replay_text(text):
-    from kvviz.live import panel as panels
+    from kvviz.live import panel
     from kvviz.core.trace import Trace
-    panels.replay(Trace.from_json(text), False)
+    panel.replay(Trace.from_json(text), False)
 
 
 class Upload:
