@@ -347,21 +347,29 @@ def layer_time_chart(
 MEASURED = "datum.series !== 'modelled' && datum.series !== 'axis'"  # rows without a series are measured
 
 
-def _mode_lines(x: alt.X, y: alt.Y, tooltip: list) -> alt.Chart:
-    return alt.Chart().transform_filter(MEASURED).mark_line(
-        point=alt.OverlayMarkDef(size=18), clip=True).encode(
-        x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), tooltip=["mode:N", *tooltip])
+def _dash(label: str) -> alt.StrokeDash:
+    """Solid for "measured", dashed for `label`, in a legend of its own that lists only what the
+    data holds (the order, not a fixed domain, picks the dash: a run whose no-cache side finished
+    shows no `label` entry)."""
+    return alt.StrokeDash("shown:N", title=None, sort=["measured", label], scale=alt.Scale(range=[[1, 0], [6, 4]]),
+                          legend=alt.Legend(symbolType="stroke", symbolSize=500, symbolStrokeWidth=2))
+
+
+def _mode_lines(x: alt.X, y: alt.Y, tooltip: list, label: str) -> alt.LayerChart:
+    """The measured steps: a solid line per mode ("measured" in the dash legend) with a point at each step."""
+    base = alt.Chart().transform_filter(MEASURED).encode(x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"),
+                                                         tooltip=["mode:N", *tooltip])
+    lines = base.transform_calculate(shown="'measured'").mark_line(clip=True).encode(strokeDash=_dash(label))
+    return alt.layer(lines, base.mark_point(size=18, filled=True, opacity=1, clip=True))
 
 
 def _remainder(x: alt.X, y: alt.Y, label: str, tooltip: list) -> alt.Chart:
     """The unfinished no-cache run's remainder (rows of series "modelled"): a dashed line in its
-    colour, without points (nothing there was measured), named `label` in a legend of its own
-    beside the solid "measured" lines."""
-    dash = alt.StrokeDash("shown:N", title=None, scale=alt.Scale(domain=["measured", label], range=[[1, 0], [6, 4]]),
-                          legend=alt.Legend(symbolType="stroke", symbolSize=500, symbolStrokeWidth=2))
+    colour, without points (nothing there was measured), named `label` in the dash legend beside
+    the solid "measured" lines."""
     return alt.Chart().transform_filter("datum.series === 'modelled'").transform_calculate(
         shown=f"'{label}'").mark_line(clip=True).encode(
-        x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), strokeDash=dash,
+        x=x, y=y, color=_color("mode:N", MODE_COLORS, "mode"), strokeDash=_dash(label),
         tooltip=["mode:N", alt.Tooltip("shown:N", title="series"), *tooltip])
 
 
@@ -392,7 +400,7 @@ def race_chart(
     x = _tokens_x(max_tokens)
     y = alt.Y("elapsed_ms:Q", title="time since start", scale=_domain(0, max_ms), axis=seconds)
     tooltip = ["new_tokens:Q", alt.Tooltip("elapsed_ms:Q", format=",.0f")]
-    return alt.layer(_mode_lines(x, y, tooltip), _remainder(x, y, "modelled", tooltip),
+    return alt.layer(_mode_lines(x, y, tooltip, "modelled"), _remainder(x, y, "modelled", tooltip),
                      _axis_end(x, "elapsed_ms"), data=steps_df)
 
 
@@ -409,5 +417,5 @@ def positions_chart(
     # two lines: on one, the title ran past a 220 px chart's top edge
     y = alt.Y("positions_total:Q", title=["positions processed", "(total)"], scale=_domain(0, max_positions))
     tooltip = ["new_tokens:Q", alt.Tooltip("positions_total:Q", format=",")]
-    return alt.layer(_mode_lines(x, y, tooltip), _remainder(x, y, "counted, not run", tooltip),
+    return alt.layer(_mode_lines(x, y, tooltip, "counted, not run"), _remainder(x, y, "counted, not run", tooltip),
                      _axis_end(x, "positions_total"), data=steps_df)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
+import browser_kit
 from browser_kit import ARTIFACTS
 
 from bench.app_server import IDLE, RUNNING
@@ -92,8 +93,7 @@ def generate(page) -> None:
 
 
 def settle(page) -> None:
-    page.wait_for_selector(IDLE, timeout=RUN_MS)
-    page.wait_for_timeout(1500)  # charts embed after the script ends
+    browser_kit.steady(page, RUN_MS)
 
 
 @pytest.mark.parametrize("size, query", [((1920, 1080), "present=1"), ((1280, 720), "present=1"),
@@ -267,7 +267,9 @@ RUN_CARD = """() => {
   return {label, value, basis: delta ? delta.innerText.trim() : null, labels,
           bottom: card.getBoundingClientRect().bottom,
           caption: document.querySelector(""" + repr(RACE_CAPTION) + """).innerText,
-          dashed: document.querySelectorAll('.st-key-panel-race path[stroke-dasharray]').length};
+          dashed: [...document.querySelectorAll('.st-key-panel-race .role-mark path[stroke-dasharray]')]
+            .filter(p => !['', 'none', '1,0'].includes(p.getAttribute('stroke-dasharray'))).length,
+          legend: [...document.querySelectorAll('.st-key-panel-race .role-legend text')].map(t => t.textContent)};
 }"""
 
 
@@ -323,5 +325,7 @@ def test_a_first_run_moves_no_stage_panel_and_leads_with_the_whole_run(tiny_serv
         assert card["value"].startswith("≈ ") is (card["basis"] == "modelled"), card
         assert f"{card['value']} the cached time" in card["caption"], card  # one figure, page and caption
         assert (card["dashed"] > 0) is (card["basis"] == "modelled"), card  # the remainder, drawn dashed
+        # the legend names "modelled" only when something is (it did on every run whose no-cache side finished)
+        assert ("modelled" in card["legend"]) is (card["basis"] == "modelled") and "measured" in card["legend"], card
     finally:
         page.context.close()

@@ -247,17 +247,22 @@ def test_layer_time_chart_heatmap_filters_mode_and_prefill():
                                           (charts.positions_chart, "positions_total", "counted, not run")])
 def test_race_and_positions_one_line_per_mode_and_the_remainder_dashed(build, y, rest):
     spec = build(steps(), 32, 1000).to_dict()
-    assert marks(spec) == ["line", "line", "point"]  # measured, the no-cache remainder, the axis end
-    measured, remainder, axis_end = spec["layer"]
-    assert (field(measured, "x"), field(measured, "y"), field(measured, "color")) == ("new_tokens", y, "mode")
-    assert measured["encoding"]["x"]["scale"]["domain"] == [0, 32]
-    assert measured["encoding"]["y"]["scale"]["domain"] == [0, 1000]
-    assert measured["encoding"]["color"]["scale"]["range"] == list(charts.MODE_COLORS.values())
-    dash = remainder["encoding"]["strokeDash"]
-    assert dash["scale"]["domain"] == ["measured", rest] and dash["scale"]["range"][1] == [6, 4]  # its legend
+    (lines, points), remainder, axis_end = [layer.get("layer", layer) for layer in spec["layer"]]
+    assert [lines["mark"]["type"], points["mark"]["type"], remainder["mark"]["type"]] == ["line", "point", "line"]
+    for measured in (lines, points):  # the measured steps, without the remainder's rows
+        assert (field(measured, "x"), field(measured, "y"), field(measured, "color")) == ("new_tokens", y, "mode")
+        assert measured["encoding"]["x"]["scale"]["domain"] == [0, 32]
+        assert measured["encoding"]["y"]["scale"]["domain"] == [0, 1000]
+        assert measured["encoding"]["color"]["scale"]["range"] == list(charts.MODE_COLORS.values())
+    # one dash legend for both: "measured" solid, `rest` dashed, listing only what the data holds (a
+    # fixed domain showed "modelled" on a run whose no-cache side had finished)
+    for layer, shown in ((lines, "measured"), (remainder, rest)):
+        dash = layer["encoding"]["strokeDash"]
+        assert dash["sort"] == ["measured", rest] and dash["scale"] == {"range": [[1, 0], [6, 4]]}
+        assert "domain" not in dash["scale"] and {"calculate": f"'{shown}'", "as": "shown"} in layer["transform"]
     assert remainder["transform"][0] == {"filter": "datum.series === 'modelled'"}
     assert axis_end["mark"]["opacity"] == 0 and field(axis_end, "x") == "new_tokens"
-    free = build(steps()).to_dict()["layer"][0]["encoding"]["x"]["scale"]  # the page's: the data says
+    free = build(steps()).to_dict()["layer"][0]["layer"][0]["encoding"]["x"]["scale"]  # the page's: the data says
     assert free == {"domainMin": 0, "nice": False}
 
 
@@ -331,7 +336,7 @@ def test_the_whole_cache_legend_sits_below_the_plot():
 def test_the_positions_title_takes_two_lines():
     """On one line, "positions processed (total)" ran past the top of a 220 px chart."""
     spec = charts.positions_chart(steps(), 32, 500).to_dict()
-    assert spec["layer"][0]["encoding"]["y"]["title"] == ["positions processed", "(total)"]
+    assert spec["layer"][0]["layer"][0]["encoding"]["y"]["title"] == ["positions processed", "(total)"]
 
 
 def test_stage_text_is_enlarged_on_a_screen_and_kept_on_a_phone():
