@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.app_server import CHROMIUM, ROOT, Server, chromium_context  # noqa: F401 (re-exported)
+from bench.app_server import CHROMIUM, IDLE, ROOT, Server, chromium_context  # noqa: F401 (re-exported)
 
 ARTIFACTS = ROOT / "test-artifacts"
 
@@ -88,3 +88,61 @@ def served_hosted_tiny(tmp_path_factory, name: str, ports: range, env_extra: dic
     env = {"KVVIZ_HOSTED": "1", "KVVIZ_CACHE_DIR": str(cache), "KVVIZ_TORCH_THREADS": "1", **(env_extra or {})}
     with Server(env, ports, ARTIFACTS / f"{name}-streamlit.log") as served:
         yield served
+
+
+# ---------------------------------------------------------------- waiting for a page to hold still
+# True once the page has held still for `ms`: the script idle, every chart drawn (or folded away in
+# a closed expander, or a hidden preload), and no chart's box or drawing resized since the last
+# poll; with `fit`, also every drawing as wide as its box (a window just resized: the charts
+# re-embed at the new width), unless that has not come within FIT_MS. Call STEADY_RESET first.
+STEADY = """([idle, ms, fit, fitMs]) => {
+  const now = performance.now();
+  const charts = [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].map(el => {
+    const svg = el.querySelector('svg.marks'), w = el.getBoundingClientRect().width;
+    return {w, h: el.getBoundingClientRect().height, svg: svg ? svg.getBoundingClientRect().width : null,
+            drawn: !!(svg || el.querySelector('canvas')) || !!el.closest('details:not([open])')
+                   || el.getBoundingClientRect().height < 20};
+  });
+  const grids = [...document.querySelectorAll('[data-testid=stDataFrame]')].map(el => {  // tables lay out late too
+    const scroller = el.querySelector('.dvn-scroller');
+    return [el.getBoundingClientRect().width, scroller ? scroller.getBoundingClientRect().width : null];
+  });
+  const state = (document.querySelector(idle) ? 'idle ' : 'busy ') + JSON.stringify([charts, grids]);
+  const fit1 = c => c.svg === null || c.w < 20 || Math.abs(c.svg - c.w) <= 2;
+  window.kvvizWaitSince ??= now;
+  // a chart that did not fit its box before (FITTED, drawn at a fixed width) is not waited for
+  const fits = charts.every((c, i) => (window.kvvizFitted || [])[i] === false || fit1(c))
+               && grids.every(([w, inner]) => inner === null || inner <= w + 2);
+  const ready = document.querySelector(idle) && charts.every(c => c.drawn)
+                && (!fit || fits || now - window.kvvizWaitSince > fitMs);
+  if (!ready || state !== window.kvvizState) { window.kvvizState = state; window.kvvizStill = now; return false; }
+  return now - window.kvvizStill >= ms;
+}"""
+STEADY_RESET = "() => { window.kvvizState = null; window.kvvizWaitSince = null; }"
+STILL_MS = 300  # held still this long: the script's last message and the charts' embeds are in
+FIT_MS = 3_000
+# Set when the app's script starts running, however short the run (a mutation record keeps the
+# state it replaced; polling for "running" can miss a run shorter than a poll).
+WATCH_RUNS = """() => {
+  window.kvvizRan = false;
+  const app = document.querySelector('[data-testid=stApp]');
+  new MutationObserver(records => {
+    if (records.some(r => r.oldValue === 'running') || app.dataset.testScriptState === 'running')
+      window.kvvizRan = true;
+  }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state'], attributeOldValue: true});
+}"""
+
+
+def steady(page, timeout_ms: int, fit: bool = False) -> None:
+    """The script has run and stopped; the charts it wrote have been drawn and hold still (with
+    `fit`: at their boxes' widths). Ends STILL_MS after the page last changed, not after fixed sleeps."""
+    page.evaluate(STEADY_RESET)
+    page.wait_for_function(STEADY, arg=[IDLE, STILL_MS, fit, FIT_MS], timeout=timeout_ms, polling=50)
+
+
+def run_and_hold_still(page, target, timeout_ms: int) -> None:
+    """Click `target` (a locator), wait for the script run it starts (however short), then `steady`."""
+    page.evaluate(WATCH_RUNS)
+    target.click()
+    page.wait_for_function("() => window.kvvizRan", timeout=60_000, polling=100)
+    steady(page, timeout_ms)

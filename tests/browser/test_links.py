@@ -17,6 +17,7 @@ import time
 from urllib.parse import quote, urlsplit
 
 import pytest
+import browser_kit
 from browser_kit import ARTIFACTS
 
 from kvviz.app import links
@@ -49,9 +50,7 @@ def fresh_page(browser, width: int = 1600, height: int = 1000):
 
 def settle(page, ready: str = "h1", timeout_ms: int = LOAD_MS) -> None:
     page.wait_for_selector(ready, timeout=timeout_ms)
-    page.wait_for_timeout(1000)
-    page.wait_for_selector(IDLE, timeout=timeout_ms)
-    page.wait_for_timeout(1000)
+    browser_kit.steady(page, timeout_ms)
 
 
 def chips(page, label: str) -> list[str]:
@@ -77,12 +76,13 @@ def test_a_sweep_grid_link_reopens_as_the_whole_grid(server, browser):
     try:
         page.goto(link)
         settle(page)
+        for _ in range(30):  # a URL-bound widget fills in a few React commits after it is drawn (at most 30 s)
+            if sorted(chips(page, "Prompt lengths"), key=int) == GRID["sweep_prompts"]:
+                break
+            page.wait_for_timeout(1000)
         assert sorted(chips(page, "Prompt lengths"), key=int) == GRID["sweep_prompts"]
         assert chips(page, "Batch sizes") == GRID["sweep_batches"]
-        page.get_by_role("button", name="Run sweep", exact=True).click()
-        page.wait_for_timeout(1000)
-        page.wait_for_selector(IDLE, timeout=RUN_MS)
-        page.wait_for_timeout(1500)
+        browser_kit.run_and_hold_still(page, page.get_by_role("button", name="Run sweep", exact=True), RUN_MS)
         page.screenshot(path=str(ARTIFACTS / "link-sweep-grid.png"), full_page=True)
         table = page.get_by_test_id("stDataFrame").first.locator("[aria-rowcount]").first
         assert int(table.get_attribute("aria-rowcount")) - 1 == 6  # header row + one row per point

@@ -24,7 +24,7 @@ import pytest
 import browser_kit
 from browser_kit import ARTIFACTS, ROOT, open_sidebar
 
-from bench.app_server import IDLE, RUNNING
+from bench.app_server import RUNNING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -54,9 +54,7 @@ def open_page(browser, url: str, width: int = 1600, height: int = 1000, ready: s
 
 
 def settle(page, timeout_ms: int = LOAD_MS) -> None:
-    page.wait_for_timeout(1000)
-    page.wait_for_selector(IDLE, timeout=timeout_ms)
-    page.wait_for_timeout(1000)  # charts embed after the script ends
+    browser_kit.steady(page, timeout_ms)
 
 
 def close(page) -> None:
@@ -68,10 +66,7 @@ def nav_labels(page) -> list[str]:
 
 
 def run_and_settle(page, button: str) -> None:
-    browser_kit.button(page, button).click()
-    page.wait_for_timeout(1000)
-    page.wait_for_selector(IDLE, timeout=RUN_MS)
-    page.wait_for_timeout(1000)
+    browser_kit.run_and_hold_still(page, browser_kit.button(page, button), RUN_MS)
 
 
 def test_a_link_to_a_page_opens_the_app_as_its_navigation_defines_it(server, browser):

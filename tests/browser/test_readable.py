@@ -22,7 +22,7 @@ Live after a run and Replay) no figure card is cut and the story starts on the f
 tests/browser/test_pages.py and test_links.py, a run or a load per size).
 
 Cost: one page load and one run per visit. A visit's tab is opened while the one before is looked
-at (its load overlaps), waits end when the page has held still for STILL_MS rather than after fixed
+at (its load overlaps), waits end when the page has held still for browser_kit.STILL_MS rather than after fixed
 pauses, and each visit prints where its time went (`-s`).
 
 Screenshots of every page at every size land in test-artifacts/readable-<mode>-<page>-<size>.png,
@@ -41,9 +41,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import browser_kit
 from browser_kit import ARTIFACTS
 
-from bench.app_server import IDLE
 from tests.browser import geometry
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -73,65 +73,20 @@ def replayed_examples() -> list[tuple[str, tuple[str, ...]]]:
     return live + shrink + [(p.stem, MODES) for p in paths if peek_format(p.read_bytes()) == FORMAT]
 
 
-# True once the page has held still for `ms`: the script idle, every chart drawn (or folded away in
-# a closed expander, or a hidden preload), and no chart's box or drawing resized since the last
-# poll; with `fit`, also every drawing as wide as its box (a window just resized: the charts
-# re-embed at the new width), unless that has not come within FIT_MS. Call STEADY_RESET first.
-STEADY = """([idle, ms, fit, fitMs]) => {
-  const now = performance.now();
-  const charts = [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].map(el => {
-    const svg = el.querySelector('svg.marks'), w = el.getBoundingClientRect().width;
-    return {w, h: el.getBoundingClientRect().height, svg: svg ? svg.getBoundingClientRect().width : null,
-            drawn: !!(svg || el.querySelector('canvas')) || !!el.closest('details:not([open])')
-                   || el.getBoundingClientRect().height < 20};
-  });
-  const grids = [...document.querySelectorAll('[data-testid=stDataFrame]')].map(el => {  // tables lay out late too
-    const scroller = el.querySelector('.dvn-scroller');
-    return [el.getBoundingClientRect().width, scroller ? scroller.getBoundingClientRect().width : null];
-  });
-  const state = (document.querySelector(idle) ? 'idle ' : 'busy ') + JSON.stringify([charts, grids]);
-  const fit1 = c => c.svg === null || c.w < 20 || Math.abs(c.svg - c.w) <= 2;
-  window.kvvizWaitSince ??= now;
-  // a chart that did not fit its box before (FITTED, drawn at a fixed width) is not waited for
-  const fits = charts.every((c, i) => (window.kvvizFitted || [])[i] === false || fit1(c))
-               && grids.every(([w, inner]) => inner === null || inner <= w + 2);
-  const ready = document.querySelector(idle) && charts.every(c => c.drawn)
-                && (!fit || fits || now - window.kvvizWaitSince > fitMs);
-  if (!ready || state !== window.kvvizState) { window.kvvizState = state; window.kvvizStill = now; return false; }
-  return now - window.kvvizStill >= ms;
-}"""
-STEADY_RESET = "() => { window.kvvizState = null; window.kvvizWaitSince = null; }"
 FITTED = """() => { window.kvvizFitted = [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].map(el => {
   const svg = el.querySelector('svg.marks'), w = el.getBoundingClientRect().width;
   return !svg || w < 20 || Math.abs(svg.getBoundingClientRect().width - w) <= 2;
 }); }"""  # which charts are as wide as their boxes now, before the window changes
-STILL_MS = 300  # held still this long: the script's last message and the charts' embeds are in
-FIT_MS = 3_000
-# Set when the app's script starts running, however short the run (a mutation record keeps the
-# state it replaced; polling for "running" can miss a run shorter than a poll).
-WATCH_RUNS = """() => {
-  window.kvvizRan = false;
-  const app = document.querySelector('[data-testid=stApp]');
-  new MutationObserver(records => {
-    if (records.some(r => r.oldValue === 'running') || app.dataset.testScriptState === 'running')
-      window.kvvizRan = true;
-  }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state'], attributeOldValue: true});
-}"""
+
 
 
 def settle(page, timeout_ms: int = LOAD_MS, fit: bool = False) -> None:
-    """The script has run and stopped; the charts it wrote have been drawn and hold still (with
-    `fit`: at their boxes' widths)."""
-    page.evaluate(STEADY_RESET)
-    page.wait_for_function(STEADY, arg=[IDLE, STILL_MS, fit, FIT_MS], timeout=timeout_ms, polling=50)
+    browser_kit.steady(page, timeout_ms, fit)
 
 
 def press(page, key: str) -> None:
     """Press the button of this widget key and wait for the run it starts to end."""
-    page.evaluate(WATCH_RUNS)
-    page.locator(f".st-key-{key} button").click()
-    page.wait_for_function("() => window.kvvizRan", timeout=60_000, polling=100)
-    settle(page, RUN_MS)
+    browser_kit.run_and_hold_still(page, page.locator(f".st-key-{key} button"), RUN_MS)
 
 
 def run_shrink(page) -> None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 
 import pytest
+import browser_kit
 from browser_kit import ARTIFACTS
 from tests.app.test_links_roundtrip import SCENARIOS, TINY_CONFIG, explore
 
-from bench.app_server import IDLE
 from kvviz.app import links
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -61,9 +61,7 @@ def browser(chromium):
 
 def settle(page) -> None:
     page.wait_for_selector("h1", timeout=LOAD_MS)
-    page.wait_for_timeout(800)
-    page.wait_for_selector(IDLE, timeout=LOAD_MS)
-    page.wait_for_timeout(800)
+    browser_kit.steady(page, LOAD_MS)
 
 
 def share_link(page) -> str:
@@ -89,7 +87,7 @@ def css_key(key: str) -> str:
 def widgets(page, want: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
     """The keyed widgets' states, once they read as `want` (at most 30 s). A number input bound to
     the URL fills in from it a few React commits after it is drawn: on a loaded machine (CI) it
-    showed its default for more than the 800 ms `settle` waits, then the linked value."""
+    showed its default for several seconds after the page held still, then the linked value."""
     for _ in range(30):
         seen = page.evaluate(SNAPSHOT_JS)
         if want is None or all(seen.get(k) == v for k, v in want.items()):
