@@ -1,4 +1,5 @@
 """The Replay page: example traces, uploads, bad files, scrubbing. No model is loaded."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -45,15 +46,28 @@ def test_scrubber_shows_an_earlier_step(page):
     assert metrics(at)["Tokens"].startswith("5 ×")
 
 
-def test_play_instantly_ends_on_the_last_step(page):
+SHORT_STEPS = 12  # the playback tests replay the example's first steps: every step is a script run
+
+
+@pytest.fixture()
+def short_trace(monkeypatch) -> Trace:
+    """The example cut to its first SHORT_STEPS steps (both runs), as if that were the file read."""
+    import kvviz.replay.panel
+    whole = Trace.load(EXAMPLE)
+    short = dataclasses.replace(whole, events=[e for e in whole.events if e.step < SHORT_STEPS])
+    monkeypatch.setattr(kvviz.replay.panel, "read_trace", lambda path, upload: short)
+    return short
+
+
+def test_play_instantly_ends_on_the_last_step(page, short_trace):
     at = page.run()
     at.select_slider(key="replay_speed").set_value("instant").run()
     at.button(key="replay_play").click().run()
     assert not at.exception
-    assert metrics(at)["Tokens"].startswith(str(len(Trace.load(EXAMPLE).events_of("cached"))))
+    assert metrics(at)["Tokens"].startswith(f"{SHORT_STEPS} ×")
 
 
-def test_play_draws_each_step_whole_from_the_scrubbed_step(page, monkeypatch):
+def test_play_draws_each_step_whole_from_the_scrubbed_step(page, monkeypatch, short_trace):
     """Every script run of a playback draws one step, and the slider reads it: the panels get the
     events through the slider's step, all at once (final), never a partial redraw."""
     from kvviz.live import view_panel
@@ -63,12 +77,12 @@ def test_play_draws_each_step_whole_from_the_scrubbed_step(page, monkeypatch):
         drawn.append((len(trace.events_of("cached")), final)), update(self, trace, final))[1])
     at = page.run()
     at.select_slider(key="replay_speed").set_value("instant").run()
-    at.slider(key="replay_step").set_value(20).run()
+    at.slider(key="replay_step").set_value(5).run()
     drawn.clear()
     at.button(key="replay_play").click().run()
     assert not at.exception
-    steps = len(Trace.load(EXAMPLE).events_of("cached"))
-    assert drawn == [(step, True) for step in range(20, steps + 1)]  # one whole step per script run
+    steps = len(short_trace.events_of("cached"))
+    assert steps == SHORT_STEPS and drawn == [(step, True) for step in range(5, steps + 1)]  # one whole step per run
     assert at.slider(key="replay_step").value == steps  # the scrubber followed to where play ended
     assert at.button(key="replay_play").label == "Play"  # ended: paused
     drawn.clear()
