@@ -11,7 +11,7 @@ KVVIZ = Path(__file__).resolve().parent.parent / "kvviz"
 PURE = ["core.events", "core.blocks", "planner.capacity", "viz.charts", "live.frames", "engine.race",
         "live.captions", "core.units", "core.trace", "core.config", "live.charts", "planner.frames",
         "planner.charts", "sweep.charts", "app.hosted", "app.device_queue", "live.report", "live.cadence",
-        "live.stylesheet", "live.words",
+        "live.stylesheet", "live.words", "live.report_charts",
         "serving.charts"]
 def module_path(name: str) -> Path:
     return KVVIZ / (name.replace(".", "/") + ".py")

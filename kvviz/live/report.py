@@ -10,7 +10,7 @@ untrusted — an uploaded trace can say anything — and reaches the page only t
 autoescaping Jinja2 template `templates/report.html.j2`: this module computes the sections as plain
 data; only the SVG vl-convert drew and the steps table pandas escaped are passed as Markup.
 
-Charts are the very builders of kvviz/viz/charts.py, rendered to SVG by vl-convert-python (Vega-Lite
+Charts are the very builders of kvviz/viz/charts.py (picked in kvviz.live.report_charts), rendered to SVG by vl-convert-python (Vega-Lite
 compiled and drawn in-process, bundled fonts, no browser, no network: external data URLs are
 refused). Without that package the report still has every figure and table, and says so.
 """
@@ -19,21 +19,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-import altair as alt
 import pandas as pd
 from markupsafe import Markup
 
-from kvviz.live import cache_map, cache_map_charts, captions, frames
+from kvviz.live import captions, frames
 from kvviz.live import charts
+from kvviz.live import report_charts
 from kvviz.live import cache_map_panel
 from kvviz.core.events import StepEvent
 from kvviz.core.meta import RunMeta, as_dict
-from kvviz.core.trace import VERSION, RunSummary, Trace, TraceError, check_run_meta, summary
+from kvviz.core.trace import VERSION, RunSummary, Trace, summary
 from kvviz.viz import export
-from kvviz.viz.report_page import CHART_WIDTH, CSP, CSS, inline_svg, template, utf8_safe
+from kvviz.viz.report_page import CSP, CSS, inline_svg, template, utf8_safe
 from kvviz.core.units import fmt_bytes, fmt_ms, fmt_ratio
 
-MAX_HEATMAP_CELLS = 30_000  # a layer-time heatmap beyond this would weigh megabytes of SVG
 MAX_VALUE_CHARS = 400  # a meta value longer than this is cut, with an ellipsis
 MAP_TITLES = {  # the cache map's two sections; every other chart's title is its registry entry's
     "cache_map": "The cache, position by position, at the last step",
@@ -80,52 +79,7 @@ def csv_tables(trace: Trace) -> dict[str, str]:
             "layers": layers_frame(trace.events).to_csv(index=False)}
 
 
-def drawable(trace: Trace) -> bool:
-    """Whether the trace holds the facts the live page's charts and captions quote."""
-    try:
-        check_run_meta(trace)
-    except TraceError:
-        return False
-    return True
-
-
-# --- charts --------------------------------------------------------------------------------------
-
-def report_charts(trace: Trace) -> dict[str, alt.TopLevelMixin]:
-    """The live page's charts over the whole run (kvviz.live.charts); none without run meta."""
-    if not drawable(trace):
-        return {}
-    cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
-    data = charts.chart_data(trace.meta, cached, recompute)
-    out = charts.build_charts(trace.meta, len(cached), data)
-    if not recompute:
-        out = {name: chart for name, chart in out.items() if name not in charts.RACE_PANELS}
-    if not 0 < (data["layer_times"]["phase"] == "decode").sum() <= MAX_HEATMAP_CELLS:
-        out.pop("layer_times")
-    else:
-        out["layer_times"] = out["layer_times"].properties(height=300)
-    return {**cache_map_charts_of(trace.meta, cached), **out}
-
-
-def cache_map_charts_of(meta: RunMeta, cached: list[StepEvent]) -> dict[str, alt.TopLevelMixin]:
-    """The cache map at the last step (cells only: a file has no hover), and the attention map
-    when the run recorded it. Token text never reaches these charts."""
-    kinds = meta.specs
-    args = (kinds, int(meta.max_len), cache_map.prompt_len(meta))
-    cells = cache_map.map_frame(meta, cached)
-    out = {"cache_map": cache_map_charts.cache_map_chart(cells[cells["row"] == "cell"], *args,
-                                                          padded=meta.batch > 1, hover=False)}
-    attention = cache_map.attention_frame(meta, cached).drop(columns=["text"])
-    if not attention.empty:
-        out["attention"] = cache_map_charts.attention_chart(attention, *args)
-    return out
-
-
-def _sized(name: str, chart: alt.TopLevelMixin) -> dict:
-    """The chart as a Vega-Lite dict with a fixed width (the grid keeps square cells)."""
-    width = alt.Step(14) if name == "grid" else CHART_WIDTH
-    return chart.properties(width=width).to_dict()
-
+# --- charts (built in kvviz.live.report_charts) --------------------------------------------------------------------------------------
 
 def section_title(name: str) -> str:
     return MAP_TITLES.get(name) or next(c.report_title for c in charts.CHARTS if c.name == name)
@@ -135,7 +89,7 @@ def _chart_captions(trace: Trace) -> dict[str, str]:
     """Each chart's plain-language caption, when the meta holds the facts they quote."""
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
     out = {}
-    if drawable(trace):
+    if report_charts.drawable(trace):
         by_panel = captions.chart_captions(trace.meta, cached)
         out = {"cache_map": cache_map_panel.caption(trace.meta, cached[-1], 0, True, hover=False),
                **{chart: by_panel[panel] for panel, chart in charts.panel_caption_charts().items()
@@ -155,17 +109,17 @@ def _charts(trace: Trace, svg: Svg | None) -> dict:
             return {"missing_renderer": True, "figures": [], "heatmap_cells": 0}
     notes = _chart_captions(trace)
     figures = []
-    for i, (name, chart) in enumerate(report_charts(trace).items()):
+    for i, (name, chart) in enumerate(report_charts.report_charts(trace).items()):
         drawing, error = None, None
         try:
-            drawing = Markup(inline_svg(svg(_sized(name, chart)), f"c{i}"))
+            drawing = Markup(inline_svg(svg(report_charts.sized(name, chart)), f"c{i}"))
         except Exception as exc:  # a chart that cannot be drawn must not cost the whole report
             error = type(exc).__name__
         figures.append({"name": name, "title": section_title(name), "svg": drawing, "error": error,
                         "caption": notes.get(name)})
     cells = sum(len(ev.layers) for ev in trace.events_of("cached") if ev.phase == "decode")
     return {"missing_renderer": False, "figures": figures,
-            "heatmap_cells": cells if cells > MAX_HEATMAP_CELLS else 0}
+            "heatmap_cells": cells if cells > report_charts.MAX_HEATMAP_CELLS else 0}
 
 
 # --- text sections -------------------------------------------------------------------------------

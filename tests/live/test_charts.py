@@ -10,6 +10,7 @@ from tests.live.test_report import hand_trace
 
 from kvviz.live import charts as live_charts
 from kvviz.live import report
+from kvviz.live import report_charts
 
 
 def test_every_chart_has_a_panel_with_a_title_and_every_panel_a_chart():
@@ -50,14 +51,14 @@ def test_one_entry_adds_a_chart_to_the_page_and_the_report(one_more_chart):
     assert one_more_chart.name in live_charts.build_charts(t.meta, len(cached), data)
     assert ("timings", ["steps", "layer_times", "tokens_per_step"]) in live_charts.panel_rows(race=False)[1]
     assert live_charts.heights(presenting=True)["tokens_per_step"] == 222
-    assert "tokens_per_step" in report.report_charts(t)
+    assert "tokens_per_step" in report_charts.report_charts(t)
     assert "Tokens per step, a chart added in one place" in report.html_report(t)
 
 
 def test_a_race_chart_leaves_a_report_without_a_no_cache_run():
     t = hand_trace()
     cached_only = dataclasses.replace(t, events=t.events_of("cached"))
-    assert not {c.name for c in live_charts.CHARTS if c.race} & set(report.report_charts(cached_only))
+    assert not {c.name for c in live_charts.CHARTS if c.race} & set(report_charts.report_charts(cached_only))
 
 
 def long_prompt_run(tokens: int = 29, finished: bool = True, recompute_steps: int = 2):

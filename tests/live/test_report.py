@@ -13,6 +13,7 @@ import pytest
 
 from kvviz.live import captions, frames
 from kvviz.live import report
+from kvviz.live import report_charts
 from kvviz.viz import export
 from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from kvviz.core.trace import Trace, TraceError, summary
@@ -147,7 +148,7 @@ def assert_loads_nothing(doc):
 
 
 def chart_names(t):
-    return list(report.report_charts(t))
+    return list(report_charts.report_charts(t))
 
 
 # --- the example trace ---------------------------------------------------------------------------
@@ -323,7 +324,7 @@ def test_sparse_traces_still_report(t):
 
 @pytest.mark.slow
 def test_a_huge_heatmap_is_left_out_with_a_note(monkeypatch):
-    monkeypatch.setattr(report, "MAX_HEATMAP_CELLS", 5)  # the hand trace has 3 x 2 decode cells
+    monkeypatch.setattr(report_charts, "MAX_HEATMAP_CELLS", 5)  # the hand trace has 3 x 2 decode cells
     t = hand_trace()
     assert "layer_times" not in chart_names(t)
     doc = report.html_report(t, svg=lambda spec: "<svg></svg>")
