@@ -66,7 +66,7 @@ def configure_server() -> None:
     """
     try:
         threads.apply_torch_threads()
-    except ValueError as exc:
+    except errors.UserError as exc:
         st.warning(f"Ignoring a setting: {visitor_text(exc, 'url settings')}")
     if policy().enabled and st.get_option("client.showErrorDetails") != "none":
         st.set_option("client.showErrorDetails", "none")
@@ -127,7 +127,7 @@ def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
         return lm
     try:
         policy().check_model(spec.name)
-    except ValueError as exc:
+    except errors.UserError as exc:
         st.error(f"Cannot load this model: {visitor_text(exc, 'model settings')}")
         return None
     if spec.name != host_default_model() and store.sibling(spec) is None and not ask_to_load(spec.name):

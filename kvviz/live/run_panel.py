@@ -20,6 +20,7 @@ from kvviz.live import downloads_panel
 from kvviz.engine import cost
 from kvviz.engine.pump import Pump
 from kvviz.app.failures import failure_message
+from kvviz.core.errors import UserError
 from kvviz.core.trace import Trace
 
 TICK_S = 0.25  # the page redraws at least this often during a run (a long step's progress)
@@ -31,14 +32,14 @@ def run_live(lm, cfg, opts, status, tour=None) -> None:
     rules = ui.policy()
     try:
         rules.check_run(lm.name, cfg)  # allowlist and caps, on the server, before joining the line
-    except ValueError as exc:
+    except UserError as exc:
         status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")
         return
     with ui.device_turn(status):  # the layout probe runs forwards on the shared model too
         try:
             meta = loop.run_meta(lm, cfg)
             rules.check_prompt_tokens(meta.prompt_tokens)
-        except ValueError as exc:
+        except (UserError, ValueError) as exc:
             status.error(f"Cannot generate: {ui.visitor_text(exc, 'run start')}")  # library text: hosted never
             return
         trace = Trace(meta, [])
