@@ -50,11 +50,11 @@ def server_env(env_extra: dict | None = None) -> dict:
 
 
 class Server:
-    """`streamlit run app.py` from the repository root on a free port; `url` once it is healthy."""
+    """`streamlit run app.py` from the repository root (or `app_dir`) on a free port; `url` once it is healthy."""
 
     def __init__(self, env_extra: dict | None = None, ports: range | None = None,
-                 log_path: Path | None = None, start_timeout_s: float = 180):
-        self.port = free_port(ports)
+                 log_path: Path | None = None, start_timeout_s: float = 180, app_dir: Path = ROOT):
+        self.port, self.app_dir = free_port(ports), app_dir
         self.url = f"http://127.0.0.1:{self.port}"
         self.env_extra, self.log_path, self.start_timeout_s = env_extra, log_path, start_timeout_s
 
@@ -68,7 +68,7 @@ class Server:
         self.proc = subprocess.Popen(
             [str(streamlit), "run", "app.py", "--server.port", str(self.port), "--server.headless", "true",
              "--server.address", "127.0.0.1"],
-            cwd=ROOT, env=server_env(self.env_extra), stdout=self.log, stderr=subprocess.STDOUT)
+            cwd=self.app_dir, env=server_env(self.env_extra), stdout=self.log, stderr=subprocess.STDOUT)
         try:
             self.wait_healthy(self.start_timeout_s)
         except BaseException:

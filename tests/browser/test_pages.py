@@ -86,6 +86,30 @@ def test_a_link_to_a_page_opens_the_app_as_its_navigation_defines_it(server, bro
         close(page)
 
 
+ROUTER = """import streamlit as st
+st.session_state["router_ran"] = True
+st.navigation([st.Page("pages/live.py", title="Live", default=True), st.Page("pages/replay.py", title="Replay")]).run()
+"""
+
+
+def test_a_pages_folder_beside_the_router_would_take_over_deep_links(browser, tmp_path):
+    """Why the page scripts live in app_pages/, not pages/ (issue 36 asked to check it on the pinned
+    Streamlit): with a folder named pages/ beside an st.navigation router, a fresh browser opening
+    /replay gets Streamlit's own file-name navigation and the page without the router having run."""
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "app.py").write_text(ROUTER)
+    (tmp_path / "pages" / "live.py").write_text('import streamlit as st\nst.title("Live")\n')
+    (tmp_path / "pages" / "replay.py").write_text(
+        'import streamlit as st\nst.title("Replay, router " + str(st.session_state.get("router_ran", False)))\n')
+    with browser_kit.Server(ports=range(8790, 8800), app_dir=tmp_path, start_timeout_s=60) as bare:
+        page = open_page(browser, f"{bare.url}/replay")
+        try:
+            assert page.locator("h1").first.inner_text() == "Replay, router False"  # app.py never ran
+            assert {"app", "live", "replay"} <= set(nav_labels(page))  # file names, not the titles
+        finally:
+            close(page)
+
+
 def grid_image(page) -> str | None:
     """A hash of the pool grid's pixels now (None while it is being replaced)."""
     try:
