@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -49,6 +51,17 @@ def server_env(env_extra: dict | None = None) -> dict:
     return {**env, **(env_extra or {})}
 
 
+def die_with_parent() -> None:
+    """In a child, before exec (`preexec_fn`): SIGTERM when the process that started it dies
+    (Linux's PR_SET_PDEATHSIG), so a test process killed outright (pytest-timeout's os._exit,
+    `timeout`, CI's stop) leaves no server behind; its finally does not run then. Found: two vLLM
+    servers orphaned by a killed test run."""
+    _PRCTL(1, signal.SIGTERM)
+
+
+_PRCTL = ctypes.CDLL(None).prctl  # resolved in the parent: the child between fork and exec loads nothing
+
+
 class Server:
     """`streamlit run app.py` from the repository root (or `app_dir`) on a free port; `url` once it is healthy."""
 
@@ -68,7 +81,8 @@ class Server:
         self.proc = subprocess.Popen(
             [str(streamlit), "run", "app.py", "--server.port", str(self.port), "--server.headless", "true",
              "--server.address", "127.0.0.1"],
-            cwd=self.app_dir, env=server_env(self.env_extra), stdout=self.log, stderr=subprocess.STDOUT)
+            cwd=self.app_dir, env=server_env(self.env_extra), stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent)
         try:
             self.wait_healthy(self.start_timeout_s)
         except BaseException:

@@ -17,6 +17,8 @@ import pytest
 
 from vllm_fake import free_port
 
+from bench.app_server import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-vllm"
 BLOCK_SIZE, NUM_BLOCKS = 32, 24  # 23 usable blocks of 32 tokens: three requests overflow it
@@ -75,7 +77,7 @@ def group_alive(pgid: int) -> bool:
 def launch(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent)
 
 
 def start_server(cmd: list[str], env: dict, log: Path, url: str, start_timeout_s: float):
