@@ -489,20 +489,3 @@ def test_the_rest_after_the_last_tokens_ends_when_the_worker_does(monkeypatch):
     pump.start(iter(events))
     run_panel.drive(pump, trace, view, 1.0, None)
     assert trace.events == events and pump.done() and slept == []
-
-
-def test_each_part_of_the_page_waits_its_gap_and_its_share_of_the_wall_clock(monkeypatch):
-    """A part that took c seconds to draw may draw again after max(shortest gap, c / share),
-    never later than its longest gap."""
-    import kvviz.live.cadence
-    clock = {"t": 100.0}
-    monkeypatch.setattr(kvviz.live.cadence.time, "monotonic", lambda: clock["t"])
-    cadence = kvviz.live.cadence.Cadence({"charts": (0.5, 0.05, 2.0)})
-    assert cadence.due("charts", 100.0)
-    for cost, gap in ((0.01, 0.5), (0.04, 0.8), (0.5, 2.0)):  # cheap: the shortest gap; costly: its share; capped
-        start = clock["t"]
-        with cadence.drawing("charts"):
-            clock["t"] += cost
-        assert not cadence.due("charts", start + gap - 0.001) and cadence.due("charts", start + gap + 1e-9)
-        clock["t"] = start + gap + 1e-9
-    assert cadence.frames["charts"] == 3 and cadence.spent_s["charts"] == pytest.approx(0.55)
