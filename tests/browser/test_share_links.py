@@ -85,13 +85,17 @@ def css_key(key: str) -> str:
 
 
 def widgets(page, want: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
-    """The keyed widgets' states, once they read as `want` (at most 30 s). A number input bound to
-    the URL fills in from it a few React commits after it is drawn: on a loaded machine (CI) it
-    showed its default for several seconds after the page held still, then the linked value."""
+    """The keyed widgets' states, once they read as `want`, or without `want` once there are some
+    and two reads a second apart agree (at most 30 s). A number input bound to the URL fills in
+    from it a few React commits after it is drawn: on a loaded machine (CI) it showed its default
+    for several seconds after the page held still, then the linked value; a freshly opened Replay
+    link once read no keyed widget at all where a moment later every one was drawn."""
+    last = None
     for _ in range(30):
         seen = page.evaluate(SNAPSHOT_JS)
-        if want is None or all(seen.get(k) == v for k, v in want.items()):
+        if all(seen.get(k) == v for k, v in want.items()) if want is not None else seen and seen == last:
             break
+        last = seen
         page.wait_for_timeout(1000)
     return seen
 
