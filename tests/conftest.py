@@ -84,7 +84,22 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
+    config.option.loadscopereorder = False  # the units go out in collection order (below)
     return SharedServerScheduling(config, log)
+
+
+FIRST_UNIT = "browser"  # the longest unit (~18 of the suite's ~40 worker-minutes): it starts at once
+
+
+def pytest_collection_modifyitems(config, items):
+    """Units in the order a worker takes them: the browser unit first, then the rest by number of
+    tests (xdist's own reorder). xdist's order had put two big modules ahead of it, and the
+    browser unit then ran past every other, alone at the end of the suite."""
+    units: dict[str, list] = {}
+    for item in items:
+        units.setdefault(work_unit(item.nodeid), []).append(item)
+    order = sorted(units, key=lambda unit: (unit != FIRST_UNIT, -len(units[unit])))
+    items[:] = [item for unit in order for item in units[unit]]
 
 
 # ---------------------------------------------------------------- the suite's budget
