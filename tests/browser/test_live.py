@@ -347,7 +347,9 @@ def test_replay_plays_the_shipped_shrink_comparison(server, browser_context):
         page.goto(f"{server}/replay?replay_source={path.stem}")
         page.wait_for_selector("[data-testid=stMain] h3", timeout=LOAD_MS)
         page.wait_for_selector(IDLE, timeout=LOAD_MS)
-        page.wait_for_timeout(1000)
+        settled = time.monotonic() + 30  # both boxes drawn (under CI's load one was, 1 s after idle)
+        while len(answers(page)) < 2 and time.monotonic() < settled:
+            time.sleep(0.2)
         assert page.locator("[data-testid=stMain] h3").first.inner_text() == rec.result.caption()
         assert answers(page) == [rec.result.full.text.strip(), rec.result.shrunk.text.strip()]
         button(page, "Play").click()
