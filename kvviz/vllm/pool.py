@@ -99,7 +99,7 @@ class CachedBlocks:
     block_size: int | None = None
     num_cached_blocks: int = 0  # physical blocks holding a cached prefix: sum(copies.values())
     group_block_sizes: dict[int, int] = field(default_factory=dict)  # cache group -> its block size (events)
-    states: StateGroups = field(default_factory=lambda: StateGroups())  # a hybrid's state groups
+    states: StateGroups = field(default_factory=StateGroups)  # a hybrid's state groups
 
     def apply(self, seq: int, batch: KVEventBatch) -> None:
         """Apply one batch in sequence order. A batch numbered at or below the last one is a
@@ -174,10 +174,6 @@ class CachedBlocks:
             if self.copies[block_hash] == 0:
                 self.copies.pop(block_hash, None)
                 self.blocks.pop(block_hash, None)
-
-    def states_kept(self, block_hash: BlockHash) -> bool:
-        """Every state group keeps its state at this block (True without state groups)."""
-        return self.states.kept(block_hash)
 
     def children(self) -> dict[BlockHash | None, list[BlockHash]]:
         """parent -> cached children, in storing order (None: the roots)."""

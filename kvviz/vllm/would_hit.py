@@ -7,7 +7,7 @@ that token again to get its logits: at most (prompt_tokens - 1) // block_size bl
 compares tokens, not vLLM's hashes, so a LoRA, cache salt or image that changes the hash is not
 seen here: the answer is what the cached tokens allow (derived from events). On a hybrid model the
 hit then ends at the last matched block where every state group kept its state (`CachedBlocks.
-states_kept`; vLLM's `MambaManager.find_longest_cache_hit`): fewer blocks than the attention match.
+states.kept`; vLLM's `MambaManager.find_longest_cache_hit`): fewer blocks than the attention match.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def check(pool: CachedBlocks, ids: list[int], block_size: int) -> HitCheck:
     nxt = tuple(ids[matched * block_size:(matched + 1) * block_size])
     closest = max((common_start(pool.blocks[h].token_ids, nxt) for h in candidates(pool, kids, node)),
                   default=0) if matched < usable else 0
-    kept = next((k for k in range(matched, 0, -1) if pool.states_kept(path[k - 1])), 0)
+    kept = next((k for k in range(matched, 0, -1) if pool.states.kept(path[k - 1])), 0)
     if kept < matched:
         return HitCheck(len(ids), block_size, kept, 0, attention_blocks=matched)
     return HitCheck(len(ids), block_size, matched, closest)
