@@ -104,16 +104,16 @@ def map_redraw(s: Settings, positions: int = 1024, layers: int = 30) -> tuple[Re
 
     def refed() -> float:
         start = time.perf_counter()
-        charts.spec_with_data(spec, cache_map.map_frame(meta, events))
+        charts.vega_lite_with_data(spec, cache_map.map_frame(meta, events))
         return (time.perf_counter() - start) * 1e3
 
     def fresh() -> float:
         start = time.perf_counter()
         chart = cc.cache_map_chart(cache_map.map_frame(meta, events), kinds, meta.max_len, meta.prompt_tokens)
-        charts.to_spec(chart)
+        charts.to_vega_lite(chart)
         return (time.perf_counter() - start) * 1e3
 
-    spec = charts.to_spec(cc.cache_map_chart(cache_map.map_frame(meta, []), kinds, meta.max_len,
+    spec = charts.to_vega_lite(cc.cache_map_chart(cache_map.map_frame(meta, []), kinds, meta.max_len,
                                              meta.prompt_tokens))
     samples = interleaved({"refed": refed, "fresh": fresh}, 5 * s.reps)
     m = medians(samples)
@@ -122,5 +122,5 @@ def map_redraw(s: Settings, positions: int = 1024, layers: int = 30) -> tuple[Re
     return row, (
         f"The map's redraw (its frame, binned to {cache_map.MAX_COLUMNS} columns, plus the spec) at "
         f"{positions:,} cached positions × {layers} layers: re-feeding the spec built once "
-        f"(`charts.spec_with_data`) {spread(samples['refed'])} ms against building a fresh chart "
+        f"(`charts.vega_lite_with_data`) {spread(samples['refed'])} ms against building a fresh chart "
         f"and spec {spread(samples['fresh'])} ms, {5 * s.reps} interleaved rounds.")

@@ -24,9 +24,9 @@ def engine_bench(name: str) -> Callable:
 
 def default_lm(ctx: dict):
     if "lm" not in ctx:
-        from kvviz.core.config import ModelSpec
+        from kvviz.core.config import LoadConfig
         from kvviz.engine.models import load_model
-        ctx["lm"] = load_model(ModelSpec())
+        ctx["lm"] = load_model(LoadConfig())
     return ctx["lm"]
 
 
@@ -34,9 +34,9 @@ def fast_lm(ctx: dict):
     """The fast tiny model (bench.fast_model: ~3 ms a decode step, the GPU's regime), loaded once."""
     if "fast_lm" not in ctx:
         from bench.fast_model import fast_model_dir
-        from kvviz.core.config import ModelSpec
+        from kvviz.core.config import LoadConfig
         from kvviz.engine.models import load_model
-        ctx["fast_lm"] = load_model(ModelSpec(str(fast_model_dir())))
+        ctx["fast_lm"] = load_model(LoadConfig(str(fast_model_dir())))
     return ctx["fast_lm"]
 
 

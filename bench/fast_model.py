@@ -7,7 +7,7 @@ in about 3 ms a step on one core: the GPU's regime, measured here. Its text is n
 shape (the same tokenizer, so the same prompt length and text pieces per token) is the point.
 
 `fast_model_dir()` builds it once into the kvviz cache folder (a fixed seed: the same weights
-every time) and returns the folder, which loads like any local model (`ModelSpec(name=folder)`,
+every time) and returns the folder, which loads like any local model (`LoadConfig(name=folder)`,
 `KVVIZ_MODEL=folder`, `?model=folder`).
 """
 from __future__ import annotations

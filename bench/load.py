@@ -35,7 +35,7 @@ def model_load(s: Settings) -> tuple[list[Result], str]:
                  if cold else "The first conversion is skipped with `--quick`. ")
     return rows, (
         "Each load runs in a fresh Python subprocess (so nothing is warm in memory) that imports "
-        "kvviz, calls `convert_default_model()` and then `load_model(ModelSpec())`, which includes "
+        "kvviz, calls `convert_default_model()` and then `load_model(LoadConfig())`, which includes "
         "the model check, tokenizer, weights and one warm-up forward pass. The first run converts "
         "the embedded GGUF into a fresh temporary cache folder; the warm runs reuse that folder "
         f"({s.load_reps} of them, median). The target is on `load_model` alone; the Python and torch "
@@ -49,11 +49,11 @@ def load_timings() -> dict:
     """The subprocess side: import kvviz, convert the default model if needed, load it."""
     start = time.perf_counter()
     from kvviz.engine import models
-    from kvviz.core.config import ModelSpec
+    from kvviz.core.config import LoadConfig
     imported = time.perf_counter()
     models.convert_default_model()
     converted = time.perf_counter()
-    models.load_model(ModelSpec())
+    models.load_model(LoadConfig())
     loaded = time.perf_counter()
     return {"import_s": imported - start, "convert_s": converted - imported, "load_s": loaded - converted}
 

@@ -26,7 +26,7 @@ URL = "http://127.0.0.1:8000"
 
 def replay_s(recording) -> float:
     """Process seconds of `replay_frames` to the end of `recording` (what the Replay page runs)."""
-    from kvviz.vllm.recording import replay_frames
+    from kvviz.vllm.trace import replay_frames
     start = time.process_time()
     for _ in replay_frames(recording, [recording.duration_s]):
         pass
@@ -34,7 +34,7 @@ def replay_s(recording) -> float:
 
 
 def shared_parent_growth(s: Settings) -> tuple[Result, str]:
-    from kvviz.vllm.recording import Recording
+    from kvviz.vllm.trace import Recording
     n = 5_000 if s.reps < 5 else 10_000  # below ~5,000 the first blocks' warm-up (GC) still shows
     files = {k: Recording.from_json(shared_parent(k).to_json()) for k in (n, 4 * n)}
     samples = interleaved({k: (lambda r=r: replay_s(r)) for k, r in files.items()}, max(3, s.reps))
@@ -51,7 +51,7 @@ def apply_stream(events: int, live: bool, mark: int | None = None) -> tuple[floa
     thread's: msgpack decode of the published frames, then `EngineWatch.record`. Only that work
     is timed, never building the stream."""
     from kvviz.vllm.events import decode_message
-    from kvviz.vllm.recording import BatchRecord, apply_record
+    from kvviz.vllm.trace import BatchRecord, apply_record
     from kvviz.vllm.watch import EngineWatch
     watch, states = EngineWatch([URL]), {}
     encoder = msgspec.msgpack.Encoder()
@@ -97,7 +97,7 @@ def vllm_replay(s: Settings) -> tuple[list[Result], str]:
     growth, growth_note = shared_parent_growth(s)
     rows, busy_note = busy_rows(s)
     return [growth, *rows], (
-        "Process seconds of `kvviz.vllm.recording.replay_frames` (what the Replay page runs) on the "
+        "Process seconds of `kvviz.vllm.trace.replay_frames` (what the Replay page runs) on the "
         "crafted watch of issue 41 — blocks stored after one parent, each a request whose miss must "
         "be explained against every earlier sibling — at n and 4n blocks, interleaved; then a busy "
         "server's stream (bench/vllm_streams.py: 4 shared system prompts of 8 blocks, 2,000 "

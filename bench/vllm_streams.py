@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from kvviz.vllm.events import BlockRemoved, BlockStored, KVEventBatch
-from kvviz.vllm.recording import BatchRecord, Recording
+from kvviz.vllm.trace import BatchRecord, Recording
 
 URL = "http://127.0.0.1:8000"
 BLOCK = 16

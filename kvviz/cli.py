@@ -1,6 +1,6 @@
 """`kvviz record`, `kvviz plan`, `kvviz shrink`, `kvviz watch`: the headless side of kvviz.
 
-`record`'s flags are derived from the run settings (kvviz.core.config's ModelSpec and RunConfig):
+`record`'s flags are derived from the run settings (kvviz.core.config's LoadConfig and RunConfig):
 a field's type gives the flag's type (a Literal its choices, a bool --x/--no-x, a tuple a repeated
 flag), its default the default and its comment the help, so a new field gets a flag unedited.
 """
@@ -13,7 +13,7 @@ import re
 import sys
 import typing
 
-from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.core.config import LoadConfig, RunConfig
 from kvviz.planner import cli
 import kvviz.shrink.cli
 import kvviz.vllm.cli
@@ -78,9 +78,9 @@ def values_of(args, cls, names: list[str]):
 
 def add_record(sub) -> None:
     p = sub.add_parser("record", help="run one generation and save its trace")
-    model = p.add_argument_group("model (kvviz.core.config.ModelSpec)")
+    model = p.add_argument_group("model (kvviz.core.config.LoadConfig)")
     run = p.add_argument_group("run (kvviz.core.config.RunConfig; the Live page's sidebar)")
-    p.set_defaults(model_fields=config_flags(model, ModelSpec), run_fields=config_flags(run, RunConfig))
+    p.set_defaults(model_fields=config_flags(model, LoadConfig), run_fields=config_flags(run, RunConfig))
     p.add_argument("--recompute", action="store_true", help="also run without a cache, after")
     p.add_argument("--out", required=True, help="where to write the trace (JSON)")
     p.set_defaults(func=run_record)
@@ -94,7 +94,7 @@ def run_record(args) -> int:
 
     try:
         cfg = values_of(args, RunConfig, args.run_fields)
-        lm = load_model(values_of(args, ModelSpec, args.model_fields),
+        lm = load_model(values_of(args, LoadConfig, args.model_fields),
                         lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
         trace = Trace(run_meta(lm, cfg), [])
         for mode in ("cached", "recompute") if args.recompute else ("cached",):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/, besid
 from kvviz.engine import loop as engine
 from kvviz.engine import models
 from kvviz.sweep import compute as sweep
-from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.core.config import LoadConfig, RunConfig
 from kvviz.core.trace import Trace, format_summary, summary
 
 FAILURES: list[str] = []
@@ -246,13 +246,13 @@ def main() -> int:
     cfg = RunConfig(prompts=("Explain what a KV cache is and why it matters.",),
                     max_new_tokens=args.max_new_tokens, stop_on_eos=False)
     for dtype, parity in (("float32", True), ("bfloat16", False)):
-        lm = models.load_model(ModelSpec(device="cuda", dtype=dtype))
+        lm = models.load_model(LoadConfig(device="cuda", dtype=dtype))
         trace = record(lm, cfg, out, f"smollm2-135m-cuda-{dtype}")
         check_trace(trace, dtype, parity)
         check_decode_floor(lm, trace, dtype)
         check_static_reservation(lm, replace(cfg, cache_backend="static"), dtype)
     check_step_costs(lm, "default model, bfloat16 on CUDA")  # the loop's last: the dtype kvviz picks there
-    check_sweep(models.load_model(ModelSpec(device="cuda", dtype="bfloat16")))
+    check_sweep(models.load_model(LoadConfig(device="cuda", dtype="bfloat16")))
     del lm
     engine.free_device_memory(torch.device("cuda"))
     if not args.no_page:  # last: it starts a server and a headless worker, each with its own model

@@ -43,9 +43,9 @@ def load_tokenizer(folder: str | None):
     """The tokenizer of `folder`, or the default model's (converting it first if needed)."""
     from transformers import AutoTokenizer
     if folder is None and not DEFAULT_TOKENIZER.exists():
-        from kvviz.core.config import ModelSpec
+        from kvviz.core.config import LoadConfig
         from kvviz.engine.models import load_model
-        return load_model(ModelSpec()).tokenizer
+        return load_model(LoadConfig()).tokenizer
     return AutoTokenizer.from_pretrained(folder or str(DEFAULT_TOKENIZER))
 
 

@@ -8,7 +8,7 @@ import argparse
 
 from kvviz.shrink import presses, quant_cache
 from kvviz.shrink import compute as shrink
-from kvviz.core.config import ModelSpec
+from kvviz.core.config import LoadConfig
 from kvviz.engine.models import load_model
 
 CONTEXT = ("The old lighthouse on Gull Point was kept for forty years by Marta Olsen, who logged every "
@@ -28,7 +28,7 @@ def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--new-tokens", type=int, default=40)
     new_tokens = args.parse_args().new_tokens
-    lm = load_model(ModelSpec())
+    lm = load_model(LoadConfig())
     ids = shrink.prompt_ids(lm.tokenizer, CONTEXT + "\n" + QUESTION)
     print(f"prompt {ids.shape[1]} tokens, {new_tokens} new, greedy, {lm.dtype}")
     for mode in modes():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvviz.core.config import ModelSpec  # noqa: E402
+from kvviz.core.config import LoadConfig  # noqa: E402
 from kvviz.engine.models import load_model, stop_token_ids  # noqa: E402
 from kvviz.shrink import compute as shrink  # noqa: E402
 from kvviz.shrink import presses  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    lm = load_model(ModelSpec())
+    lm = load_model(LoadConfig())
     stops = set(stop_token_ids(lm.model, lm.tokenizer))
     rows = []
     for question in QUESTIONS:

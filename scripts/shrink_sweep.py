@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvviz.core.config import ModelSpec  # noqa: E402
+from kvviz.core.config import LoadConfig  # noqa: E402
 from kvviz.core.errors import UserError  # noqa: E402
 from kvviz.core.files import write_atomic  # noqa: E402
 from kvviz.engine.models import load_model  # noqa: E402
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     logging.getLogger("kvpress").setLevel(logging.ERROR)
     import torch
     torch.set_num_threads(args.threads)
-    lm = load_model(ModelSpec(args.model))
+    lm = load_model(LoadConfig(args.model))
     items = task.load(args.task)[: args.items]
     wanted, dropped = settings(lm)
     labels = [m.label() for m in sweep.with_full_first(wanted)]

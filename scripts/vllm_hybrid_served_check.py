@@ -177,7 +177,7 @@ def table(recording, hit_planned: int) -> list[dict]:
     """Per request: shared tokens, vLLM's cached_tokens, kvviz's event-derived figure, the bound
     the sentence gives (⌊L / N⌋ × N with N from the events, 0 below N)."""
     from kvviz.vllm import fleet, views
-    from kvviz.vllm.recording import states_at
+    from kvviz.vllm.trace import states_at
     view = fleet.fleet_requests(recording)
     (state,) = states_at(recording).values()
     block, source = views.hit_block(state)
@@ -204,7 +204,7 @@ def print_table(rows: list[dict], sentence: str | None) -> None:
 
 def capture(url: str, out: Path, config: dict, lengths: list[int], hit_planned: int, timeout_s: float) -> int:
     from kvviz.vllm import views
-    from kvviz.vllm.recording import states_at
+    from kvviz.vllm.trace import states_at
     from kvviz.vllm.watch import EngineWatch
     log_path = out / "requests.jsonl"
     log_path.unlink(missing_ok=True)

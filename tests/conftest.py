@@ -22,9 +22,9 @@ def tiny_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_lm():
     """The real embedded default model (converted once into the user cache)."""
-    from kvviz.core.config import ModelSpec
+    from kvviz.core.config import LoadConfig
     from kvviz.engine.models import load_model
-    return load_model(ModelSpec())
+    return load_model(LoadConfig())
 
 
 # ---------------------------------------------------------------- one feature's tests

@@ -218,9 +218,9 @@ def test_the_planner_and_a_real_vllm_agree_where_a_prefix_hit_lands():
 
     from kvviz.planner import deployment
     from kvviz.planner import frames as pf
-    from kvviz.vllm import recording, views
-    watch = recording.Recording.load(Path(__file__).parent / "data" / "vllm" / "fleet" / "watch.json")
-    served = {views.hit_block(state) for state in recording.states_at(watch).values()}
+    from kvviz.vllm import trace, views
+    watch = trace.Recording.load(Path(__file__).parent / "data" / "vllm" / "fleet" / "watch.json")
+    served = {views.hit_block(state) for state in trace.states_at(watch).values()}
     plan = pf.Plan(plan_models.catalog_model("SmolLM2-135M"),
                    deployment.Setup(gpu_bytes=8 * 2**30, platform="cpu", block_size=32, kv_dtype="fp32"))
     assert served == {(plan.result.vllm.hit_block, "events")} == {(32, "events")}

@@ -7,7 +7,7 @@ import typing
 import pytest
 
 from kvviz import cli
-from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.core.config import LoadConfig, RunConfig
 from kvviz.core.trace import Trace
 
 
@@ -59,8 +59,8 @@ def record_args(*flags: str):
 def test_record_flags_default_to_the_run_settings():
     args = record_args()
     assert cli.values_of(args, RunConfig, args.run_fields) == RunConfig()
-    assert cli.values_of(args, ModelSpec, args.model_fields) == ModelSpec()
-    every = {f.name for cls in (RunConfig, ModelSpec) for f in dataclasses.fields(cls)} - cli.NOT_FLAGS
+    assert cli.values_of(args, LoadConfig, args.model_fields) == LoadConfig()
+    every = {f.name for cls in (RunConfig, LoadConfig) for f in dataclasses.fields(cls)} - cli.NOT_FLAGS
     assert set(args.run_fields) | set(args.model_fields) == every
     assert set(cli.FLAG_NAMES) <= every  # a renamed field would leave its flag name behind
 
@@ -73,7 +73,7 @@ def test_record_keeps_its_flag_names_and_maps_them_to_fields():
     assert cli.values_of(args, RunConfig, args.run_fields) == RunConfig(
         prompts=("a", "b"), batch=2, cache_backend="static", chat_template=False, top_k=5, top_p=0.5,
         temperature=0.7, seed=3, block_size=32, max_new_tokens=9, system="s", stop_on_eos=False)
-    assert cli.values_of(args, ModelSpec, args.model_fields) == ModelSpec("m", "cpu", "float32")
+    assert cli.values_of(args, LoadConfig, args.model_fields) == LoadConfig("m", "cpu", "float32")
     assert record_args("--cache-backend", "static").cache_backend == "static"
 
 

@@ -18,7 +18,7 @@ from kvviz.engine import loop, race
 from kvviz.engine.models import stop_token_ids
 from kvviz.serving import compute as serving
 from kvviz.shrink import compute as shrink
-from kvviz.shrink import record
+from kvviz.shrink import trace as shrink_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT, NEW = "What is a KV cache?", 10
@@ -108,7 +108,7 @@ def test_the_commands_stop_at_the_end_of_the_turn(turn, turn_dir, tmp_path, caps
     pair = tmp_path / "shrink.json"
     assert cli.main(["shrink", "--press", "Knorm", "--model", str(turn_dir), "--prompt", PROMPT,
                      "--max-new-tokens", str(NEW), "--out", str(pair)]) == 0, capsys.readouterr().err
-    assert record.from_json(pair.read_bytes()).result.full.tokens == free[:end + 1]
+    assert shrink_trace.from_json(pair.read_bytes()).result.full.tokens == free[:end + 1]
 
 
 @pytest.mark.slow
@@ -130,14 +130,14 @@ def test_the_default_model_ends_its_answer_at_the_turn(default_lm):
 def shipped_answers() -> dict[str, list[str]]:
     """Every answer in kvviz/assets/traces/: a run trace's text per mode and sequence, a shrink
     file's two sides (a vLLM watch holds events, no answer)."""
-    from kvviz.vllm.recording import FORMAT as WATCH, peek_format
+    from kvviz.vllm.trace import FORMAT as WATCH, peek_format
     answers = {}
     for path in sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json")):
         data = path.read_bytes()
         if peek_format(data) == WATCH:
             continue
-        if record.is_record(data):
-            rec = record.from_json(data).result
+        if shrink_trace.is_record(data):
+            rec = shrink_trace.from_json(data).result
             answers[path.name] = [rec.full.text, rec.shrunk.text]
             continue
         trace = Trace.load(path)

@@ -12,7 +12,7 @@ from kvviz.app import links
 from kvviz.planner import frames as planner_frames
 from kvviz.core import safe_input
 from kvviz.core.errors import UserError
-from kvviz.shrink import record as shrink_record
+from kvviz.shrink import trace as shrink_trace
 from kvviz.core.meta import LayerRecord
 from kvviz.core.trace import Trace, TraceError, check_run_meta
 
@@ -114,7 +114,7 @@ def test_url_parameters(query, params):
 
 # ---------------------------------------------------------------- Shrink's inputs (issue 28)
 SHRINK_EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces")
-                                 .glob("*.json") if shrink_record.is_record(p.read_bytes())).read_text())
+                                 .glob("*.json") if shrink_trace.is_record(p.read_bytes())).read_text())
 for _side in ("full", "shrunk"):  # keep each example small: what varies is the structure
     SHRINK_EXAMPLE[_side]["steps"] = SHRINK_EXAMPLE[_side]["steps"][:4]
     SHRINK_EXAMPLE[_side]["pieces"] = SHRINK_EXAMPLE[_side]["pieces"][:4]
@@ -124,7 +124,7 @@ for _side in ("full", "shrunk"):  # keep each example small: what varies is the 
 def show_shrink_file(data: bytes) -> None:
     """What Replay and the Shrink page do with a kvviz-shrink file: read it, then every figure and frame."""
     from kvviz.shrink import charts as shrink_charts
-    rec = shrink_record.from_json(data)
+    rec = shrink_trace.from_json(data)
     result = rec.result
     result.caption(), result.bytes_ratio(), result.timing_words(), result.first_difference_marked()
     result.upto(2)

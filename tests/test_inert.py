@@ -241,8 +241,8 @@ def read_trace(data):
 
 
 def read_shrink_record(data):
-    from kvviz.shrink import record
-    return record.from_json(data)
+    from kvviz.shrink import trace
+    return trace.from_json(data)
 
 
 def read_sweep(data):
@@ -251,7 +251,7 @@ def read_sweep(data):
 
 
 def read_watch(data):
-    from kvviz.vllm.recording import Recording
+    from kvviz.vllm.trace import Recording
     return Recording.from_json(data)
 
 
@@ -273,7 +273,7 @@ def watch_doc() -> dict:
                 event.session_id = "client-session"
     rec.meta["servers"] = {"http://127.0.0.1:8000": {"model": "m", "model_root": "/x", "version": "0.32.0",
                                                      "sources": {"0": {"endpoint": "tcp://*:5557"}}}}
-    rec.notes.append(__import__("kvviz.vllm.recording", fromlist=["NoteRecord"]).NoteRecord(1.0, "http://127.0.0.1:8000", "a note"))
+    rec.notes.append(__import__("kvviz.vllm.trace", fromlist=["NoteRecord"]).NoteRecord(1.0, "http://127.0.0.1:8000", "a note"))
     return json.loads(rec.to_json())
 
 
@@ -351,7 +351,7 @@ def test_reports_of_files_full_of_payloads_hold_no_markup(accepted_files):
 def test_csv_downloads_of_files_full_of_payloads_start_no_formula(accepted_files):
     from kvviz.live import report as live_report
     from kvviz.vllm import request_views
-    from kvviz.vllm.recording import states_at
+    from kvviz.vllm.trace import states_at
     trace_docs, _, _ = accepted_files["trace"]
     tables = [t for doc in trace_docs for t in live_report.csv_tables(read_trace(json.dumps(doc))).values()]
     watch_docs, _, _ = accepted_files["vllm watch"]

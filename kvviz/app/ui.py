@@ -25,7 +25,7 @@ from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
 from kvviz.app.stage import presenter_mode
-from kvviz.core.config import DEFAULT_MODEL, ModelSpec
+from kvviz.core.config import DEFAULT_MODEL, LoadConfig
 from kvviz.core.trace import MAX_TRACE_BYTES, Trace
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -101,9 +101,9 @@ def model_store() -> ModelStore:
     return ModelStore(family=attention_family)
 
 
-def attention_family(spec: ModelSpec):
+def attention_family(spec: LoadConfig):
     """The model whatever its attention implementation: variants share one set of weights."""
-    return replace(spec, attn_implementation="sdpa") if isinstance(spec, ModelSpec) else spec
+    return replace(spec, attn_implementation="sdpa") if isinstance(spec, LoadConfig) else spec
 
 
 def host_default_model() -> str:
@@ -114,7 +114,7 @@ def host_default_model() -> str:
     return os.environ.get("KVVIZ_MODEL", "").strip() or DEFAULT_MODEL
 
 
-def load_model_with_progress(spec: ModelSpec) -> models.LoadedModel | None:
+def load_model_with_progress(spec: LoadConfig) -> models.LoadedModel | None:
     """The page's model if loaded; else loaded now if it is the host's default or the visitor
     clicks Load; else None, with the Load button or a message.
 
@@ -144,7 +144,7 @@ def ask_to_load(name: str) -> bool:
     return clicked
 
 
-def load_in_turn(store: ModelStore, spec: ModelSpec) -> models.LoadedModel | None:
+def load_in_turn(store: ModelStore, spec: LoadConfig) -> models.LoadedModel | None:
     """Load `spec` into the store (in hosted mode while holding the device queue); None on error."""
     status = st.empty()
     try:
@@ -164,7 +164,7 @@ def model_load_failure(name: str, exc: models.ModelLoadError) -> str:
     return f"Could not load the model {inert(name)}; the details are in the server's log."
 
 
-def load_or_derive(store: ModelStore, spec: ModelSpec) -> models.LoadedModel:
+def load_or_derive(store: ModelStore, spec: LoadConfig) -> models.LoadedModel:
     """`spec` built from a loaded variant of the same model when there is one (its weights shared,
     a fraction of a second), else loaded. A model that already fell back to eager is its own variant."""
     sibling = store.sibling(spec)
@@ -173,7 +173,7 @@ def load_or_derive(store: ModelStore, spec: ModelSpec) -> models.LoadedModel:
     return sibling if sibling.attn_fallback else models.with_attention(sibling, spec.attn_implementation)
 
 
-def load_with_progress(spec: ModelSpec) -> models.LoadedModel:
+def load_with_progress(spec: LoadConfig) -> models.LoadedModel:
     """Load and warm up `spec`, converting the embedded default first (with a progress bar)."""
     if spec.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
         bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
@@ -215,12 +215,12 @@ def device_turn(status):
         queue.release(ticket)
 
 
-def model_settings() -> ModelSpec:
+def model_settings() -> LoadConfig:
     st.sidebar.subheader("Model")
     rules = policy()
     if rules.enabled:  # an allowlist at pinned revisions; device and dtype chosen by the host
         name = st.sidebar.selectbox("Model", list(rules.models), key="model", bind="query-params")
-        return ModelSpec(name=name, revision=rules.models[name])
+        return LoadConfig(name=name, revision=rules.models[name])
     name = st.sidebar.text_input("Model", value=os.environ.get("KVVIZ_MODEL", DEFAULT_MODEL),
                                  help="'default' is the embedded SmolLM2-135M-Instruct; or a Hub id "
                                       "or a local folder", key="model", bind="query-params")
@@ -228,7 +228,7 @@ def model_settings() -> ModelSpec:
                                   bind="query-params")
     dtype = st.sidebar.selectbox("Dtype", ["auto", "float32", "bfloat16", "float16"], key="dtype",
                                  help="auto: bf16 on CUDA, fp32 elsewhere", bind="query-params")
-    return ModelSpec(name=name.strip() or DEFAULT_MODEL, device=device, dtype=dtype)
+    return LoadConfig(name=name.strip() or DEFAULT_MODEL, device=device, dtype=dtype)
 
 
 PAGE_CSS = """<style>

@@ -14,7 +14,7 @@ DEFAULT_MODEL = "default"  # the embedded SmolLM2-135M-Instruct (from the llm-sm
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class LoadConfig:
     name: str = DEFAULT_MODEL  # "default", a Hub id, or a local folder
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"  # "auto": CUDA, then MPS, then CPU
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # "auto": bf16 on CUDA, fp32 elsewhere

@@ -25,7 +25,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from kvviz.core import files
-from kvviz.core.config import DEFAULT_MODEL, ModelSpec
+from kvviz.core.config import DEFAULT_MODEL, LoadConfig
 from kvviz.core.errors import KvvizError
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -239,7 +239,7 @@ def check_causal_lm(source: str, name: str, revision: str | None = None) -> None
         raise ModelLoadError(f"{name!r} ({config.model_type}) is not a decoder-only causal language model")
 
 
-def load_model(spec: ModelSpec, progress: Progress | None = None) -> LoadedModel:
+def load_model(spec: LoadConfig, progress: Progress | None = None) -> LoadedModel:
     """Load model and tokenizer onto the chosen device and dtype, in eval mode."""
     device = pick_device(spec.device)
     dtype = pick_dtype(spec.dtype, device)

@@ -1,7 +1,7 @@
 """The cache map and the attention map as Altair charts. Pure: DataFrames and scalars in.
 
 Both are built once per run (their scalars are fixed for a run: max length, prompt length, the
-layers' kinds) and then re-fed with `charts.spec_with_data`. The map's one dataset
+layers' kinds) and then re-fed with `charts.vega_lite_with_data`. The map's one dataset
 (`cache_map.map_frame`) holds two kinds of rows: "cell" rows (runs of positions per layer and tensor, drawn)
 and "column" rows (one per column of positions, drawn invisible over the whole height and carrying
 the tooltip with the column's token text).

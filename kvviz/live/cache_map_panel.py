@@ -19,7 +19,7 @@ SPECS: dict[tuple, dict] = {}  # process-wide: (kinds, max_len, prompt_len) -> s
 ROW_KEY = "cache_map_row"  # session-state key of the batch-row picker
 
 
-def map_specs(meta: RunMeta) -> dict[str, dict]:
+def map_vega_lite(meta: RunMeta) -> dict[str, dict]:
     """The map's and the attention map's specs for this run shape, built once per process."""
     kinds = meta.specs
     padded = (meta.batch or 1) > 1
@@ -28,8 +28,8 @@ def map_specs(meta: RunMeta) -> dict[str, dict]:
         if len(SPECS) > 32:
             SPECS.clear()
         args = (kinds, key[1], key[2])
-        SPECS[key] = {"map": charts.to_spec(cache_map_charts.cache_map_chart(cache_map.map_frame(meta, []), *args, padded=padded)),
-                      "attention": charts.to_spec(cache_map_charts.attention_chart(cache_map.attention_frame(meta, []), *args))}
+        SPECS[key] = {"map": charts.to_vega_lite(cache_map_charts.cache_map_chart(cache_map.map_frame(meta, []), *args, padded=padded)),
+                      "attention": charts.to_vega_lite(cache_map_charts.attention_chart(cache_map.attention_frame(meta, []), *args))}
     return SPECS[key]
 
 
@@ -60,11 +60,11 @@ class CacheMapPanel:
         self.draws, self.drawn_steps = self.draws + 1, len(cached)
         if final:
             self.pick_row()
-        specs = {name: charts.with_font_scale(spec, self.font_scale) for name, spec in map_specs(self.meta).items()}
-        self.map_slot.vega_lite_chart(charts.spec_with_data(specs["map"], cache_map.map_frame(self.meta, cached, self.seq)))
+        specs = {name: charts.with_font_scale(spec, self.font_scale) for name, spec in map_vega_lite(self.meta).items()}
+        self.map_slot.vega_lite_chart(charts.vega_lite_with_data(specs["map"], cache_map.map_frame(self.meta, cached, self.seq)))
         if self.attention_slot is not None and (final or self.draws % 2):
             frame = cache_map.attention_frame(self.meta, cached, self.seq)
-            self.attention_slot.vega_lite_chart(charts.spec_with_data(specs["attention"], frame))
+            self.attention_slot.vega_lite_chart(charts.vega_lite_with_data(specs["attention"], frame))
         self.caption_slot.caption(caption(self.meta, cached[-1], self.seq, final))
 
     def pick_row(self) -> None:

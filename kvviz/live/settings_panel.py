@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from kvviz.app import links, ui
-from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.core.config import LoadConfig, RunConfig
 
 PACES = {"Real time": 1.0, "Slow motion ×4": 4.0, "Slow motion ×10": 10.0, "Slow motion ×30": 30.0}
 
@@ -69,7 +69,7 @@ def live_settings() -> LiveOptions:
     return LiveOptions(race=race, pace=PACES[pace], show_tokens=tokens)
 
 
-def sidebar() -> tuple[ModelSpec, RunConfig, LiveOptions]:
+def sidebar() -> tuple[LoadConfig, RunConfig, LiveOptions]:
     spec = ui.model_settings()
     cfg = run_settings(*prompt_settings())
     opts = live_settings()

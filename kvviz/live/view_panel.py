@@ -2,7 +2,7 @@
 growing list of events, at the pace kvviz.live.cadence allows.
 
 Each chart spec is built once per run and only its data is swapped
-(kvviz.viz.charts.spec_with_data); a chart whose picture did not move, and a figure or caption
+(kvviz.viz.charts.vega_lite_with_data); a chart whose picture did not move, and a figure or caption
 that reads the same, is not sent again (kvviz.app.slots). The headline cards, the text boxes and
 the long pass's wait line are drawn here too; their stylesheets are kvviz.live.stylesheet's.
 """
@@ -214,9 +214,9 @@ class LiveView:
         if self.figure_updates == 1 or final:
             self.draw_notes(cached[-1])
         if self.specs is None:
-            self.specs = build_specs(self.meta, self.max_new_tokens, kvviz.live.charts.chart_data(self.meta, cached, recompute))
+            self.specs = build_vega_lite(self.meta, self.max_new_tokens, kvviz.live.charts.chart_data(self.meta, cached, recompute))
         for name, df in self.moved_charts(cached, recompute, final).items():
-            self.slots[name].vega_lite_chart(charts.spec_with_data(self.specs[name], df))
+            self.slots[name].vega_lite_chart(charts.vega_lite_with_data(self.specs[name], df))
         self.cache_map.draw(cached, final)
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
@@ -410,7 +410,7 @@ SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per
 SPECS: dict[tuple, dict] = {}  # process-wide: a spec holds no run's data once re-fed
 
 
-def build_specs(meta: RunMeta, max_new_tokens: int, data: dict) -> dict:
+def build_vega_lite(meta: RunMeta, max_new_tokens: int, data: dict) -> dict:
     """Every chart's Vega-Lite spec (see kvviz.live.charts); reused by later runs of the same shape.
 
     Building them costs ~150 ms, too much to pay inside every run's first token.
@@ -422,7 +422,7 @@ def build_specs(meta: RunMeta, max_new_tokens: int, data: dict) -> dict:
             SPECS.clear()
         built = kvviz.live.charts.build_charts(meta, max_new_tokens, data)
         heights = kvviz.live.charts.heights(presenting=scale != 1)
-        SPECS[key] = {name: charts.with_font_scale(sized(charts.to_spec(chart), heights.get(name)), scale)
+        SPECS[key] = {name: charts.with_font_scale(sized(charts.to_vega_lite(chart), heights.get(name)), scale)
                       for name, chart in built.items()}
     return SPECS[key]
 

@@ -271,15 +271,15 @@ class StepView:
             self.max_step, self.specs = int(snap.step * 1.5), None
         if self.specs is None:
             top = max([snap.num_blocks, self.top_blocks] + [s.unshared_blocks for s in steps]) + 2
-            self.specs = step_specs(self.ids, snap, self.max_step, top)
+            self.specs = step_vega_lite(self.ids, snap, self.max_step, top)
         self.slots.header.caption(f"Step {snap.step} · {snap.time_s:.2f} s · {snap.num_used_blocks} blocks held, "
                                   f"{snap.num_shared_blocks} shared, {snap.num_cached_blocks} cached, "
                                   f"{snap.num_free_blocks} free ({snap.source})")
         self.grid_caption.caption(grid_caption(size, snap.source))
-        self.grid_slot.vega_lite_chart(charts.spec_with_data(self.specs["grid"], kvviz.serving.charts.grid_frame(snap, COLUMNS)))
+        self.grid_slot.vega_lite_chart(charts.vega_lite_with_data(self.specs["grid"], kvviz.serving.charts.grid_frame(snap, COLUMNS)))
         upto = [s for s in steps if s.step <= snap.step]
-        self.usage_slot.vega_lite_chart(charts.spec_with_data(self.specs["usage"], kvviz.serving.charts.usage_frame(upto)))
-        self.lanes_slot.vega_lite_chart(charts.spec_with_data(self.specs["lanes"], kvviz.serving.charts.timeline_frame(upto)))
+        self.usage_slot.vega_lite_chart(charts.vega_lite_with_data(self.specs["usage"], kvviz.serving.charts.usage_frame(upto)))
+        self.lanes_slot.vega_lite_chart(charts.vega_lite_with_data(self.specs["lanes"], kvviz.serving.charts.timeline_frame(upto)))
 
     def show_result(self, result: compute.ServingResult) -> None:
         """The finished run, with a scrubber over its steps."""
@@ -298,13 +298,13 @@ def grid_caption(size: int, source: str) -> str:
             + (" **Modelled** with kvviz.core.blocks (no sharing shown)." if source != "real" else ""))
 
 
-def step_specs(ids: list[str], snap, max_step: int, top_blocks: int) -> dict:
+def step_vega_lite(ids: list[str], snap, max_step: int, top_blocks: int) -> dict:
     """The three step charts' specs, with axes fixed to the run (or to its estimated length)."""
     grid = kvviz.serving.charts.pool_grid_chart(kvviz.serving.charts.grid_frame(snap, COLUMNS), ids, snap.num_blocks, COLUMNS)
     usage = kvviz.serving.charts.usage_chart(kvviz.serving.charts.usage_frame([]), snap.num_blocks, max_step, top_blocks)
     lanes = kvviz.serving.charts.timeline_chart(kvviz.serving.charts.timeline_frame([]), ids, max_step)
     scale = ui.chart_font_scale()
-    return {name: charts.with_font_scale(charts.to_spec(chart), scale)
+    return {name: charts.with_font_scale(charts.to_vega_lite(chart), scale)
             for name, chart in (("grid", grid), ("usage", usage), ("lanes", lanes))}
 
 

@@ -87,7 +87,7 @@ def run_sweep(args) -> int:
     """`--sweep`: every setting on every item of the task, a progress line per item on stderr, the
     dropped settings named with why, the rows written to --out and printed as a table. Exit 2
     (one sentence) when nothing but the full cache could run."""
-    from kvviz.core.config import ModelSpec
+    from kvviz.core.config import LoadConfig
     from kvviz.core.files import write_atomic
     from kvviz.engine.models import ModelLoadError, load_model
     from kvviz.shrink import sweep, task
@@ -100,7 +100,7 @@ def run_sweep(args) -> int:
         check_out(args.out)
         items = task.load(args.task) if args.task else task.load()
         items = items[:args.items] if args.items else items
-        lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
+        lm = load_model(LoadConfig(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
         wanted, dropped = sweep_settings(lm, args.presses)
         for d in dropped:
             print(f"kvviz shrink: dropped {d.setting}: {d.why}", file=sys.stderr)
@@ -155,9 +155,9 @@ def table(result) -> str:
 
 def run_pair(args) -> int:
     from kvviz.core.files import write_atomic
-    from kvviz.core.config import ModelSpec
+    from kvviz.core.config import LoadConfig
     from kvviz.engine.models import ModelLoadError, load_model
-    from kvviz.shrink import record
+    from kvviz.shrink import trace
     from kvviz.shrink import compute
     from kvviz.shrink import report
 
@@ -173,11 +173,11 @@ def run_pair(args) -> int:
         check_out(args.out)
         if args.report:
             check_out(args.report, "--report")
-        lm = load_model(ModelSpec(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
+        lm = load_model(LoadConfig(args.model), lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
         ids = compute.prompt_ids(lm.tokenizer, prompt, chat=not args.no_chat_template)
         result = compute.compare(lm, ids, new_tokens, mode)
         pieces = lm.tokenizer.batch_decode([[t] for t in ids[0].tolist()])
-        write_atomic(args.out, record.to_json(result, pieces, lm.label))
+        write_atomic(args.out, trace.to_json(result, pieces, lm.label))
         if args.report:
             write_atomic(args.report, report.html_report(result, pieces, lm.label))
     except (ModelLoadError, UserError, ValueError, OSError) as exc:  # ValueError: a library's refusal

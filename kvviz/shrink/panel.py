@@ -19,7 +19,7 @@ import streamlit as st
 from kvviz.app import links, ui, uploads
 from kvviz.core.errors import UserError
 from kvviz.core.units import fmt_bytes, fmt_ms
-from kvviz.shrink import presses, quant_cache, record, support, sweep, sweep_charts, task
+from kvviz.shrink import presses, quant_cache, support, sweep, sweep_charts, task, trace
 from kvviz.shrink import charts
 from kvviz.shrink import compute
 from kvviz.shrink.compute import Comparison, ShrinkRun
@@ -156,13 +156,13 @@ def downloads(result: Comparison, prompt_pieces: list[str], model: str, key: str
     from kvviz.shrink import report
 
     left, right = st.columns(2)
-    left.download_button("Download both runs (JSON)", record.to_json(result, prompt_pieces, model),
+    left.download_button("Download both runs (JSON)", trace.to_json(result, prompt_pieces, model),
                          file_name="kvviz-shrink.json", mime="application/json", key=f"{key}_download")
     right.download_button("Report (HTML)", lambda: report.html_report(result, prompt_pieces, model),
                           file_name="kvviz-shrink-report.html", mime="text/html", key=f"{key}_report")
 
 
-def read_record(path, upload) -> record.ShrinkRecord | None:
+def read_record(path, upload) -> trace.ShrinkRecord | None:
     """A kvviz-shrink file from an example path or an upload; None when the file is another kind
     (or an upload over the cap, which the trace reader refuses with the size sentence).
     TraceError when it is a kvviz-shrink file but invalid."""
@@ -174,10 +174,10 @@ def read_record(path, upload) -> record.ShrinkRecord | None:
         data = open(path, "rb").read()
     else:
         return None
-    return record.from_json(data) if record.is_record(data) else None
+    return trace.from_json(data) if trace.is_record(data) else None
 
 
-def replay_page(rec: record.ShrinkRecord) -> None:
+def replay_page(rec: trace.ShrinkRecord) -> None:
     """Replay's controls for a kvviz-shrink file: a step scrubber and Play, then the panels."""
     result = rec.result
     steps = total_steps(result)

@@ -82,7 +82,7 @@ def page() -> None:
     device = compute.device_facts(lm)
     controls = sidebar(lm, device, rules)
     settings = controls.settings
-    sweeps = st.session_state.setdefault("sweeps", {})  # (model spec, settings) -> rows
+    sweeps = st.session_state.setdefault("sweeps", {})  # (load config, settings) -> rows
     rows = sweeps.get((spec, settings), [])
     total = len(settings.points())
     too_many = total > rules.cap("sweep_points", total)

@@ -9,8 +9,8 @@ a run, so marks grow inside a still frame. A page builds each chart once per run
 refresh (verified in Chromium against Streamlit 1.67: the chart's canvas element survives every
 update while its pixels change; a chart whose spec changes is re-embedded instead):
 
-    spec = to_spec(race_chart(steps_frame([]), max_tokens=256))   # once, ~10-30 ms
-    placeholder.vega_lite_chart(spec_with_data(spec, df))          # per refresh, ~1-4 ms
+    spec = to_vega_lite(race_chart(steps_frame([]), max_tokens=256))   # once, ~10-30 ms
+    placeholder.vega_lite_chart(vega_lite_with_data(spec, df))          # per refresh, ~1-4 ms
 
 or, simpler but slower (Altair re-validates the whole spec on every call, ~5-35 ms):
 
@@ -39,7 +39,7 @@ PART_COLORS = {"used": "#4C78A8", "unused": "#D5D5D5"}
 SERIES_COLORS = {"measured": "#4C78A8", "formula": "#333333"}
 RULE_COLOR = "#888888"
 LAYOUTS = ["paged (modelled)", "contiguous max-length"]  # kvviz.live.frames.LAYOUT_*
-TABLE = "table"  # name of the main dataset in a spec from to_spec
+TABLE = "table"  # name of the main dataset in a spec from to_vega_lite
 BYTE_UNITS = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B")]
 
 
@@ -70,7 +70,7 @@ def with_data(chart: alt.TopLevelMixin, df: pd.DataFrame) -> alt.TopLevelMixin:
     return chart.properties(data=df)
 
 
-def to_spec(chart: alt.TopLevelMixin) -> dict:
+def to_vega_lite(chart: alt.TopLevelMixin) -> dict:
     """The chart as a Vega-Lite dict whose main data is the named slot TABLE; build it once.
 
     Overlays' own inline values stay in spec["datasets"]. Like st.altair_chart, leaves out the
@@ -84,8 +84,8 @@ def to_spec(chart: alt.TopLevelMixin) -> dict:
     return spec
 
 
-def spec_with_data(spec: dict, df: pd.DataFrame) -> dict:
-    """`spec` (from to_spec) with `df` as its main data: the per-refresh update, ~1 ms.
+def vega_lite_with_data(spec: dict, df: pd.DataFrame) -> dict:
+    """`spec` (from to_vega_lite) with `df` as its main data: the per-refresh update, ~1 ms.
 
     Shallow: the result shares all but its "datasets" with `spec`; neither is mutated.
     """

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from kvviz.vllm import would_hit
 from kvviz.vllm.pool import CachedBlocks
-from kvviz.vllm.recording import Recording, ReplyRecord
+from kvviz.vllm.trace import Recording, ReplyRecord
 from kvviz.vllm.request_log import Reply
 from kvviz.vllm.state import EngineState, engine_key
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from kvviz.core.errors import UserError
 from kvviz.vllm import fleet, fleet_model
-from kvviz.vllm.recording import Recording
+from kvviz.vllm.trace import Recording
 from kvviz.vllm.state import EngineState, engine_key
 
 REPLICA_COLUMNS = ["replica", "url", "usable_blocks", "cached_blocks", "kv_cache_usage", "hit_rate_metrics",

@@ -16,7 +16,7 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.vllm import charts, fleet, fleet_charts, fleet_frames, lifetimes, request_charts, request_views, tokens
 from kvviz.vllm import views, would_hit
-from kvviz.vllm.recording import FORMAT, Recording, peek_format, replay_frames
+from kvviz.vllm.trace import FORMAT, Recording, peek_format, replay_frames
 from kvviz.vllm.state import EngineState
 from kvviz.vllm.watch import EngineWatch
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from kvviz.vllm import client
 from kvviz.vllm.events import Message
 from kvviz.vllm.metrics import NotVllmMetrics, parse_metrics
-from kvviz.vllm.recording import BatchRecord, NoteRecord, Recording, ReplyRecord, ScrapeRecord
+from kvviz.vllm.trace import BatchRecord, NoteRecord, Recording, ReplyRecord, ScrapeRecord
 from kvviz.vllm.request_log import LogTail, RequestLogError
 from kvviz.vllm.state import EngineState, apply_batch, apply_reply, apply_scrape, state_for
 from kvviz.vllm.subscriber import Subscriber, resolve_source

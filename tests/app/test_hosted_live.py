@@ -107,7 +107,7 @@ def test_a_link_naming_another_model_loads_nothing_until_asked(monkeypatch, tiny
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params["model"] = str(tiny_dir)
     at.run()
-    assert not at.exception and store.num_loads == loads and store.get(ui.ModelSpec(str(tiny_dir))) is None
+    assert not at.exception and store.num_loads == loads and store.get(ui.LoadConfig(str(tiny_dir))) is None
     assert at.button(key="generate").disabled
     assert at.button(key="load_model").label.startswith("Load ")
     at.button(key="load_model").click().run()
@@ -147,7 +147,7 @@ def test_hosted_load_waits_for_the_run_holding_the_device(monkeypatch, default_l
         releaser.join()
     assert seen == ["model-a"]
     assert not at.exception and not at.error
-    assert store.get(ui.ModelSpec()) is not None and not at.button(key="generate").disabled
+    assert store.get(ui.LoadConfig()) is not None and not at.button(key="generate").disabled
 
 
 @pytest.mark.parametrize("hosted_on, cap", [(True, "8 MiB"), (False, "64 MiB")])

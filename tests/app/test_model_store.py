@@ -96,8 +96,8 @@ def test_two_visitors_alternating_the_attention_toggle_load_the_model_once(loads
     assert not plain.exception and not eager.exception
     assert loads == ["sdpa"]  # one load from disk; the eager variant was built from it
     store = ui.model_store()
-    sdpa_lm = store.get(ui.ModelSpec(name=str(tiny_dir)))
-    eager_lm = store.get(ui.ModelSpec(name=str(tiny_dir), attn_implementation="eager"))
+    sdpa_lm = store.get(ui.LoadConfig(name=str(tiny_dir)))
+    eager_lm = store.get(ui.LoadConfig(name=str(tiny_dir), attn_implementation="eager"))
     assert sdpa_lm.model.config._attn_implementation == "sdpa"
     assert eager_lm.model.config._attn_implementation == "eager"
     assert [p.data_ptr() for p in eager_lm.model.parameters()] == [p.data_ptr() for p in sdpa_lm.model.parameters()]

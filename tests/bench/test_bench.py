@@ -270,13 +270,13 @@ def test_the_fast_model_is_a_four_layer_llama_with_the_default_tokenizer(tmp_pat
     """bench.fast_model: built once into its folder, loadable like any local model, the default
     model's tokenizer, text a page can show (not one token repeated)."""
     from bench import fast_model
-    from kvviz.core.config import ModelSpec, RunConfig
+    from kvviz.core.config import LoadConfig, RunConfig
     from kvviz.engine import loop as engine
     from kvviz.engine.models import convert_default_model, load_model
     folder = fast_model.fast_model_dir(tmp_path)
     stamp = (folder / fast_model.MARKER).stat().st_mtime_ns
     assert fast_model.fast_model_dir(tmp_path) == folder and (folder / fast_model.MARKER).stat().st_mtime_ns == stamp
-    lm = load_model(ModelSpec(str(folder)))
+    lm = load_model(LoadConfig(str(folder)))
     config = lm.model.config
     assert (config.num_hidden_layers, config.hidden_size, config.model_type) == (4, 64, "llama")
     default_tokenizer = (convert_default_model() / "tokenizer.json").read_bytes()

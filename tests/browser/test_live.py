@@ -338,10 +338,10 @@ def test_shrink_page_runs_a_quantized_cache(server, browser_context):
 
 
 def test_replay_plays_the_shipped_shrink_comparison(server, browser_context):
-    from kvviz.shrink import record
+    from kvviz.shrink import trace
 
     path = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-shrink-snapkv.json"
-    rec = record.from_json(path.read_bytes())
+    rec = trace.from_json(path.read_bytes())
     page = browser_context.new_page()
     try:
         page.goto(f"{server}/replay?replay_source={path.stem}")

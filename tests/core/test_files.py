@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.core import files
 from kvviz.core.trace import Trace
-from kvviz.vllm.recording import Recording
+from kvviz.vllm.trace import Recording
 
 pytestmark = pytest.mark.slow  # kills writer processes mid-write, repeatedly: make test, not make check
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from kvviz.core import files
 from kvviz.core.trace import Trace
 import msgspec
-from kvviz.vllm.recording import NoteRecord, Recording
+from kvviz.vllm.trace import NoteRecord, Recording
 
 folder, example, pad = Path(sys.argv[1]), Trace.load(sys.argv[2]), int(sys.argv[3])
 gen = 0

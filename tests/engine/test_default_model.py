@@ -4,7 +4,7 @@ import torch
 
 from kvviz.engine import loop as engine
 from kvviz.engine import models
-from kvviz.core.config import ModelSpec, RunConfig
+from kvviz.core.config import LoadConfig, RunConfig
 
 pytestmark = pytest.mark.slow  # loads the real default model: make test, not make check
 
@@ -19,7 +19,7 @@ def test_conversion_rebuilds_a_half_written_folder(tmp_path, monkeypatch):
     assert folder == half and models.is_complete(folder)
     assert steps[-1] == 1.0 and steps == sorted(steps)
     assert not list(tmp_path.glob(".convert-*"))  # the work folder is gone
-    lm = models.load_model(ModelSpec())
+    lm = models.load_model(LoadConfig())
     assert lm.load_s < 60 and lm.model.config.num_hidden_layers == 30
 
 

@@ -6,18 +6,18 @@ import torch
 from transformers import BertConfig, T5Config
 
 from kvviz.engine import models
-from kvviz.core.config import ModelSpec
+from kvviz.core.config import LoadConfig
 
 
 def test_local_folder_loads_in_eval_mode(tiny_dir):
-    lm = models.load_model(ModelSpec(name=str(tiny_dir)))
+    lm = models.load_model(LoadConfig(name=str(tiny_dir)))
     assert lm.label == tiny_dir.name and not lm.model.training
     assert lm.device == torch.device("cpu") and lm.dtype == torch.float32
     assert lm.weight_bytes == sum(p.numel() * 4 for p in lm.model.parameters())
 
 
 def test_dtype_override(tiny_dir):
-    lm = models.load_model(ModelSpec(name=str(tiny_dir), dtype="bfloat16"))
+    lm = models.load_model(LoadConfig(name=str(tiny_dir), dtype="bfloat16"))
     assert next(lm.model.parameters()).dtype == torch.bfloat16
 
 
@@ -29,7 +29,7 @@ def test_dtype_override(tiny_dir):
 def test_models_that_are_not_causal_lms_are_named(tmp_path, config, message):
     config.save_pretrained(tmp_path)
     with pytest.raises(models.ModelLoadError, match=message) as err:
-        models.load_model(ModelSpec(name=str(tmp_path)))
+        models.load_model(LoadConfig(name=str(tmp_path)))
     assert str(tmp_path) in str(err.value)
 
 
@@ -39,17 +39,17 @@ def test_remote_code_is_refused(tmp_path):
                                                      "AutoModelForCausalLM": "custom.MyModel"}}))
     (tmp_path / "custom.py").write_text("raise SystemExit('remote code ran')\n")
     with pytest.raises(models.ModelLoadError, match="remote code"):
-        models.load_model(ModelSpec(name=str(tmp_path)))
+        models.load_model(LoadConfig(name=str(tmp_path)))
 
 
 def test_unknown_hub_id_is_named():
     with pytest.raises(models.ModelLoadError, match="no-such-org/no-such-model"):
-        models.load_model(ModelSpec(name="no-such-org/no-such-model"))
+        models.load_model(LoadConfig(name="no-such-org/no-such-model"))
 
 
 def test_folder_without_config_is_refused(tmp_path):
     with pytest.raises(models.ModelLoadError, match="has no config.json"):
-        models.load_model(ModelSpec(name=str(tmp_path)))
+        models.load_model(LoadConfig(name=str(tmp_path)))
 
 
 def test_device_and_dtype_choice():
@@ -79,7 +79,7 @@ def test_sdpa_refused_falls_back_to_eager_and_the_trace_records_it(tmp_path):
     from kvviz.engine import loop as engine
     from kvviz.core.config import RunConfig
     from tiny import save_arch
-    lm = models.load_model(ModelSpec(name=str(save_arch(tmp_path, "gpt_oss"))))  # asks for sdpa
+    lm = models.load_model(LoadConfig(name=str(save_arch(tmp_path, "gpt_oss"))))  # asks for sdpa
     assert lm.model.config._attn_implementation == "eager"
     assert lm.attn_fallback.startswith("sdpa → eager: ") and "scaled_dot_product_attention" in lm.attn_fallback
     meta = engine.run_meta(lm, RunConfig(max_new_tokens=2, chat_template=False))
@@ -98,7 +98,7 @@ def test_record_prints_the_layout_and_the_attention_fallback(tmp_path, capsys):
 
 
 def test_supported_sdpa_is_kept_without_a_fallback_note(tiny_dir):
-    lm = models.load_model(ModelSpec(name=str(tiny_dir)))
+    lm = models.load_model(LoadConfig(name=str(tiny_dir)))
     assert lm.model.config._attn_implementation == "sdpa" and lm.attn_fallback == ""
 
 

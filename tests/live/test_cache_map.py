@@ -137,9 +137,9 @@ def test_attention_frame_maps_rows_onto_the_newest_positions_and_sums_per_column
 def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
     events = run(META, 3, [None, 3])
     kinds = META.specs
-    spec = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
+    spec = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
     assert "<g" not in json.dumps(spec)  # token text travels only as data
-    fed = charts.spec_with_data(spec, cm.map_frame(META, events))
+    fed = charts.vega_lite_with_data(spec, cm.map_frame(META, events))
     assert {k: v for k, v in fed.items() if k != "datasets"} == {k: v for k, v in spec.items() if k != "datasets"}
     chart = alt.Chart.from_dict({**spec, "datasets": {**spec["datasets"], charts.TABLE: []}})
     assert chart is not None
@@ -156,7 +156,7 @@ def test_a_click_or_tap_on_a_column_writes_its_token_from_the_data():
     """Touch screens have no hover: a point selection on click picks a column, shades it, and text
     marks filtered by it write "position N: <token>" computed from the row, never from the spec."""
     kinds = META.specs
-    spec = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
+    spec = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
     layers = spec["layer"]
     columns = next(layer for layer in layers if "tooltip" in layer.get("encoding", {}))
     param = spec["params"][0]  # Altair lifts a layer's selection to the top, naming its view
@@ -167,7 +167,7 @@ def test_a_click_or_tap_on_a_column_writes_its_token_from_the_data():
     assert len(labels) == 4  # left and right of the middle, each a white halo under the text
     assert all({"param": cc.PICK, "empty": False} in [t.get("filter") for t in layer["transform"]] for layer in labels)
     assert all("datum.text" in next(t["calculate"] for t in layer["transform"] if "calculate" in t) for layer in labels)
-    static = charts.to_spec(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4, hover=False))
+    static = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4, hover=False))
     assert "params" not in json.dumps(static) and cc.PICK not in json.dumps(static)
 
 
@@ -182,7 +182,7 @@ def test_uniform_models_get_plain_layer_numbers_and_unsafe_labels_are_cleaned():
 
 
 def test_attention_spec_renders_share_on_a_fixed_scale():
-    spec = charts.to_spec(cc.attention_chart(cm.attention_frame(META, []), META.specs, 12, 4))
+    spec = charts.to_vega_lite(cc.attention_chart(cm.attention_frame(META, []), META.specs, 12, 4))
     color = spec["layer"][0]["encoding"]["color"]
     assert color["field"] == "share" and color["scale"]["domain"] == [0, 1]
 
@@ -372,7 +372,7 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
     assert set(groups.group) == set(live_charts.layer_groups(meta))
     assert len(set(groups.group)) == len({k.label() for k in kinds})  # one group per kind label
     assert groups.kv_bytes.max() <= live_charts.largest_tensor_bytes(meta)  # the axis holds every bar
-    assert charts.to_spec(live_charts.build_charts(meta, 10, data)["layers"])
+    assert charts.to_vega_lite(live_charts.build_charts(meta, 10, data)["layers"])
 
 
 def test_an_unreadable_cache_draws_no_cells_and_says_so():

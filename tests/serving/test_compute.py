@@ -150,7 +150,7 @@ def test_charts_have_stable_specs(shared):
     assert sc.grid_frame(steps[0], columns=16)["row"].max() == (result.num_blocks - 1) // 16
     for chart in (sc.pool_grid_chart(sc.grid_frame(steps[0]), ids, result.num_blocks),
                   sc.usage_chart(sc.usage_frame([]), result.num_blocks, len(steps))):
-        spec = charts.to_spec(chart)  # built once per run; each step only swaps the "table" rows
+        spec = charts.to_vega_lite(chart)  # built once per run; each step only swaps the "table" rows
         assert spec["data"] == {"name": charts.TABLE} and "data" not in spec["layer"][0]
 
 

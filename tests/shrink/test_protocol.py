@@ -15,7 +15,7 @@ import torch
 from tiny import tiny_tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from kvviz.core.config import ModelSpec
+from kvviz.core.config import LoadConfig
 from kvviz.engine.models import load_model
 from kvviz.shrink import compute as shrink
 from kvviz.shrink import fanout, presses, protocol, ruler, sweep
@@ -36,7 +36,7 @@ def lm(tmp_path_factory):
     folder = tmp_path_factory.mktemp("wide-llama")
     LlamaForCausalLM(config).eval().save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
-    return load_model(ModelSpec(str(folder)))
+    return load_model(LoadConfig(str(folder)))
 
 
 def on_524(press):

@@ -278,12 +278,12 @@ def test_with_data_equals_rebuilding(name):
 @pytest.mark.parametrize("name", list(builders()))
 def test_spec_with_data_swaps_only_the_table(name):
     build, small, large = builders()[name]
-    spec = charts.to_spec(build(small))
+    spec = charts.to_vega_lite(build(small))
     assert spec["data"] == {"name": charts.TABLE}
     assert charts.TABLE not in spec.get("datasets", {})
     assert "continuousWidth" not in json.dumps(spec.get("config", {}))
     before = json.dumps(spec)
-    live = charts.spec_with_data(spec, large)
+    live = charts.vega_lite_with_data(spec, large)
     assert live["datasets"][charts.TABLE] is large
     assert json.dumps(spec) == before  # the built spec is left untouched
     assert {k: v for k, v in live.items() if k != "datasets"} == {

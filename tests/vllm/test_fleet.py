@@ -12,7 +12,7 @@ from kvviz.vllm.fleet_model import ModelPool
 from kvviz.vllm.events import BlockStored, KVEventBatch
 from kvviz.vllm.metrics import EngineMetrics
 from kvviz.vllm.pool import CachedBlocks
-from kvviz.vllm.recording import Recording, ReplyRecord, states_at
+from kvviz.vllm.trace import Recording, ReplyRecord, states_at
 from kvviz.vllm.request_log import Reply
 from kvviz.vllm.state import EngineState
 

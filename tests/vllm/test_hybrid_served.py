@@ -17,7 +17,7 @@ import pytest
 from kvviz.vllm import fleet, views, would_hit
 from kvviz.vllm.events import BlockRemoved, BlockStored, KVEventBatch
 from kvviz.vllm.pool import CachedBlocks
-from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.trace import Recording, states_at
 
 HYBRID = Path(__file__).resolve().parents[1] / "data" / "vllm" / "hybrid"
 

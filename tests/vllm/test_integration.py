@@ -20,7 +20,7 @@ import pytest
 
 from kvviz.vllm import fleet, fleet_frames, panel as panels, tokens, views, would_hit
 from kvviz.vllm.metrics import parse_metrics
-from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.trace import Recording, states_at
 from kvviz.vllm.state import request_rows
 from kvviz.vllm.watch import EngineWatch
 from tests.vllm.servers import (BLOCK_SIZE, NUM_BLOCKS, ROOT, VENV, group_alive, opted_out,  # noqa: F401 (for other tests)

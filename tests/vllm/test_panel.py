@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.app import ui
 from kvviz.vllm import panel as panels
-from kvviz.vllm.recording import Recording
+from kvviz.vllm.trace import Recording
 from vllm_fake import FakeVllm, free_port
 from tests.vllm.test_readers import recording_of_capture
 

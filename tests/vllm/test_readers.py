@@ -9,7 +9,7 @@ from kvviz.vllm.events import (AllBlocksCleared, BlockRemoved, BlockStored, Sche
                                decode_message, decode_payload)
 from kvviz.vllm.metrics import NotVllmMetrics, parse_metrics
 from kvviz.vllm.pool import CachedBlocks
-from kvviz.vllm.recording import BatchRecord, Recording, ScrapeRecord, states_at
+from kvviz.vllm.trace import BatchRecord, Recording, ScrapeRecord, states_at
 from kvviz.vllm.state import EngineState, apply_scrape, format_summary, summary
 from vllm_payloads import frames, json_file, metrics_text
 

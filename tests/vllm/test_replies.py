@@ -7,7 +7,7 @@ import pytest
 
 from kvviz.vllm import reasons
 from kvviz.vllm.events import BlockStored, KVEventBatch
-from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.trace import Recording, states_at
 from kvviz.vllm.replies import BOTH, LOG, joined_rows
 from kvviz.vllm.request_log import LogTail, Reply, RequestLogError, parse_lines, read_log
 from kvviz.vllm.requests import RequestLedger

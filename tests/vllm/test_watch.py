@@ -9,7 +9,7 @@ import pytest
 from kvviz import cli
 from kvviz.vllm import client
 from kvviz.vllm.client import EngineError, normalize_url
-from kvviz.vllm.recording import Recording, states_at
+from kvviz.vllm.trace import Recording, states_at
 from kvviz.vllm.state import request_rows
 from kvviz.vllm.subscriber import publisher_binds, resolve_source
 from kvviz.vllm.watch import EngineWatch

@@ -1,4 +1,4 @@
-"""The kvviz-shrink file (kvviz.shrink.record), its HTML report (kvviz.shrink.report) and its
+"""The kvviz-shrink file (kvviz.shrink.trace), its HTML report (kvviz.shrink.report) and its
 replay (the Replay page): what is written is what is read back, the figures are the same in every
 place that shows them, and a bad or hostile file is refused in one sentence or shown inert."""
 import json
@@ -11,7 +11,7 @@ from tiny import tiny_lm
 
 from kvviz.app import ui
 from kvviz.core.trace import TraceError
-from kvviz.shrink import record
+from kvviz.shrink import trace
 from kvviz.shrink import compute as shrink
 from kvviz.shrink import report as shrink_report
 
@@ -30,7 +30,7 @@ def result(request) -> shrink.Comparison:
 
 @pytest.mark.slow
 def test_what_is_written_is_read_back(result):
-    back = record.from_json(record.to_json(result, PIECES, "tiny llama"))
+    back = trace.from_json(trace.to_json(result, PIECES, "tiny llama"))
     assert back.prompt_pieces == PIECES and back.model == "tiny llama"
     for mine, theirs in ((result.full, back.result.full), (result.shrunk, back.result.shrunk)):
         assert (theirs.label, theirs.text, theirs.steps, theirs.pieces) == (mine.label, mine.text, mine.steps, mine.pieces)
@@ -42,9 +42,9 @@ def test_what_is_written_is_read_back(result):
 
 
 def test_the_divergence_is_recomputed_from_the_tokens_not_copied(result):
-    doc = record.as_record(result, PIECES)
+    doc = trace.as_record(result, PIECES)
     doc["diverged_at"] = 0 if result.diverged_at is None else None  # a file that lies
-    assert record.from_json(json.dumps(doc)).result.diverged_at == result.diverged_at
+    assert trace.from_json(json.dumps(doc)).result.diverged_at == result.diverged_at
 
 
 def test_the_pieces_add_up_to_the_text(result):
@@ -75,9 +75,9 @@ def bad(doc: dict, change) -> dict:
     (lambda d: d["shrunk"]["pieces"].pop(), "token texts"),
 ])
 def test_a_bad_file_is_one_sentence(result, change, words):
-    doc = bad(record.as_record(result, PIECES), change)
+    doc = bad(trace.as_record(result, PIECES), change)
     with pytest.raises(TraceError) as err:
-        record.from_json(json.dumps(doc))
+        trace.from_json(json.dumps(doc))
     assert words in str(err.value), str(err.value)
 
 
@@ -85,12 +85,12 @@ def test_a_bad_file_is_one_sentence(result, change, words):
                                   b"[" * 100_000, "{\"format\": \"kvviz-shrink\", \"version\": 1e400}".encode()])
 def test_garbage_is_refused_in_words(data):
     with pytest.raises(TraceError):
-        record.from_json(data)
+        trace.from_json(data)
 
 
 def test_only_a_shrink_file_is_taken_for_one():
-    assert not record.is_record(b"{\"format\": \"kvviz-trace\"}") and not record.is_record(b"[" * 10_000)
-    assert record.is_record(b"{\"format\": \"kvviz-shrink\", \"anything\": 1}")
+    assert not trace.is_record(b"{\"format\": \"kvviz-trace\"}") and not trace.is_record(b"[" * 10_000)
+    assert trace.is_record(b"{\"format\": \"kvviz-shrink\", \"anything\": 1}")
 
 
 def fake_svg(spec: dict) -> str:
@@ -109,10 +109,10 @@ def test_report_shows_the_figures_the_page_shows(result):
 
 
 def test_report_keeps_hostile_text_inert(result):
-    doc = record.as_record(result, ["<script>alert(1)</script>"] + PIECES[1:])
+    doc = trace.as_record(result, ["<script>alert(1)</script>"] + PIECES[1:])
     doc["full"]["text"] = "<img src=x onerror=alert(2)>"
     doc["shrunk"]["label"] = "<b>bold</b>"
-    back = record.from_json(json.dumps(doc))
+    back = trace.from_json(json.dumps(doc))
     html = shrink_report.html_report(back.result, back.prompt_pieces, "<i>m</i>", svg=fake_svg)
     for raw in ("<script>alert", "<img src=x", "<b>bold", "<i>m"):
         assert raw not in html
@@ -127,7 +127,7 @@ def test_report_without_a_renderer_still_has_every_figure(result):
 @pytest.mark.slow
 def test_replay_page_plays_a_shrink_file(result, tmp_path, monkeypatch):
     path = tmp_path / "shrink.json"
-    path.write_bytes(record.to_json(result, PIECES, "tiny llama"))
+    path.write_bytes(trace.to_json(result, PIECES, "tiny llama"))
     monkeypatch.setattr(ui, "example_traces", lambda: {"shrink": path})
     at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
     assert not at.exception and not at.error, (at.exception, at.error)
@@ -145,7 +145,7 @@ def test_replay_page_plays_a_shrink_file(result, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_replay_page_refuses_a_bad_shrink_file_in_words(result, tmp_path, monkeypatch):
     path = tmp_path / "shrink.json"
-    path.write_text(json.dumps(bad(record.as_record(result, PIECES), lambda d: d["full"]["steps"][1].update(step=5))))
+    path.write_text(json.dumps(bad(trace.as_record(result, PIECES), lambda d: d["full"]["steps"][1].update(step=5))))
     monkeypatch.setattr(ui, "example_traces", lambda: {"shrink": path})
     at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
     assert not at.exception
@@ -155,10 +155,10 @@ def test_replay_page_refuses_a_bad_shrink_file_in_words(result, tmp_path, monkey
 def test_the_shipped_example_replays_and_reports():
     """kvviz/assets/traces/*shrink*.json: real runs of the default model (`kvviz shrink`), read
     back, their figures computed again, their report drawn."""
-    shipped = [p for p in (ROOT / "kvviz" / "assets" / "traces").glob("*.json") if record.is_record(p.read_bytes())]
+    shipped = [p for p in (ROOT / "kvviz" / "assets" / "traces").glob("*.json") if trace.is_record(p.read_bytes())]
     assert shipped
     for path in shipped:
-        rec = record.from_json(path.read_bytes())
+        rec = trace.from_json(path.read_bytes())
         assert rec.model and rec.result.shrunk.kept and len(rec.prompt_pieces) > 40
         assert 0 < rec.result.bytes_ratio() < 1
         assert rec.result.caption() in shrink_report.html_report(rec.result, rec.prompt_pieces, rec.model, svg=fake_svg)
@@ -167,7 +167,7 @@ def test_the_shipped_example_replays_and_reports():
 def test_shipped_snapkv_example_runs_the_default_prompt_and_its_scores_choose():
     """The shipped SnapKV example is the Shrink page's default prompt, and SnapKV kept positions
     other than the most recent ones in some layer (its window is shorter than the half it keeps)."""
-    rec = record.from_json((ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-shrink-snapkv.json").read_bytes())
+    rec = trace.from_json((ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-shrink-snapkv.json").read_bytes())
     assert shrink.DEFAULT_PROMPT in "".join(rec.prompt_pieces)
     n = len(rec.prompt_pieces)
     heads = [sorted(head) for positions in rec.result.shrunk.kept.values() for head in positions.tolist()]
@@ -196,7 +196,7 @@ def test_cli_writes_a_file_replay_reads(tiny_dir, tmp_path, capsys):
                      "the keys and values of every past token " * 4, "--max-new-tokens", "5",
                      "--out", str(out), "--report", str(html)])
     assert code == 0, capsys.readouterr().err
-    rec = record.from_json(out.read_bytes())
+    rec = trace.from_json(out.read_bytes())
     printed = capsys.readouterr().out
     assert rec.result.caption() in printed and f"× {rec.result.bytes_ratio():.2f}" in printed
     assert len(rec.result.full.steps) == 5 and rec.result.caption() in html.read_text()

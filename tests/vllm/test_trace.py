@@ -1,4 +1,4 @@
-"""Replaying a vLLM watch (kvviz.vllm.recording.replay_frames) on the crafted file of issue 41:
+"""Replaying a vLLM watch (kvviz.vllm.trace.replay_frames) on the crafted file of issue 41:
 45,000 blocks stored after one parent, each a request to explain. Work grows linearly with the
 events (counted in function calls, not timed: speed targets live in bench/vllm_replay.py), the
 file replays to the right rows, and a page's progress callback is called as it goes (a visitor
@@ -11,7 +11,7 @@ from bench.vllm_streams import shared_parent
 from kvviz.core.trace import MAX_TRACE_BYTES
 from kvviz.app.hosted import Policy
 from kvviz.vllm import reasons
-from kvviz.vllm.recording import PROGRESS_EVERY, Recording, replay_frames
+from kvviz.vllm.trace import PROGRESS_EVERY, Recording, replay_frames
 
 
 def calls_to_replay(recording: Recording) -> int:
