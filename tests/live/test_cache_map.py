@@ -1,14 +1,12 @@
-"""The cache map's frames and chart specs (pure), and the engine's attention rows (tiny models)."""
+"""The cache map's frames (kvviz.live.cache_map, pure), the engine's attention rows and real runs' layer
+kinds drawn from them (tiny models). Its specs: test_cache_map_charts.py; its panel: test_cache_map_panel.py."""
 from __future__ import annotations
 
-import json
 
-import altair as alt
 import pytest
 
 from kvviz.core.errors import UserError
 from kvviz.live import cache_map as cm
-from kvviz.live import cache_map_charts as cc
 from kvviz.viz import charts
 from kvviz.core.events import LayerStat, StepEvent
 from metas import meta_of
@@ -133,60 +131,6 @@ def test_attention_frame_maps_rows_onto_the_newest_positions_and_sums_per_column
     assert cm.attention_frame(META, [event(0, 5, [4, 3])]).empty
 
 
-@pytest.mark.slow
-def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
-    events = run(META, 3, [None, 3])
-    kinds = META.specs
-    spec = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
-    assert "<g" not in json.dumps(spec)  # token text travels only as data
-    fed = charts.vega_lite_with_data(spec, cm.map_frame(META, events))
-    assert {k: v for k, v in fed.items() if k != "datasets"} == {k: v for k, v in spec.items() if k != "datasets"}
-    chart = alt.Chart.from_dict({**spec, "datasets": {**spec["datasets"], charts.TABLE: []}})
-    assert chart is not None
-    layers = spec["layer"]
-    cells = layers[0]["encoding"]
-    assert cells["x"]["scale"]["domain"] == [0, 12] and cells["yOffset"]["field"] == "tensor_row"
-    assert cells["color"]["scale"]["domain"] == ["K", "V", "dropped", "padding"]
-    assert "sliding 3" in cells["y"]["axis"]["labelExpr"]  # a mixed model names each layer's kind
-    columns = next(layer for layer in layers if "tooltip" in layer.get("encoding", {}))  # before the picked labels
-    assert [t["field"] for t in columns["encoding"]["tooltip"]] == ["where", "part", "text"]
-
-
-def test_a_click_or_tap_on_a_column_writes_its_token_from_the_data():
-    """Touch screens have no hover: a point selection on click picks a column, shades it, and text
-    marks filtered by it write "position N: <token>" computed from the row, never from the spec."""
-    kinds = META.specs
-    spec = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
-    layers = spec["layer"]
-    columns = next(layer for layer in layers if "tooltip" in layer.get("encoding", {}))
-    param = spec["params"][0]  # Altair lifts a layer's selection to the top, naming its view
-    assert param["views"] == [columns["name"]]
-    assert param["name"] == cc.PICK and param["select"]["on"] == "click" and param["select"]["fields"] == ["pos_start"]
-    assert columns["encoding"]["opacity"]["condition"]["param"] == cc.PICK
-    labels = [layer for layer in layers if layer["mark"]["type"] == "text" and layer["encoding"]["text"]["field"] == "picked"]
-    assert len(labels) == 4  # left and right of the middle, each a white halo under the text
-    assert all({"param": cc.PICK, "empty": False} in [t.get("filter") for t in layer["transform"]] for layer in labels)
-    assert all("datum.text" in next(t["calculate"] for t in layer["transform"] if "calculate" in t) for layer in labels)
-    static = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4, hover=False))
-    assert "params" not in json.dumps(static) and cc.PICK not in json.dumps(static)
-
-
-def test_uniform_models_get_plain_layer_numbers_and_unsafe_labels_are_cleaned():
-    uniform = meta_of({"num_layers": 3, "windows": [None] * 3}).specs
-    assert "labelExpr" not in cc.layer_axis(uniform).to_dict()
-    # labels are the specs' own words from validated numbers; an older file's label text is never drawn
-    odd = meta_of({"num_layers": 2, "layer_kinds": ["shared", "full"],
-                   "layer_labels": ["shared ← 8'];alert(1);//", "full"]}).specs
-    assert "'" not in cc.layer_axis(odd).to_dict()["labelExpr"].replace("' · '", "")
-    assert [k.label() for k in odd] == ["shared ← 8", "full"]
-
-
-def test_attention_spec_renders_share_on_a_fixed_scale():
-    spec = charts.to_vega_lite(cc.attention_chart(cm.attention_frame(META, []), META.specs, 12, 4))
-    color = spec["layer"][0]["encoding"]["color"]
-    assert color["field"] == "share" and color["scale"]["domain"] == [0, 1]
-
-
 # --- the engine's attention rows (tiny random models, eager attention) ---------------------------
 
 def eager_lm(kind: str):
@@ -283,58 +227,6 @@ def test_the_cache_map_benchmark_has_the_right_shape():
     assert "cache-map" in command.BENCHES
 
 
-# --- the panel on the live page, headless (AppTest, tiny local model) ----------------------------
-
-@pytest.fixture
-def at(tiny_dir, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
-    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
-        monkeypatch.delenv(name, raising=False)
-    app = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
-    app.run()
-    assert not app.exception
-    app.slider(key="max_new").set_value(6)
-    return app
-
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
-
-
-def map_specs_on_page(at) -> list[dict]:
-    """The cache-map panel's charts (their Vega-Lite specs), in page order."""
-    specs = [json.loads(c.proto.spec) for c in at.main.get("vega_lite_chart")]
-    return [s for s in specs if '"pos_start"' in json.dumps(s)]
-
-
-@pytest.mark.slow
-def test_the_live_page_draws_the_map_and_with_the_toggle_the_attention_map(at):
-    at.button(key="generate").click().run()
-    assert not at.exception and not at.error
-    assert len(map_specs_on_page(at)) == 1  # attention is off by default
-    caption = " ".join(c.value for c in at.caption)
-    assert "positions cached after step 5" in caption and "All 2 layers are full attention" in caption
-    at.toggle(key="attention").set_value(True).run()
-    at.button(key="generate").click().run()
-    assert not at.exception and not at.error, at.error
-    maps = map_specs_on_page(at)
-    assert len(maps) == 2 and "share" in json.dumps(maps[1])
-    assert "eager" in " ".join(c.value for c in at.caption)
-
-
-@pytest.mark.slow
-def test_a_batch_gets_a_row_picker_once_the_run_is_over(at):
-    at.slider(key="batch").set_value(2)
-    at.button(key="generate").click().run()
-    assert not at.exception
-    picker = at.selectbox(key="cache_map_row-2")
-    assert picker.options == ["sequence 1 of 2", "sequence 2 of 2"]
-    picker.set_value(1).run()
-    assert not at.exception
-    assert "Showing sequence 2 of 2" in " ".join(c.value for c in at.caption)
-
-
 # --- real cache kinds, from tiny models of each family -------------------------------------------
 
 @pytest.mark.slow
@@ -375,16 +267,6 @@ def test_real_runs_draw_each_layer_by_its_kind(arch, expect):
     assert charts.to_vega_lite(live_charts.build_charts(meta, 10, data)["layers"])
 
 
-def test_an_unreadable_cache_draws_no_cells_and_says_so():
-    from dataclasses import replace
-
-    from kvviz.live import cache_map_panel
-
-    ev = replace(run(META, 2, [None, 3])[-1], cache_note="kvviz cannot read cache layers of class X")
-    assert cm.cells_frame(META, ev).empty
-    assert "could not read this cache" in cache_map_panel.caption(meta_of(META, batch=1), ev, 0, True)
-
-
 @pytest.mark.parametrize("name", ["live.cache_map", "live.cache_map_charts", "live.cache_map_panel"])
 def test_the_cache_map_modules_import_no_torch_transformers_or_streamlit(name):
     from tests.test_imports import imported_roots, module_path
@@ -392,13 +274,3 @@ def test_the_cache_map_modules_import_no_torch_transformers_or_streamlit(name):
     assert not imported_roots(module_path(name)) & {"torch", "transformers", "streamlit"}
 
 
-@pytest.mark.slow
-def test_replay_draws_the_map_of_the_step_the_scrubber_names():
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
-    assert not at.exception and not at.error
-    assert len(map_specs_on_page(at)) == 1
-    at.slider(key="replay_step").set_value(5).run()
-    caption = " ".join(c.value for c in at.caption)
-    assert "after step 4;" in caption  # the scrubber's 5th cached step is step 4

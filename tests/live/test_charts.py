@@ -2,8 +2,6 @@
 data, its builder, its panel, its heights and its report section, so adding a chart is one entry."""
 from __future__ import annotations
 
-import dataclasses
-
 import altair as alt
 import pytest
 from tests.live.test_report import hand_trace
@@ -53,12 +51,6 @@ def test_one_entry_adds_a_chart_to_the_page_and_the_report(one_more_chart):
     assert live_charts.heights(presenting=True)["tokens_per_step"] == 222
     assert "tokens_per_step" in report_charts.report_charts(t)
     assert "Tokens per step, a chart added in one place" in report.html_report(t)
-
-
-def test_a_race_chart_leaves_a_report_without_a_no_cache_run():
-    t = hand_trace()
-    cached_only = dataclasses.replace(t, events=t.events_of("cached"))
-    assert not {c.name for c in live_charts.CHARTS if c.race} & set(report_charts.report_charts(cached_only))
 
 
 def long_prompt_run(tokens: int = 29, finished: bool = True, recompute_steps: int = 2):

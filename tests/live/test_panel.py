@@ -260,17 +260,6 @@ def test_a_shared_link_restores_settings_and_never_generates(monkeypatch, tiny_d
     assert any("Press **Generate**" in i.value for i in at.info)
 
 
-def test_run_notes_say_what_the_figures_lack():
-    from types import SimpleNamespace
-
-    from kvviz.core.meta import RunMeta
-    from kvviz.live.view_panel import run_notes
-    meta = RunMeta(attn_fallback="sdpa → eager: refused", attn_implementation="eager", state_modelled=False)
-    notes = run_notes(meta, SimpleNamespace(cache_note="kvviz cannot read cache layers of class X"))
-    assert notes[0].startswith("kvviz cannot read") and "eager" in notes[1] and "formula leaves" in notes[2]
-    assert run_notes(RunMeta(state_modelled=True), SimpleNamespace(cache_note="")) == []
-
-
 def test_settings_changed_after_a_run_mark_the_result_outdated(at):
     generate(at)
     assert not any("Outdated" in w.value for w in at.warning)
@@ -305,41 +294,6 @@ def test_the_layout_probe_runs_while_this_session_holds_the_device(at, monkeypat
     assert not ui.device_queue().held  # given back after the run
 
 
-def test_a_hosts_time_limit_ends_slow_motion_drawing_too(monkeypatch):
-    """Slow motion draws after the tokens are made, while the session holds the device: the
-    host's limit must end the drawing, not only the generation (else others wait on a replay)."""
-    from types import SimpleNamespace
-
-    from kvviz.live import run_panel
-    from kvviz.live import settings_panel
-
-    delays, clock = [], {"t": 0.0}
-    monkeypatch.setattr(settings_panel, "pace_delay", lambda step_ms, pace: (delays.append(step_ms),
-                                                                 clock.__setitem__("t", clock["t"] + 1.0)))
-    events = [SimpleNamespace(mode="cached", step_ms=1.0, phase="decode") for _ in range(50)]
-    pump = SimpleNamespace(done=lambda: False, take=lambda timeout: [events.pop() for _ in range(len(events))],
-                           running=None, finished=SimpleNamespace(wait=lambda s: False))
-    view = SimpleNamespace(update=lambda trace, final=False: None, show_wait=lambda *a: None, work=None,
-                           timed_pace=None)
-    trace = SimpleNamespace(events=[], append=lambda e: trace.events.append(e))
-    run_panel.drive(pump, trace, view, 30.0, None, out_of_time=lambda: clock["t"] >= 3)
-    assert len(delays) == 3  # three slow steps fit the limit; the rest are kept, not drawn slowly
-    assert len(trace.events) == 50
-
-
-def test_the_cached_prefill_wait_line_gives_its_time_left_as_an_estimate():
-    """"Prefilling 1,984 prompt tokens: 22 s so far." stood alone while the no-cache prefill after
-    it got a time left: given a pace, both say what is left, as an estimate."""
-    import time
-
-    from kvviz.engine.pump import Running
-    from kvviz.live.view_panel import wait_line
-    running = Running("cached", 0, time.monotonic() - 22.2)
-    line = wait_line("cached", running, 1984, 1, 40.0)
-    assert line == "Prefilling 1,984 prompt tokens: 22 s so far, ≈ 18 s left (an estimate from this device's pace)."
-    assert "longer than the estimate" in wait_line("cached", running, 1984, 1, 20.0)
-
-
 def test_a_first_run_on_a_long_prompt_knows_the_device_pace_before_its_prefill(at, monkeypatch):
     """No run before in this session: the pace the cached prefill's time left needs comes from a
     timed pass over the prompt's start, on the worker before the prefill (there was none)."""
@@ -356,111 +310,6 @@ def test_a_first_run_on_a_long_prompt_knows_the_device_pace_before_its_prefill(a
     assert view.timed_pace is not None and view.timed_pace > 0
 
 
-def test_on_stage_the_whole_run_is_a_card_and_the_last_step_and_formula_go_into_helps():
-    """Presenter mode's headline: the whole run's no-cache ratio is a card (twice as wide: its
-    "modelled" fits beside it); the last step's ratio and, on stage, the computed formula are in
-    the helps of the whole run's and the measured cache's cards."""
-    from kvviz.live import captions
-    from kvviz.live.view_panel import card_figures
-    figures = [(label, f"v{i}", f"h{i}") for i, (label, _, _) in enumerate(captions.widest_headline())]
-    figures[1] = ("KV cache (measured)", "v1", "h1")
-    screen, stage = card_figures(figures), card_figures(figures, stage=True)
-    assert [label for label, _, _ in screen] == [label for label, _, _ in figures if label != captions.LAST_STEP_LABEL]
-    assert [label for label, _, _ in stage] == [label for label, _, _ in screen if label != captions.FORMULA_LABEL]
-    run = dict((label, h) for label, _, h in stage)[captions.RUN_LABEL]
-    assert run == f"h8 {captions.LAST_STEP_LABEL}: v7. h7" and screen[-1] == (captions.RUN_LABEL, "v8", run)
-    assert dict((label, h) for label, _, h in stage)["KV cache (measured)"] == f"h1 {captions.FORMULA_LABEL}: v2. h2"
-
-
-def test_a_pass_modelled_to_be_long_gets_its_line_from_its_start():
-    """The cached prefill of a long prompt, 0.1 s in: with the device's pace known (a timed pass)
-    its progress line and estimate show at once; without one, only after WAIT_SHOWN_S."""
-    import time
-    from types import SimpleNamespace
-
-    from kvviz.engine.pump import Running
-    from kvviz.live import view_panel
-
-    drawn = []
-    slot = SimpleNamespace(caption=lambda text: drawn.append(("caption", text)),
-                           progress=lambda fraction, text: drawn.append(("progress", text)),
-                           empty=lambda: drawn.append(("empty", "")))
-    work = SimpleNamespace(prefill_flops=lambda positions, batch: 1e12 * positions / 2000)
-    view = SimpleNamespace(note_slot=slot, race_wait_slot=None, waiting={}, work=work,
-                           meta=SimpleNamespace(prompt_tokens=2000, batch=1))
-    running = Running("cached", 0, time.monotonic() - 0.1)
-    view_panel.LiveView.show_wait(view, running, None, None)
-    assert drawn == []  # no pace: the line waits for WAIT_SHOWN_S
-    view_panel.LiveView.show_wait(view, running, None, 20e-12)  # 1e12 flops at 20 ps each: 20 s
-    (kind, text), = drawn
-    assert kind == "progress" and text.startswith("Prefilling 2,000 prompt tokens: 0 s so far, ≈ 20 s left (an estimate")
-
-
-def test_the_timed_pass_runs_on_the_worker_with_its_own_line():
-    """The pass that times the device runs on the worker (the page keeps drawing: run in the
-    script thread it left the page still for 2.6 s under load) and, past WAIT_SHOWN_S, says so."""
-    import time
-    from types import SimpleNamespace
-
-    from kvviz.engine.pump import Running
-    from kvviz.live import run_panel, view_panel
-    from tiny import tiny_lm
-
-    from kvviz.core.config import RunConfig
-    from kvviz.engine import cost, loop
-    lm = tiny_lm()
-    cfg = RunConfig(prompts=("The key value cache keeps the keys. " * 22,), max_new_tokens=2)
-    view = SimpleNamespace(work=cost.model_work(lm), meta=loop.run_meta(lm, cfg), timed_pace=None)
-    steps = run_panel.timed_pass(lm, cfg, view)
-    assert view.timed_pace is None and list(steps) == [] and view.timed_pace > 0  # runs when iterated
-
-    drawn = []
-    slot = SimpleNamespace(caption=drawn.append, empty=lambda: drawn.append(""))
-    shown = SimpleNamespace(note_slot=slot, race_wait_slot=None, waiting={}, meta=view.meta)
-    shown.show_timing = lambda running, s: view_panel.LiveView.show_timing(shown, running, s)
-    view_panel.LiveView.show_wait(shown, Running(view_panel.TIMING, 0, time.monotonic() - 1.5), None, None)
-    assert drawn == ["Timing a 32-token pass, for the prefill's time left: 2 s so far."]
-
-
-
-def test_a_fast_engine_is_drawn_at_the_pages_rates_not_at_its_own(monkeypatch):
-    """A model making a token every 5 ms (a GPU's pace), drawn as `drive` draws it: ten frames a
-    second of ten tokens each, for two seconds. The text goes out with every frame; the figures at
-    most every FIGURES_S and the charts every CHART_INTERVAL_S, and a figure that reads the same is
-    not sent again. Before, every frame also sent all eight cards and every chart every 0.15 s
-    (160 cards and 66 charts here): on a fast engine the drawing thread held the interpreter the
-    model's worker needed, and the page ran at 0.36-0.64 of headless (issue 39)."""
-    import collections
-
-    import streamlit.delta_generator as delta_generator
-    from tiny import tiny_lm
-
-    from kvviz.core.config import RunConfig
-    from kvviz.core.trace import Trace
-    from kvviz.engine import loop as engine
-    from kvviz.live import cadence, run_panel, view_panel
-    lm, cfg = tiny_lm(), RunConfig(max_new_tokens=200, stop_on_eos=False)
-    meta, events = engine.run_meta(lm, cfg), list(engine.generate(lm, cfg))
-    sent, real = collections.Counter(), delta_generator.DeltaGenerator._enqueue
-
-    def counted(dg, delta_type, *args, **kwargs):
-        sent[delta_type] += 1
-        return real(dg, delta_type, *args, **kwargs)
-    monkeypatch.setattr(delta_generator.DeltaGenerator, "_enqueue", counted)
-    view = view_panel.LiveView(meta, cfg.max_new_tokens, race_on=False, show_tokens=False)  # bare mode: no page
-    clock = {"t": 1000.0}
-    monkeypatch.setattr(view_panel.time, "monotonic", lambda: clock["t"])  # drawing takes no time here
-    sent.clear()
-    trace = Trace(meta, [])
-    for first in range(0, 200, 10):
-        for event in events[first:first + 10]:
-            trace.append(event)
-        view.update(trace)
-        clock["t"] += run_panel.FRAME_S
-    assert sent["code"] == 20  # the text streams with every frame
-    assert sent["metric"] <= 8 * (2.0 / cadence.FIGURES_S + 1), sent
-    assert 3 * 6 <= sent["vega_lite_chart"] <= 7 * (2.0 / cadence.CHART_INTERVAL_S + 1), sent  # moving, at 2 Hz
-
 def test_a_finished_run_ends_without_a_full_garbage_collection(at, monkeypatch):
     """After every run the page collected all garbage (loop.free_device_memory) before its final
     frame: 0.6-0.9 s on the loaded 2-core machine with the fast model's server (530,000 objects),
@@ -473,19 +322,3 @@ def test_a_finished_run_ends_without_a_full_garbage_collection(at, monkeypatch):
     assert not at.exception and at.session_state["trace"].events_of("cached") and freed == []
 
 
-def test_the_rest_after_the_last_tokens_ends_when_the_worker_does(monkeypatch):
-    """`drive` rests between frames (at most one every FRAME_S); after the run's last tokens it
-    rested out the frame's time, up to 0.1 s, before the final frame showed them: the rest now ends
-    when the worker does."""
-    from types import SimpleNamespace
-
-    from kvviz.engine.pump import Pump
-    from kvviz.live import run_panel
-    slept = []
-    monkeypatch.setattr(run_panel.time, "sleep", slept.append)
-    events = [SimpleNamespace(mode="cached", phase="decode", step_ms=1.0) for _ in range(3)]
-    pump, trace = Pump(), SimpleNamespace(events=[], append=lambda e: trace.events.append(e))
-    view = SimpleNamespace(update=lambda trace: None, show_wait=lambda *a: None, work=None, timed_pace=None)
-    pump.start(iter(events))
-    run_panel.drive(pump, trace, view, 1.0, None)
-    assert trace.events == events and pump.done() and slept == []

@@ -322,15 +322,6 @@ def test_sparse_traces_still_report(t):
     assert_loads_nothing(doc)
 
 
-@pytest.mark.slow
-def test_a_huge_heatmap_is_left_out_with_a_note(monkeypatch):
-    monkeypatch.setattr(report_charts, "MAX_HEATMAP_CELLS", 5)  # the hand trace has 3 x 2 decode cells
-    t = hand_trace()
-    assert "layer_times" not in chart_names(t)
-    doc = report.html_report(t, svg=lambda spec: "<svg></svg>")
-    assert "heatmap is left out: its 6 cells" in doc
-
-
 def test_inline_svg_drops_namespaces_and_scopes_ids():
     svg = ('<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg" '
            'xmlns:xlink="http://www.w3.org/1999/xlink"><defs><clipPath id="clip1"/></defs>'

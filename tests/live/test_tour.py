@@ -211,34 +211,3 @@ def test_the_planner_opens_at_the_link_s_settings():
     assert at.number_input(key="plan_context").value == 131_072
 
 
-@pytest.mark.slow
-def test_the_live_page_draws_the_tour_and_next_walks_it(tiny_dir, monkeypatch):
-    """The Live page with ?tour=true on the tiny model (AppTest): after a run the box shows a step
-    with the run's own prompt length, Next step moves on, Back comes back; off, no box."""
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
-    for name in ("KVVIZ_PRESENT", "KVVIZ_HOSTED", "KVVIZ_HOSTED_MODELS"):
-        monkeypatch.delenv(name, raising=False)
-    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=120)
-    at.run()
-    assert not at.toggle(key="tour").value  # off for engineers
-    assert not [b for b in at.button if b.key == "tour-next"]
-    at.toggle(key="tour").set_value(True).run()
-    at.slider(key="max_new").set_value(8).run()
-    at.button(key="generate").click().run()
-    assert not at.exception, at.exception
-    trace = at.session_state["trace"]
-
-    def shown() -> str:
-        """The tour's line, its step's title and its text, as read (Markdown escapes off)."""
-        where = next(str(c.value) for c in at.caption if str(c.value).startswith("Guided tour"))
-        texts = [str(m.value) for m in at.markdown]
-        title = next(i for i, v in enumerate(texts) if re.match(r"\*\*\d · ", v))
-        return re.sub(r"\\(.)", r"\1", " | ".join([where, texts[title], texts[title + 1]]))
-
-    assert "step 1 of 5" in shown() and f"{trace.meta.prompt_tokens:,} tokens" in shown()
-    at.button(key="tour-next").click().run()
-    assert "step 2 of 5" in shown() and "2 · One new column" in shown()
-    at.button(key="tour-back").click().run()
-    assert "step 1 of 5" in shown() and "follows the run" not in shown()
