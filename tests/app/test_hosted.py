@@ -1,4 +1,5 @@
-"""Hosted-mode policy: allowlist with pinned revisions, caps, off by default."""
+"""Hosted-mode policy (kvviz.app.hosted): allowlist with pinned revisions, caps, off by default;
+and, still here, the Replay upload's refusals at load (kvviz.replay.panel.read_trace) under that policy."""
 import pytest
 
 from kvviz.core.errors import UserError
@@ -34,73 +35,6 @@ def test_prompt_and_upload_caps_apply_only_when_hosted():
     on, off = hosted.policy_from_env({"KVVIZ_HOSTED": "1"}), hosted.policy_from_env({})
     assert on.cap("prompt_chars", 200_000) == 4000 and off.cap("prompt_chars", 200_000) == 200_000
     assert on.upload_limit_bytes(64 * 2**20) == 8 * 2**20 and off.upload_limit_bytes(64 * 2**20) == 64 * 2**20
-
-
-# ---- torch's thread policy (kvviz.app.threads) ----------------------------------------------------
-
-@pytest.mark.parametrize("cores, default, env, expected", [
-    (2, 2, {}, 1), (1, 1, {}, 1), (4, 4, {}, 3), (16, 8, {}, 8),  # all cores but one, ≤ torch's
-    (2, 2, {"KVVIZ_TORCH_THREADS": "2"}, 2), (2, 2, {"KVVIZ_TORCH_THREADS": "0"}, 2),
-    (8, 8, {"KVVIZ_TORCH_THREADS": " 3 "}, 3),
-])
-def test_torch_thread_policy(cores, default, env, expected):
-    from kvviz.app.threads import torch_threads
-    assert torch_threads(cores, default, env) == expected
-
-
-@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
-def test_torch_thread_setting_must_be_a_whole_number(value):
-    from kvviz.app.threads import torch_threads
-    with pytest.raises(UserError, match="KVVIZ_TORCH_THREADS"):
-        torch_threads(2, 2, {"KVVIZ_TORCH_THREADS": value})
-
-
-def test_thread_policy_reaches_threads_started_later(monkeypatch):
-    """Streamlit runs every script run on a fresh thread: the setting must reach them."""
-    import threading
-
-    import torch
-
-    from kvviz.app import threads
-    before = torch.get_num_threads()
-    monkeypatch.setenv("KVVIZ_TORCH_THREADS", "1")
-    seen = []
-    try:
-        setter = threading.Thread(target=threads.apply_torch_threads)
-        setter.start()
-        setter.join()
-        reader = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
-        reader.start()
-        reader.join()
-    finally:
-        torch.set_num_threads(before)
-    assert seen == [1]
-
-
-# ---- the model store: loads never replace a model under a run -------------------------------
-
-def test_model_store_get_never_loads_and_load_replaces():
-    from kvviz.app.model_store import ModelStore
-    store, loads = ModelStore(), []
-    assert store.get("a") is None
-    assert store.load("a", lambda: loads.append("a") or "A") == "A"
-    assert store.load("a", lambda: loads.append("again") or "X") == "A"  # already loaded
-    assert store.get("a") == "A" and store.get("b") is None
-    assert store.load("b", lambda: loads.append("b") or "B") == "B"
-    assert store.get("a") is None and loads == ["a", "b"] and store.num_loads == 2
-
-
-def test_a_failed_load_leaves_nothing_held():
-    from kvviz.app.model_store import ModelStore
-    store = ModelStore()
-    store.load("a", lambda: "A")
-
-    def fail():
-        raise RuntimeError("no such model")
-
-    with pytest.raises(RuntimeError):
-        store.load("b", fail)
-    assert store.get("a") is None and store.get("b") is None and store.loaded_key is None
 
 
 # ---- uploads and trace meta: refused with a clear message, before any harm -------------------

@@ -1,7 +1,8 @@
 """What a long-running public server must not accumulate or fight over: conversion folders a killed
 process left (removed at the server's first page), and the Live page's "Attention over the cache"
 toggle, which builds the eager variant once from the loaded weights instead of swapping the one model
-two visitors share."""
+two visitors share; and the store itself (kvviz.app.model_store): a get never loads, a load
+replaces, a failed load leaves nothing held."""
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.app import ui
+from kvviz.app.model_store import ModelStore
 from kvviz.engine import models
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")  # the Live page is its default
@@ -106,3 +108,27 @@ def test_two_visitors_alternating_the_attention_toggle_load_the_model_once(loads
     assert not eager.exception and not eager.error, [e.value for e in eager.error]
     assert eager.session_state["trace"].meta.attn_implementation == "eager"
     assert loads == ["sdpa"]
+
+
+# ---- the store: loads never replace a model under a run ------------------------------------
+
+def test_model_store_get_never_loads_and_load_replaces():
+    store, loads = ModelStore(), []
+    assert store.get("a") is None
+    assert store.load("a", lambda: loads.append("a") or "A") == "A"
+    assert store.load("a", lambda: loads.append("again") or "X") == "A"  # already loaded
+    assert store.get("a") == "A" and store.get("b") is None
+    assert store.load("b", lambda: loads.append("b") or "B") == "B"
+    assert store.get("a") is None and loads == ["a", "b"] and store.num_loads == 2
+
+
+def test_a_failed_load_leaves_nothing_held():
+    store = ModelStore()
+    store.load("a", lambda: "A")
+
+    def fail():
+        raise RuntimeError("no such model")
+
+    with pytest.raises(RuntimeError):
+        store.load("b", fail)
+    assert store.get("a") is None and store.get("b") is None and store.loaded_key is None

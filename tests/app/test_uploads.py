@@ -1,8 +1,10 @@
 """The hosted server as kvviz starts it (`python -m kvviz.app.launch`, KVVIZ_HOSTED=1, one server for
-the module): Streamlit's own upload endpoint, reached straight over HTTP as a crafted client would
-(not through a page's box), refuses a request over the policy's size, and what it holds is bounded
-per session, per visitor and per server, shared fairly (kvviz.app.uploads); a tab open across a restart is told so in a
-sentence and reloads, in Chromium (kvviz.app.restart)."""
+the module; the launcher's command line alone: tests/app/test_launch.py): Streamlit's own upload
+endpoint, reached straight over HTTP as a crafted client would (not through a page's box), refuses a
+request over the policy's size, and what it holds is bounded per session, per visitor and per server,
+shared fairly (kvviz.app.uploads); a tab open across a restart is told so in a sentence and reloads,
+in Chromium (kvviz.app.restart; it stays here to share this module's server and browser, the
+script's own checks are in tests/app/test_restart.py)."""
 import asyncio
 import concurrent.futures
 import http.cookiejar
@@ -21,7 +23,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFileRec
 
 from bench.app_server import IDLE, ROOT, free_port, server_env
 from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, require_chromium, tiny_as_default
-from kvviz.app import hosted, launch, ui, uploads
+from kvviz.app import hosted, ui, uploads
 
 CAPS = hosted.Policy(enabled=True)
 MIB = 2**20
@@ -32,14 +34,6 @@ def test_the_server_size_follows_the_policy():
     assert CAPS.server_upload_mib() == 12 and hosted.Policy().server_upload_mib() == ui.SERVER_MAX_UPLOAD_MIB
     box_mb = ui.uploader_limit_mb(CAPS.max_upload_bytes, CAPS.server_upload_mib())
     assert CAPS.max_upload_bytes < box_mb * 1e6 and (box_mb + 1) * MIB < CAPS.server_upload_mib() * MIB
-
-
-def test_the_launcher_sets_it_on_the_command_line_in_hosted_mode_only():
-    hosted_cmd = launch.command(CAPS, ["--server.port", "9000"])
-    assert hosted_cmd[1:5] == ["-m", "streamlit", "run", "app.py"]
-    assert hosted_cmd[5:] == ["--server.maxUploadSize", "12", "--client.showErrorDetails", "none",
-                              "--server.port", "9000"]
-    assert launch.command(hosted.Policy(), []) == [sys.executable, "-m", "streamlit", "run", "app.py"]
 
 
 def rec(size: int) -> UploadedFileRec:
@@ -185,17 +179,6 @@ def test_a_direct_upload_over_the_cap_is_refused_by_the_server(launched):
     assert [b"--server.maxUploadSize", b"12"] == cmdline[cmdline.index(b"--server.maxUploadSize"):][:2]
     statuses = uploaded(url, [5 * MIB, 13 * MIB, 60 * 10**6])  # on its own thread: a browser test's loop may run here
     assert statuses == [204, 413, 413], statuses
-
-
-def test_every_way_kvviz_starts_streamlit_goes_through_the_launcher():
-    makefile = (ROOT / "Makefile").read_text()
-    for target in ("run", "present"):
-        recipe = makefile.split(f"\n{target}: ", 1)[1].split("\n\n", 1)[0]
-        assert "-m kvviz.app.launch" in recipe and "streamlit run" not in recipe, recipe
-    docker_cmd = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("CMD")]
-    assert docker_cmd and '"-m", "kvviz.app.launch"' in docker_cmd[0]
-    assert "MAX_UPLOAD_SIZE" not in (ROOT / "Dockerfile").read_text()  # no second value to drift
-    assert "uploads.apply(rules)" in (ROOT / "app.py").read_text()  # hosts that run `streamlit run` themselves
 
 
 @pytest.fixture(scope="module")
