@@ -264,7 +264,7 @@ def small_trace() -> dict:
 
 
 def watch_doc() -> dict:
-    from tests.vllm.test_readers import recording_of_capture
+    from vllm_payloads import recording_of_capture
     rec = recording_of_capture()
     rec.batches, rec.scrapes = rec.batches[:60], rec.scrapes[:20]
     for batch in rec.batches:  # every request tagged, so that session_id is a field too
