@@ -1,9 +1,9 @@
-"""vLLM charts keep their plots: each grows around a plot of its own height (issue 37; the shipped
-watch's Replay page is drawn and read in Chromium by tests/browser/test_readable.py)."""
+"""vLLM engine charts (kvviz.vllm.charts) keep their plots: each grows around a plot of its own
+height (issue 37; the shipped watch's Replay page is drawn and read in Chromium by
+tests/browser/test_readable.py)."""
 import pandas as pd
 
-from kvviz.vllm import charts, request_charts, views
-from kvviz.vllm.reasons import CODES
+from kvviz.vllm import charts, views
 
 FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
 
@@ -29,9 +29,3 @@ def test_the_prefix_tree_legend_sits_under_its_rows():
     assert spec["encoding"]["color"]["legend"]["orient"] == "bottom" and spec["autosize"] == FIT_WIDTH
 
 
-def test_the_request_charts_keep_the_reasons_order_and_bin_the_lifetimes():
-    reasons = pd.DataFrame({"reason": list(CODES), "requests": range(len(CODES))})
-    spec = request_charts.reasons_chart(reasons).to_dict()
-    assert spec["encoding"]["y"]["sort"] == list(CODES) and spec["mark"]["type"] == "bar"
-    gaps = request_charts.value_histogram(pd.DataFrame({"gap_s": [0.5, 1.5]}), "gap_s", "gap, s").to_dict()
-    assert gaps["encoding"]["x"]["bin"] == {"maxbins": 20} and gaps["encoding"]["y"]["title"] == "gaps"

@@ -10,7 +10,7 @@ from kvviz.app import ui
 from kvviz.vllm import panel as panels
 from kvviz.vllm.trace import Recording
 from vllm_fake import FakeVllm, free_port
-from tests.vllm.test_readers import recording_of_capture
+from vllm_payloads import recording_of_capture
 
 pytestmark = pytest.mark.slow  # runs the vLLM pages (Streamlit AppTest) against fake servers: make test, not make check
 

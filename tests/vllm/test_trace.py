@@ -1,17 +1,22 @@
-"""Replaying a vLLM watch (kvviz.vllm.trace.replay_frames) on the crafted file of issue 41:
-45,000 blocks stored after one parent, each a request to explain. Work grows linearly with the
-events (counted in function calls, not timed: speed targets live in bench/vllm_replay.py), the
-file replays to the right rows, and a page's progress callback is called as it goes (a visitor
-who leaves stops the replay there)."""
+"""A vLLM watch (kvviz.vllm.trace): the file saved, loaded and refused (the capture of
+tests/data/vllm, the real fleet's with its request log, and bad documents), its state at a time,
+and replay on the crafted file of issue 41: 45,000 blocks stored after one parent, each a request
+to explain. Work grows linearly with the events (counted in function calls, not timed: speed
+targets live in bench/vllm_replay.py), the file replays to the right rows, and a page's progress
+callback is called as it goes (a visitor who leaves stops the replay there)."""
+import json
 import sys
 
 import pytest
 
 from bench.vllm_streams import shared_parent
-from kvviz.core.trace import MAX_TRACE_BYTES
+from kvviz.core.trace import MAX_TRACE_BYTES, TraceError
 from kvviz.app.hosted import Policy
 from kvviz.vllm import reasons
-from kvviz.vllm.trace import PROGRESS_EVERY, Recording, replay_frames
+from kvviz.vllm.state import format_summary, summary
+from kvviz.vllm.trace import PROGRESS_EVERY, Recording, replay_frames, states_at
+from tests.vllm.conftest import FLEET
+from vllm_payloads import recording_of_capture, replayed_pool
 
 
 def calls_to_replay(recording: Recording) -> int:
@@ -73,3 +78,45 @@ def test_a_progress_call_that_raises_stops_the_replay_there():
     frames = replay_frames(recording, [recording.duration_s], leave)
     with pytest.raises(Left):
         next(frames)
+
+
+# --- the watch file: saved, loaded, refused -------------------------------------------------------
+def test_watch_file_round_trips_and_replays_the_same_state(tmp_path):
+    rec = recording_of_capture()
+    path = tmp_path / "watch.json"
+    rec.save(path)
+    loaded = Recording.load(path)
+    assert len(loaded.batches) == len(rec.batches) and loaded.batches[5].batch == rec.batches[5].batch
+    (state,) = states_at(loaded).values()
+    assert state.pool.num_cached_blocks == replayed_pool().num_cached_blocks
+    assert state.pool.counts == replayed_pool().counts
+    assert len(state.history) == 3 and state.metrics.num_gpu_blocks == 72
+    mid = states_at(loaded, 20.0)["127.0.0.1:8000 · rank 0"]
+    assert mid.pool.counts.num_batches == 41
+    text = format_summary(summary(state))
+    assert "evicted 104" in text and "hit rate" in text
+
+
+@pytest.mark.parametrize("doc, message", [
+    (b'{"format": "kvviz-trace", "version": 1}', "not a kvviz vLLM watch"),
+    (b'{"format": "kvviz-vllm-watch", "version": 1, "meta": {}}', "invalid"),
+    (b'{"format": "kvviz-vllm-watch", "version": 9, "meta": {}, "batches": [], "scrapes": [], "notes": []}',
+     "newer kvviz"),
+    (b"not json", "not a kvviz vLLM watch"),
+])
+def test_bad_watch_files_are_refused_with_a_message(doc, message):
+    with pytest.raises(TraceError, match=message):
+        Recording.from_json(doc)
+
+
+def test_a_watch_keeps_its_request_log_through_save_and_load_and_reads_version_1(tmp_path):
+    recording = Recording.load(FLEET / "watch.json")
+    assert len(recording.replies) == 18 and recording.meta["replicas"] == {
+        "http://127.0.0.1:18100": "r0", "http://127.0.0.1:18101": "r1"}
+    recording.save(tmp_path / "again.json")
+    back = Recording.load(tmp_path / "again.json")
+    assert [r.reply for r in back.replies] == [r.reply for r in recording.replies]
+    old = json.loads((FLEET / "watch.json").read_text())
+    del old["replies"]
+    old["version"] = 1
+    assert Recording.from_json(json.dumps(old)).replies == []
