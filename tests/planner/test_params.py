@@ -96,7 +96,3 @@ def test_unknown_architecture_asks_for_a_count():
     assert (given.params_total, given.params_active, given.params_source) == (10**9, 10**9, "given")
 
 
-def test_remote_code_model_type_read_by_its_architecture():
-    kimi = plan_models.catalog_model("Kimi-K2")
-    assert kimi.attention_kind == "MLA" and "deepseek_v3" in kimi.notes[0]
-    assert kimi.params_active < kimi.params_total / 20
