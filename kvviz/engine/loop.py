@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
+import tokenizers
 import torch
 import transformers
 from transformers import DynamicCache, StaticCache
@@ -43,8 +44,56 @@ class Batch:
     mask: torch.Tensor  # (B, T) 1 for real tokens, 0 for left padding
     prompt_len: int  # T of the padded prompt
     generated: list[list[int]] = field(default_factory=list)  # per sequence
-    emitted: list[str] = field(default_factory=list)  # text already yielded, per sequence
+    streams: list[TextStream] = field(default_factory=list)  # the text yielded so far, per sequence
     finished: list[bool] = field(default_factory=list)
+
+
+@dataclass
+class TextStream:
+    """One sequence's text, handed out as its tokens come: the pieces join to the tokenizer's
+    decode of all of them (skip_special_tokens), and a piece is held back while that decode ends
+    inside a multi-byte character (U+FFFD last), until the character completes or the sequence ends.
+
+    With a tokenizer that `decodes_in_pieces`, each step decodes only the tokens since the last
+    piece handed out (O(1) a step, as vLLM's and HF's TextStreamer's incremental detokenizers);
+    with any other, the whole sequence every step (O(n) a step), which is exact for every decoder.
+    """
+
+    tokenizer: object
+    in_pieces: bool  # decode only the tokens since the last piece handed out
+    start: int = 0  # in_pieces: tokens whose text has been handed out
+    emitted: str = ""  # whole-sequence mode: the text handed out so far
+
+    def new_text(self, tokens: list[int], final: bool) -> str:
+        """The text `tokens` (the whole sequence so far) add to what was handed out; `final` flushes
+        a partial character (the sequence ended, or the run's last step)."""
+        if self.in_pieces:
+            piece = self.tokenizer.decode(tokens[self.start:], skip_special_tokens=True)
+            if piece.endswith("\ufffd") and not final:
+                return ""
+            self.start = len(tokens)
+            return piece
+        full = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if full.endswith("\ufffd") and not final:
+            return ""
+        delta = full[len(self.emitted):] if full.startswith(self.emitted) else full
+        self.emitted = full
+        return delta
+
+
+def decodes_in_pieces(tokenizer) -> bool:
+    """Whether decoding the tokens since the last piece handed out gives exactly what decoding the
+    whole sequence would add. True for a fast tokenizer whose decoder is byte-level alone (each
+    token's bytes joined, then read as UTF-8 with each cut or bad sequence as U+FFFD; added tokens
+    as written) and whose decode cleans up no spaces: there the decode of tokens [0, n) is that of
+    [0, k) followed by that of [k, n) whenever the first ends on a whole character (not U+FFFD),
+    which is where a piece is handed out. Other decoders (SentencePiece's Metaspace strips the
+    first token's space, WordPiece joins words) and the clean-up can rewrite text across tokens."""
+    fast = transformers.PreTrainedTokenizerFast
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    return (isinstance(tokenizer, fast) and type(decoder) is tokenizers.decoders.ByteLevel
+            and type(tokenizer).decode is fast.decode and type(tokenizer)._decode is fast._decode
+            and not getattr(tokenizer, "clean_up_tokenization_spaces", True))
 
 
 def uses_chat_template(tokenizer, cfg: RunConfig) -> bool:
@@ -76,8 +125,9 @@ def encode_prompts(tokenizer, cfg: RunConfig, device: torch.device) -> Batch:
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     n = len(rows)
-    return Batch(ids=ids, mask=mask, prompt_len=width, generated=[[] for _ in range(n)], emitted=[""] * n,
-                 finished=[False] * n)
+    in_pieces = decodes_in_pieces(tokenizer)
+    return Batch(ids=ids, mask=mask, prompt_len=width, generated=[[] for _ in range(n)],
+                 streams=[TextStream(tokenizer, in_pieces) for _ in range(n)], finished=[False] * n)
 
 
 def position_ids(mask: torch.Tensor) -> torch.Tensor:
@@ -245,21 +295,11 @@ def append_tokens(batch: Batch, next_ids: torch.Tensor, tokenizer, eos_ids: set[
             continue
         batch.generated[i].append(token)
         batch.finished[i] = token in eos_ids
-        texts.append(new_text(batch, i, tokenizer, last))
+        texts.append(batch.streams[i].new_text(batch.generated[i], final=batch.finished[i] or last))
     column = torch.tensor(tokens, device=batch.ids.device)[:, None]
     batch.ids = torch.cat([batch.ids, column], dim=1)
     batch.mask = torch.cat([batch.mask, torch.ones_like(column)], dim=1)
     return tuple(tokens), tuple(texts)
-
-
-def new_text(batch: Batch, i: int, tokenizer, last: bool) -> str:
-    """Text sequence i gained; held back while it ends inside a multi-byte character."""
-    full = tokenizer.decode(batch.generated[i], skip_special_tokens=True)
-    if full.endswith("\ufffd") and not (batch.finished[i] or last):
-        return ""
-    delta = full[len(batch.emitted[i]):] if full.startswith(batch.emitted[i]) else full
-    batch.emitted[i] = full
-    return delta
 
 
 def eos_token_ids(lm: LoadedModel) -> set[int]:
