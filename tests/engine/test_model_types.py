@@ -402,16 +402,3 @@ def test_the_planner_sizes_a_pasted_config_as_a_run_measures_it():
     fell_back = {t: r["plan_note"] for t, r in measured.items() if t not in agree}
     assert all(note.startswith("sizes from config fields") for note in fell_back.values()), fell_back
     assert len(agree) >= 130 and len(fell_back) <= 3, (len(agree), fell_back)
-
-
-def test_a_pasted_falcon_config_plans_the_bytes_a_run_measures():
-    """Falcon's `multi_query` is invisible to field names (they gave 4x the cache); the planner's
-    pasted-config path now gives the run's bytes per token."""
-    from kvviz.planner import frames as planner_frames
-    config = sized_config("falcon")
-    model = planner_frames.model_from_pasted_config(config.to_json_string())
-    lm = LoadedModel(model=build(config), tokenizer=tiny_tokenizer(), name="falcon", label="falcon",
-                     device=torch.device("cpu"), dtype=torch.float32, load_s=0.0)
-    plan = engine.plan_run(lm, run_config())
-    assert sum(s.values_per_token for s in model.specs) == sum(s.values_per_token for s in plan.specs) > 0
-    assert any("measured from the architecture" in note for note in model.notes)

@@ -1,18 +1,18 @@
 """Issue 29's four architectures, beyond the model-type sweep: xLSTM and RWKV carry their state
-through objects of their own (kvviz.engine.own_cache), DeepSeek-V4's compressor and MiniMax-M3's
-indexer keys are sized from their code (kvviz.core.spec.CompressedSpec, layout's index values).
-Tiny random models from the sweep's own configs (tests/engine/test_model_types.py)."""
+through objects of their own (kvviz.engine.own_cache) and refuse the static backend in words; runs
+of DeepSeek-V4 say what is sized from its code; the planner sizes a pasted config of each as a run
+measures it. Tiny random models from the sweep's own configs (tests/engine/test_model_types.py).
+DeepSeek-V4's compressor as the probe reads it: tests/engine/test_probe.py; CompressedSpec's
+arithmetic: tests/core/test_spec.py."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from kvviz.core import layout
 from kvviz.engine import loop as engine
-from kvviz.engine import probe
 from kvviz.engine.models import LoadedModel
 from tests.engine.test_model_types import build, caveat_of, hf_tokens, run_config, sized_config
 from tiny import tiny_tokenizer
@@ -59,43 +59,6 @@ def test_xlstm_and_rwkv_refuse_the_static_backend_in_words():
             list(engine.generate(tiny(model_type), replace(run_config(), cache_backend="static"), "cached"))
 
 
-def compressed_config(dtype_rates=(4, 8)):
-    """DeepSeek-V4 with one sliding, one CSA and two HCA layers, rates small enough to close windows."""
-    csa, hca = dtype_rates
-    from transformers import AutoConfig
-    base = sized_config("deepseek_v4").to_dict()
-    base.update(layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
-                             "heavily_compressed_attention"], compress_rates={"compressed_sparse_attention": csa,
-                                                                               "heavily_compressed_attention": hca},
-                sliding_window=6, head_dim=32, index_head_dim=16, q_lora_rank=32, o_lora_rank=16, index_n_heads=2)
-    base.pop("model_type", None)
-    return AutoConfig.for_model("deepseek_v4",
-                                **{k: v for k, v in base.items() if k not in ("transformers_version",)})
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_deepseek_v4_compressor_sized_from_its_code_at_every_length(dtype):
-    """Fed 1 token at a time past two CSA and one HCA window and the sliding window, every layer's
-    bytes (window K = V, compressed entries, buffered projections and gates, overlap halves) ==
-    CompressedSpec.bytes_at, in fp32 and bf16; the keys are counted once (values is keys)."""
-    config = compressed_config()
-    torch.manual_seed(0)
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_config(config).to(dtype).eval()
-    specs = layout.layer_specs(config)
-    assert [s.label() for s in specs] == ["sliding 6", "sliding 6 + compressed ÷4", "sliding 6 + compressed ÷8",
-                                          "sliding 6 + compressed ÷8"]
-    elem, cache, ids = torch.finfo(dtype).bits // 8, DynamicCache(config=model.config), torch.randint(3, 300, (2, 17))
-    with torch.inference_mode():
-        model(input_ids=ids[:, :3], cache=cache, use_cache=True)
-        for n in range(4, 18):
-            model(input_ids=ids[:, n - 1:n], cache=cache, use_cache=True)
-            read = probe.read_cache(cache, len(specs))
-            measured = [r.k_bytes + r.v_bytes + r.state_bytes + r.compressor_bytes for r in read]
-            assert measured == [s.bytes_at(n, elem, 2) for s in specs], n
-    assert read[1].v_bytes == 0 and read[1].compressor_bytes > 0
-
-
 def test_deepseek_v4_runs_say_what_is_sized_from_its_code():
     caveat = caveat_of(engine.run_meta(tiny("deepseek_v4"), run_config()))
     assert "4 of its layers compress their past (÷4, ÷128)" in caveat and "sized from its code" in caveat
@@ -115,22 +78,6 @@ def test_a_pasted_config_of_each_plans_its_layers():
         assert [s.index_values for s in model.specs] == [s.index_values for s in run], model_type
     assert states["rwkv"] == 4 * 5 * 64 * 4 and states["xlstm"] == 4 * 8 * (8 * 16 + 8 + 1) * 4
     assert states["deepseek_v4"] == states["minimax_m3_vl_text"] == 0
-
-
-def test_a_compressed_layer_holds_its_window_and_its_entries_at_long_context():
-    """At 131,072 tokens a CSA layer (rate 4, head_dim 512, index_head_dim 128, window 128) holds
-    127 window tokens of 512 + 32,768 entries of 640 + its overlap halves (2 × 4 × 640); an HCA
-    layer (rate 128) 127 × 512 + 1,024 entries of 512 (no tokens buffered at a multiple of 128)."""
-    from kvviz.core.spec import CompressedSpec
-    csa = CompressedSpec(kv_heads=1, values_per_token=512, key_values_per_token=512, token_cap=128, compress_rate=4,
-                         compressed_values=640, buffer_values=2560, overlap_values=5120)
-    hca = CompressedSpec(kv_heads=1, values_per_token=512, key_values_per_token=512, token_cap=128,
-                         compress_rate=128, compressed_values=512, buffer_values=1024)
-    assert csa.values_held(131_072) == 127 * 512 + 32_768 * 640 + 5120
-    assert hca.values_held(131_072) == 127 * 512 + 1_024 * 512
-    assert hca.values_held(131_073) == hca.values_held(131_072) + 1024  # one token buffered
-    assert csa.bytes_at(131_072, 2, 3) == csa.values_held(131_072) * 2 * 3
-    assert csa.on_file().label() == "sliding 128" and csa.label() == "sliding 128 + compressed ÷4"
 
 
 def test_the_planner_counts_deepseek_v4s_compressed_entries_at_long_context():
