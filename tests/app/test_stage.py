@@ -1,4 +1,5 @@
-"""Presenter mode headless: chart text scaled, the stage layout and its pace control, fixed styles.
+"""Presenter mode headless: when a page is on stage (kvviz.app.stage), chart text scaled, the stage
+layout and its pace control, fixed styles.
 
 What it looks like on a projector is checked in Chromium (tests/browser/test_pages.py).
 """
@@ -8,12 +9,33 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.viz import charts
-from kvviz.app import ui
+from kvviz.app import stage, ui
 from kvviz.live import settings_panel
 
 pytestmark = pytest.mark.slow  # runs the Live page in presenter mode (Streamlit AppTest): make test, not make check
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+def stage_page():
+    import streamlit as st
+
+    from kvviz.app import stage
+
+    st.text(f"on stage: {stage.presenter_mode()}")
+
+
+def test_a_page_is_on_stage_by_make_present_or_by_its_url(monkeypatch):
+    monkeypatch.delenv("KVVIZ_PRESENT", raising=False)
+    at = AppTest.from_function(stage_page, default_timeout=30).run()
+    assert at.text[0].value == "on stage: False"
+    at.query_params["present"] = "0"
+    assert at.run().text[0].value == "on stage: False"
+    at.query_params["present"] = "1"
+    assert at.run().text[0].value == "on stage: True"
+    monkeypatch.setenv("KVVIZ_PRESENT", "1")  # make present
+    assert stage.presenter_mode() and AppTest.from_function(stage_page, default_timeout=30).run().text[0].value == (
+        "on stage: True")
 
 
 def test_with_font_scale_enlarges_every_kind_of_chart_text():

@@ -2,7 +2,9 @@
 
 Every model config must build with transformers' own config class (a typo in a field name or a
 model_type transformers does not know fails here), every entry names its source, no name or
-alias is used twice, and every GPU's memory and bandwidth agree with their byte fields.
+alias is used twice, and every GPU's memory and bandwidth agree with their byte fields. The
+catalog's readers and look-ups (kvviz.core.catalog) find an entry by any of its names, case and
+punctuation ignored, and a preset's device bytes fall back to its marketed bytes.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import pytest
 import transformers
 from transformers import AutoConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from kvviz.core import catalog
 
 ASSETS = Path(__file__).resolve().parents[2] / "kvviz" / "assets"
 GB = 1_000_000_000
@@ -143,3 +147,22 @@ def test_new_gpu_presets_carry_their_datasheet_figures():
     for name, (gb, gb_per_s) in expected.items():
         gpu = by_name[name]
         assert (gpu["memory_gb"], gpu["bandwidth_gb_per_s"]) == (gb, gb_per_s), name
+
+
+def test_look_ups_find_an_entry_by_any_of_its_names():
+    assert catalog.load_catalog() == _load("models.json", "models") and catalog.load_gpus() == _load("gpus.json", "gpus")
+    smollm = catalog.find_catalog_entry("SmolLM2-135M")
+    assert catalog.find_catalog_entry("huggingfacetb/smollm2-135m-INSTRUCT") == smollm  # by hf_id, any case
+    assert catalog.find_catalog_entry("default") == smollm  # by alias
+    assert smollm["hf_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and catalog.find_catalog_entry("no such") is None
+    assert catalog.catalog_config(smollm) is smollm["config"] and catalog.catalog_config({"a": 1}) == {"a": 1}
+    h100 = catalog.find_gpu("h100 sxm")
+    assert h100["name"] == "H100 SXM" and catalog.find_gpu("H100-80GB") == h100 and catalog.find_gpu("H1000") is None
+
+
+def test_a_preset_s_device_bytes_fall_back_to_its_marketed_bytes():
+    h100 = catalog.find_gpu("H100 SXM")
+    assert catalog.device_bytes(h100) == h100["device_bytes"] != h100["memory_bytes"]
+    assert catalog.device_note(h100) == "a published torch figure"
+    custom = {"name": "custom", "memory_bytes": 24 * GB}
+    assert catalog.device_bytes(custom) == 24 * GB and catalog.device_note(custom) == "marketed; no device figure found"

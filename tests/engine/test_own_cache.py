@@ -92,3 +92,21 @@ def test_the_planner_counts_deepseek_v4s_compressed_entries_at_long_context():
     assert capacity.kv_bytes_for_context(model, 131_072, "bf16") == sum(s.bytes_at(131_072, 2) for s in specs)
     assert sum(s.bytes_at(131_072, 2) for s in specs) == 868_774_912
     assert sum(s.values_per_token * s.tokens_held(131_072) for s in specs) * 2 == 5_592_064
+
+
+def test_only_rwkv_and_xlstm_get_a_cache_object_of_their_own():
+    """`make` gives RWKV a StateList and xLSTM its xLSTMCache; any other model a transformers Cache
+    (None here), whose layers `layer_states` leaves to the probe; a StateList's layers are the
+    state's slices along its last axis."""
+    from kvviz.engine import own_cache
+    from tiny import tiny_model
+    llama = tiny_model("llama")
+    assert own_cache.make(llama, 2) is None and not own_cache.keeps_state(llama)
+    assert own_cache.inputs(None) == {} and own_cache.layer_states(object(), 2) is None
+    rwkv = own_cache.make(tiny("rwkv").model, 2)
+    assert isinstance(rwkv, own_cache.StateList) and own_cache.inputs(rwkv) == {}  # before the prefill
+    rwkv.state = [torch.zeros(2, 64, 4), torch.ones(2, 64, 4)]
+    layers = own_cache.layer_states(rwkv, 4)
+    assert len(layers) == 4 and [t.shape for t in layers[3]] == [(2, 64)] * 2 and layers[3][1].sum() == 2 * 64
+    xlstm = own_cache.make(tiny("xlstm").model, 2)
+    assert type(xlstm).__name__ == "xLSTMCache" and own_cache.inputs(xlstm) == {"cache": xlstm}
