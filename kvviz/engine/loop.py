@@ -529,13 +529,14 @@ def measure_cache(cache, plan: RunPlan, forward_ms: list[float]) -> Measured:
         return Measured(probe.empty_layer_stats(forward_ms), note=f"{plan.layout_note}: cache bytes not shown")
     tokens = plan.batch.ids.shape[1] - 1  # the newest token is not in the cache yet
     size = len(plan.batch.generated)
-    formula = layout.formula_bytes(plan.specs, tokens, size, plan.elem_bytes)
     try:
         read = probe.add_module_states(probe.read_cache(cache, len(plan.specs)), plan.module_states)
     except probe.UnreadableCache as exc:
+        formula = layout.formula_bytes(plan.specs, tokens, size, plan.elem_bytes)
         return Measured(probe.empty_layer_stats(forward_ms), 0, formula, None, str(exc))
     layers = probe.cache_layer_stats(read, plan.specs, tokens, size, plan.elem_bytes, forward_ms)
     kv_bytes = sum(s.k_bytes + s.v_bytes + s.state_bytes for s in layers)
+    formula = sum(s.formula_bytes for s in layers)  # layout.formula_bytes: each spec's bytes_at, summed
     return Measured(layers, kv_bytes, formula, probe.storage_bytes(read))
 
 

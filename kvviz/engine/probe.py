@@ -22,6 +22,7 @@ rather than wrong ones. A layer whose `values` is its `keys` (DeepSeek-V4) count
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -90,23 +91,20 @@ def _pin(storages: dict[int, int], t) -> None:
         storages[s.data_ptr()] = s.nbytes()
 
 
-def _read_kv(layer, out: LayerBytes) -> None:
+def _read_kv(layer, out: LayerBytes, kind: LayerKind) -> None:
     if not getattr(layer, "is_initialized", False):
         return
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
     out.k_bytes, out.v_bytes = tensor_bytes(keys), tensor_bytes(values) if values is not keys else 0
     out.tokens = keys.shape[-2] if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else 0
     out.k_heads = keys.shape[1] if isinstance(keys, torch.Tensor) and keys.dim() == 4 else 0
-    if isinstance(layer, StaticLayer):  # preallocated: filled up to the sequence length
+    if kind.static:  # preallocated: filled up to the sequence length
         out.tokens = min(int(layer.get_seq_length()), out.tokens)
     _pin(out.storages, keys)
     _pin(out.storages, values)
     out.window = getattr(layer, "sliding_window", None)
-    if isinstance(layer, DynamicIndexedLayer):  # sparse-attention indexer keys count as keys
-        _read_index(layer, ("indexer_keys", "indexer_position_ids"), out)
-    _, index, compressor = MODEL_LAYERS.get(type(layer).__name__, (None, (), ()))
-    _read_index(layer, index, out)
-    for states in (getattr(layer, a, None) or {} for a in compressor):
+    _read_index(layer, kind.index, out)  # sparse-attention indexer keys count as keys
+    for states in (getattr(layer, a, None) or {} for a in kind.compressor):
         for t in states.values():
             out.compressor_bytes += tensor_bytes(t)
             _pin(out.storages, t)
@@ -147,17 +145,41 @@ def read_layer(layer) -> LayerBytes:
                               f"({type(exc).__name__}: {exc})") from exc
 
 
+@dataclass(frozen=True)
+class LayerKind:
+    """What `read_layer` reads from a cache layer class: decided once per class (the same for every
+    layer of it, every step)."""
+
+    readable: bool  # in READABLE, or a MODEL_LAYERS class of its kind
+    dummy: bool  # holds nothing (reuses another layer's KV)
+    states: bool  # conv / recurrent states (LinearAttentionCacheLayerMixin)
+    kv: bool  # keys and values (CacheLayerMixin)
+    static: bool  # preallocated (StaticLayer): filled up to its sequence length
+    index: tuple[str, ...]  # attributes holding indexer keys, counted with the keys
+    compressor: tuple[str, ...]  # attributes holding a compressor's dicts of tensors
+
+
+@functools.cache
+def layer_kind(cls: type) -> LayerKind:
+    known = MODEL_LAYERS.get(cls.__name__)
+    index = ("indexer_keys", "indexer_position_ids") if issubclass(cls, DynamicIndexedLayer) else ()
+    return LayerKind(readable=cls in READABLE or bool(known and issubclass(cls, known[0])),
+                     dummy=issubclass(cls, DummyLayer), states=issubclass(cls, LinearAttentionCacheLayerMixin),
+                     kv=issubclass(cls, CacheLayerMixin), static=issubclass(cls, StaticLayer),
+                     index=index + (known[1] if known else ()), compressor=known[2] if known else ())
+
+
 def _read_layer(layer) -> LayerBytes:
     out = LayerBytes()
-    known = MODEL_LAYERS.get(type(layer).__name__)
-    if type(layer) not in READABLE and not (known and isinstance(layer, known[0])):
+    kind = layer_kind(type(layer))
+    if not kind.readable:
         raise UnreadableCache(f"kvviz cannot read cache layers of class {type(layer).__name__}")
-    if isinstance(layer, DummyLayer):
+    if kind.dummy:
         return out
-    if isinstance(layer, LinearAttentionCacheLayerMixin):
+    if kind.states:
         _read_states(layer, out)
-    if isinstance(layer, CacheLayerMixin):
-        _read_kv(layer, out)
+    if kind.kv:
+        _read_kv(layer, out, kind)
     return out
 
 
