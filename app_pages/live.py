@@ -11,10 +11,10 @@ from kvviz.live import run_panel
 from kvviz.live import settings_panel
 from kvviz.live import words
 
-spec, cfg, opts = settings_panel.sidebar()
+load_config, cfg, opts = settings_panel.sidebar()
 if st.sidebar.toggle("Attention over the cache", value=False, key="attention", bind="query-params",
                      help=cache_map_panel.ATTENTION_HELP):
-    spec, cfg = replace(spec, attn_implementation="eager"), replace(cfg, attention=True)
+    load_config, cfg = replace(load_config, attn_implementation="eager"), replace(cfg, attention=True)
 tour_on = st.sidebar.toggle("Guided tour", value=ui.policy().enabled, key="tour", bind="query-params",
                             help=tour_panel.TOGGLE_HELP)  # on for a hosted visitor, off for engineers
 st.sidebar.page_link("app_pages/replay.py", label="Replay a recorded run", icon=":material/replay:",
@@ -24,7 +24,7 @@ st.title("kvviz · the KV cache, live")
 if not presenting:  # on stage the speaker explains; the screen keeps its height for the run
     panel.intro()
 panel.preload_charts()
-lm = ui.load_model_with_progress(spec)
+lm = ui.load_model_with_progress(load_config)
 go, stop, *rest = st.columns([1, 1, 2, 4] if presenting else [1, 1, 6], vertical_alignment="center")
 info = rest[-1]
 generate = go.button("Generate", type="primary", disabled=lm is None, key="generate", shortcut=keys.GENERATE)

@@ -125,10 +125,10 @@ class Policy:
         return min(value, getattr(self, f"max_{name}")) if self.enabled else value
 
 
-def parse_models(spec: str) -> dict[str, str | None]:
+def parse_models(text: str) -> dict[str, str | None]:
     """"default,org/name@rev" -> {"default": None, "org/name": "rev"}; every Hub id needs a revision."""
     models: dict[str, str | None] = {}
-    for item in filter(None, (s.strip() for s in spec.split(","))):
+    for item in filter(None, (s.strip() for s in text.split(","))):
         name, _, revision = item.partition("@")
         if name != DEFAULT_MODEL and not revision:
             raise UserError(f"KVVIZ_HOSTED_MODELS: {name!r} needs a pinned revision (name@revision)")

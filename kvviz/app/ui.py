@@ -101,9 +101,9 @@ def model_store() -> ModelStore:
     return ModelStore(family=attention_family)
 
 
-def attention_family(spec: LoadConfig):
+def attention_family(load_config: LoadConfig):
     """The model whatever its attention implementation: variants share one set of weights."""
-    return replace(spec, attn_implementation="sdpa") if isinstance(spec, LoadConfig) else spec
+    return replace(load_config, attn_implementation="sdpa") if isinstance(load_config, LoadConfig) else load_config
 
 
 def host_default_model() -> str:
@@ -114,7 +114,7 @@ def host_default_model() -> str:
     return os.environ.get("KVVIZ_MODEL", "").strip() or DEFAULT_MODEL
 
 
-def load_model_with_progress(spec: LoadConfig) -> models.LoadedModel | None:
+def load_model_with_progress(load_config: LoadConfig) -> models.LoadedModel | None:
     """The page's model if loaded; else loaded now if it is the host's default or the visitor
     clicks Load; else None, with the Load button or a message.
 
@@ -122,17 +122,17 @@ def load_model_with_progress(spec: LoadConfig) -> models.LoadedModel | None:
     model shows a button. In hosted mode the load waits its turn in the device queue.
     """
     store = model_store()
-    lm = store.get(spec)
+    lm = store.get(load_config)
     if lm is not None:
         return lm
     try:
-        policy().check_model(spec.name)
+        policy().check_model(load_config.name)
     except errors.UserError as exc:
         st.error(f"Cannot load this model: {visitor_text(exc, 'model settings')}")
         return None
-    if spec.name != host_default_model() and store.sibling(spec) is None and not ask_to_load(spec.name):
+    if load_config.name != host_default_model() and store.sibling(load_config) is None and not ask_to_load(load_config.name):
         return None
-    return load_in_turn(store, spec)
+    return load_in_turn(store, load_config)
 
 
 def ask_to_load(name: str) -> bool:
@@ -144,14 +144,14 @@ def ask_to_load(name: str) -> bool:
     return clicked
 
 
-def load_in_turn(store: ModelStore, spec: LoadConfig) -> models.LoadedModel | None:
-    """Load `spec` into the store (in hosted mode while holding the device queue); None on error."""
+def load_in_turn(store: ModelStore, load_config: LoadConfig) -> models.LoadedModel | None:
+    """Load `load_config` into the store (in hosted mode while holding the device queue); None on error."""
     status = st.empty()
     try:
         with device_turn(status) if policy().enabled else nullcontext():
-            return store.load(spec, lambda: load_or_derive(store, spec))
+            return store.load(load_config, lambda: load_or_derive(store, load_config))
     except models.ModelLoadError as exc:
-        st.error(model_load_failure(spec.name, exc))
+        st.error(model_load_failure(load_config.name, exc))
     return None
 
 
@@ -164,24 +164,24 @@ def model_load_failure(name: str, exc: models.ModelLoadError) -> str:
     return f"Could not load the model {inert(name)}; the details are in the server's log."
 
 
-def load_or_derive(store: ModelStore, spec: LoadConfig) -> models.LoadedModel:
-    """`spec` built from a loaded variant of the same model when there is one (its weights shared,
+def load_or_derive(store: ModelStore, load_config: LoadConfig) -> models.LoadedModel:
+    """`load_config` built from a loaded variant of the same model when there is one (its weights shared,
     a fraction of a second), else loaded. A model that already fell back to eager is its own variant."""
-    sibling = store.sibling(spec)
+    sibling = store.sibling(load_config)
     if sibling is None:
-        return load_with_progress(spec)
-    return sibling if sibling.attn_fallback else models.with_attention(sibling, spec.attn_implementation)
+        return load_with_progress(load_config)
+    return sibling if sibling.attn_fallback else models.with_attention(sibling, load_config.attn_implementation)
 
 
-def load_with_progress(spec: LoadConfig) -> models.LoadedModel:
-    """Load and warm up `spec`, converting the embedded default first (with a progress bar)."""
-    if spec.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
+def load_with_progress(load_config: LoadConfig) -> models.LoadedModel:
+    """Load and warm up `load_config`, converting the embedded default first (with a progress bar)."""
+    if load_config.name == DEFAULT_MODEL and not models.is_complete(models.default_model_dir()):
         bar = st.progress(0.0, text="Preparing the embedded default model (first run only)")
         with conversion_lock():  # sessions opened together convert once
             models.convert_default_model(lambda msg, frac: bar.progress(frac, text=msg))
         bar.empty()
     with st.spinner("Loading the model…"):
-        return models.load_model(spec)
+        return models.load_model(load_config)
 
 
 @st.cache_resource(show_spinner=False)

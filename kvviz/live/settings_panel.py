@@ -70,12 +70,12 @@ def live_settings() -> LiveOptions:
 
 
 def sidebar() -> tuple[LoadConfig, RunConfig, LiveOptions]:
-    spec = ui.model_settings()
+    load_config = ui.model_settings()
     cfg = run_settings(*prompt_settings())
     opts = live_settings()
     choice = st.session_state.get("preset")
     ui.share_link(links.prompt_texts(choice, ui.prompt_presets().get(choice), cfg.system, cfg.prompts[0]))
-    return spec, cfg, opts
+    return load_config, cfg, opts
 
 
 def linked_prompt(choice: str, preset: dict, chars: int) -> dict:

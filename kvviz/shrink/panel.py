@@ -323,12 +323,12 @@ def run_clicked(lm, rules, asked: Settings, stage: Stage, status, ran_with) -> N
 def page() -> None:
     """The Shrink page: sidebar settings, the Run button, both runs, the finished comparison."""
     rules = ui.policy()
-    spec = ui.model_settings()
+    load_config = ui.model_settings()
     st.title("Shrink the cache")
     st.caption("Both runs are greedy and measured here: bytes are read from the cache tensors after "
                "each step. A press evicts prompt positions once, after the prompt; a quantized cache "
                "stores older tokens in fewer bits and keeps the newest in full precision.")
-    lm = ui.load_model_with_progress(spec)
+    lm = ui.load_model_with_progress(load_config)
     if lm is None:
         st.stop()
     asked = settings(rules, lm.model)
@@ -337,10 +337,10 @@ def page() -> None:
     if asked.refused:
         st.warning(asked.refused)
     stage = Stage.make()
-    ran_with = (spec.name, asked.mode, asked.prompt, asked.new_tokens)
+    ran_with = (load_config.name, asked.mode, asked.prompt, asked.new_tokens)
     if clicked:
         try:
-            rules.check_limits(spec.name, new_tokens=asked.new_tokens, prompt_chars=len(asked.prompt))
+            rules.check_limits(load_config.name, new_tokens=asked.new_tokens, prompt_chars=len(asked.prompt))
         except UserError as exc:
             st.error(f"Cannot run: {ui.visitor_text(exc, 'shrink run')}")
         else:
@@ -355,7 +355,7 @@ def page() -> None:
         draw_result(stage, result, prompt_pieces, asked.per_head, key="shrink",
                     next_step=lambda: suggestion_button(result, was[1]))
         downloads(result, prompt_pieces, lm.label, key="shrink")
-    sweep_section(lm, rules, spec.name)
+    sweep_section(lm, rules, load_config.name)
 
 
 # ------------------------------------------------------------------ the quality sweep
@@ -385,7 +385,7 @@ def sweep_settings(lm, rules, items: list) -> tuple[list, list, int]:
     return sweep.modes(picked, [quant[q] for q in chosen if q in quant], question_aware=aware), dropped + dropped_quant, int(n)
 
 
-def sweep_section(lm, rules, spec_name: str) -> None:
+def sweep_section(lm, rules, model_name: str) -> None:
     """Run the quality sweep here (a progress bar, each item's elapsed time), or show a saved one."""
     st.divider()
     st.subheader("Quality sweep: accuracy against compression")
@@ -401,7 +401,7 @@ def sweep_section(lm, rules, spec_name: str) -> None:
                            disabled=not SHIPPED_SWEEP.exists())
     status = st.empty()
     if clicked:
-        run_sweep(lm, rules, spec_name, modes, dropped, items[:n], status)
+        run_sweep(lm, rules, model_name, modes, dropped, items[:n], status)
     elif shipped:
         st.session_state["shrink_sweep"] = (sweep.from_json(SHIPPED_SWEEP.read_bytes()), "shipped")
     elif upload is not None:
@@ -410,14 +410,14 @@ def sweep_section(lm, rules, spec_name: str) -> None:
         draw_sweep(*st.session_state["shrink_sweep"])
 
 
-def run_sweep(lm, rules, spec_name: str, modes: list, dropped: list, items: list, status) -> None:
+def run_sweep(lm, rules, model_name: str, modes: list, dropped: list, items: list, status) -> None:
     """Every setting on every item in the device's turn; a progress bar with the elapsed time."""
     bar = st.progress(0.0, text="Starting the sweep…")
 
     def show(p: sweep.Progress) -> None:
         bar.progress(p.done / p.total if p.total else 1.0, text=p.line())
     try:
-        rules.check_limits(spec_name, new_tokens=max(i.max_new_tokens for i in items),
+        rules.check_limits(model_name, new_tokens=max(i.max_new_tokens for i in items),
                            points=len(sweep.with_full_first(modes)) - 1)
         with ui.device_turn(status) if rules.enabled else nullcontext():
             deadline = time.monotonic() + rules.max_run_s if rules.enabled else float("inf")

@@ -69,21 +69,21 @@ class Controls:
 def page() -> None:
     """The Sweep page: settings in the sidebar, Run / Stop, then the charts and tables."""
     rules = ui.policy()
-    spec = ui.model_settings()
+    load_config = ui.model_settings()
     st.title("Sweep: prompt length × batch size")
     st.caption("Each point runs the cached engine once on a prompt of exactly that many tokens "
                "(chat template off, EOS ignored) and measures it. Formula lines are kvviz's layout "
                "formula: per layer, tokens held × K+V values per token × batch × bytes "
                "(2 × kv_heads × head_dim values for plain attention; windows, latents and states "
                "as the model's layers keep them).")
-    lm = ui.load_model_with_progress(spec)
+    lm = ui.load_model_with_progress(load_config)
     if lm is None:
         st.stop()
     device = compute.device_facts(lm)
     controls = sidebar(lm, device, rules)
     settings = controls.settings
     sweeps = st.session_state.setdefault("sweeps", {})  # (load config, settings) -> rows
-    rows = sweeps.get((spec, settings), [])
+    rows = sweeps.get((load_config, settings), [])
     total = len(settings.points())
     too_many = total > rules.cap("sweep_points", total)
     run_col, stop_col, info_col = st.columns([1.5, 1, 5], vertical_alignment="center")
@@ -93,12 +93,12 @@ def page() -> None:
                      f"{units.fmt_bytes(device.bytes_per_token)} of cache per token")
     status, progress = st.empty(), st.empty()
     results = st.container(key="sweep-results").empty()
-    view = SweepView(lm, spec.name, device, controls, results)
+    view = SweepView(lm, load_config.name, device, controls, results)
     if too_many:
         status.warning(f"This host measures at most {rules.max_sweep_points} points per sweep; "
                        f"these settings make {total}.")
     elif controls.run and len(rows) < total:
-        sweeps[(spec, settings)] = rows
+        sweeps[(load_config, settings)] = rows
         view.run_sweep(rows, rules, status, progress)
     elif controls.run:
         status.info(f"All {total} points were already measured with these settings: shown below. "
