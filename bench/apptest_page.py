@@ -102,8 +102,8 @@ class PageClock:
         return (f"Per page run: {len(self.update_ms) / runs:.0f} updates (text), "
                 f"{text_ms:.1f} ms each beside the charts; {len(self.draw_ms) / runs:.0f} chart "
                 f"redraws ({len(self.draw_ms) / page_wall_s:.1f} per second of generation), median "
-                f"{statistics.median(self.draw_ms):.0f} ms each, the first (which builds the chart "
-                f"specs) up to {max(self.draw_ms):.0f} ms; in all the page's own work took "
+                f"{statistics.median(self.draw_ms):.0f} ms each, the first (which builds the charts' "
+                f"Vega-Lite) up to {max(self.draw_ms):.0f} ms; in all the page's own work took "
                 f"{sum(self.update_ms) / 10 / page_wall_s:.0f} % of the page runs' wall time.")
 
 
@@ -228,7 +228,7 @@ def live_page_vs_headless(s: Settings, model: str | None = None) -> tuple[list[R
         "server: once any other thread of a process has run torch ops, GNU OpenMP finds more "
         "threads than cores and stops spinning between ops, which slows the page's steps. "
         "AppTest runs the page script in its own thread and builds every element's protobuf "
-        "(Altair spec and Arrow data included) exactly as a served page does; it does not ship "
+        "(Altair's Vega-Lite and Arrow data included) exactly as a served page does; it does not ship "
         "the messages over a websocket or render them, which a real server does on another "
         "thread (competing for the GIL and the 2 cores) and the browser elsewhere, so this is a "
         "lower bound on a served page's cost (the row is informational; the targets are on the "

@@ -9,7 +9,7 @@ from bench.results import Result, interleaved, medians, spread
 from bench.settings import Settings
 
 ATTENTION_LIMIT = 1.25  # eager attention + hooks may cost at most a quarter more per decode step
-REDRAW_LIMIT = 0.5  # re-feeding the built spec must cost at most half of building a fresh chart
+REDRAW_LIMIT = 0.5  # re-feeding the built Vega-Lite must cost at most half of building a fresh chart
 
 
 def attention_step_ms(loop, attention: bool) -> float:
@@ -94,17 +94,17 @@ def long_run(positions: int, layers: int):
 
 
 def map_redraw(s: Settings, positions: int = 1024, layers: int = 30) -> tuple[Result, str]:
-    """A redraw's data + spec work, re-fed vs built fresh, at `positions` × `layers` (binned)."""
+    """A redraw's data + Vega-Lite work, re-fed vs built fresh, at `positions` × `layers` (binned)."""
     from kvviz.live import cache_map
     from kvviz.viz import charts
     from kvviz.live import cache_map_charts as cc
 
     meta, events = long_run(positions, layers)
-    kinds, spec = meta.specs, None
+    kinds, vega = meta.specs, None
 
     def refed() -> float:
         start = time.perf_counter()
-        charts.vega_lite_with_data(spec, cache_map.map_frame(meta, events))
+        charts.vega_lite_with_data(vega, cache_map.map_frame(meta, events))
         return (time.perf_counter() - start) * 1e3
 
     def fresh() -> float:
@@ -113,14 +113,14 @@ def map_redraw(s: Settings, positions: int = 1024, layers: int = 30) -> tuple[Re
         charts.to_vega_lite(chart)
         return (time.perf_counter() - start) * 1e3
 
-    spec = charts.to_vega_lite(cc.cache_map_chart(cache_map.map_frame(meta, []), kinds, meta.max_len,
+    vega = charts.to_vega_lite(cc.cache_map_chart(cache_map.map_frame(meta, []), kinds, meta.max_len,
                                              meta.prompt_tokens))
     samples = interleaved({"refed": refed, "fresh": fresh}, 5 * s.reps)
     m = medians(samples)
-    row = Result(f"Cache map redraw at {positions:,} positions × {layers} layers: re-fed / fresh spec",
+    row = Result(f"Cache map redraw at {positions:,} positions × {layers} layers: re-fed / fresh chart",
                  f"{m['refed']:.2f} ms", f"{m['fresh']:.2f} ms", m["refed"] / m["fresh"], "<=", REDRAW_LIMIT)
     return row, (
-        f"The map's redraw (its frame, binned to {cache_map.MAX_COLUMNS} columns, plus the spec) at "
-        f"{positions:,} cached positions × {layers} layers: re-feeding the spec built once "
+        f"The map's redraw (its frame, binned to {cache_map.MAX_COLUMNS} columns, plus its Vega-Lite) at "
+        f"{positions:,} cached positions × {layers} layers: re-feeding the Vega-Lite built once "
         f"(`charts.vega_lite_with_data`) {spread(samples['refed'])} ms against building a fresh chart "
-        f"and spec {spread(samples['fresh'])} ms, {5 * s.reps} interleaved rounds.")
+        f"and its Vega-Lite {spread(samples['fresh'])} ms, {5 * s.reps} interleaved rounds.")

@@ -41,7 +41,7 @@ def soak(s: Settings) -> tuple[list[Result], str]:
         f"{s.soak_runs} consecutive generations on one model and reads its resident memory "
         f"(VmRSS) after each, following a garbage collection: after the first "
         f"{mib(rss['first'])}, after the last {mib(rss['last'])}, peak {mib(rss['peak'])}. "
-        "Each run replaces the session's trace, and its chart specs are reused, so memory should "
+        "Each run replaces the session's trace, and its charts' Vega-Lite dicts are reused, so memory should "
         "stay flat after the first run.")
 
 

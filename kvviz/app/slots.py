@@ -5,8 +5,8 @@ place, and the chart drawn there next mounts afresh, so its Vega view re-embeds 
 collapses to its title for ~1 s (measured at 1920 x 1080: the cache map 434 -> 78 px, the
 timings panel 859 -> 35 px). A container instead keeps its children when the rerun sends it
 again (Streamlit's frontend hands a re-sent block of the same type its old children), and the
-first element this run draws into it replaces the old one in place: a chart with the same spec
-only swaps its data. Imports no streamlit: the caller hands the parent (st or a container).
+first element this run draws into it replaces the old one in place: a chart with the same Vega-Lite
+dict only swaps its data. Imports no streamlit: the caller hands the parent (st or a container).
 
 For elements that are drawn and never emptied. An emptied slot keeps an empty element, and a
 container with any child takes a gap (1 rem) where an empty `st.empty()` takes none: lines that

@@ -16,11 +16,11 @@ def draw_altair(slot, chart, key: str | None = None) -> None:
     if scale == 1:
         slot.altair_chart(chart, key=key)
         return
-    spec = chart.to_dict()
-    view = spec.get("config", {}).get("view", {})
+    vega = chart.to_dict()
+    view = vega.get("config", {}).get("view", {})
     for size in ("continuousWidth", "continuousHeight"):  # as st.altair_chart: the page sizes it
         view.pop(size, None)
-    slot.vega_lite_chart(charts.with_font_scale(spec, scale), key=key)
+    slot.vega_lite_chart(charts.with_font_scale(vega, scale), key=key)
 
 
 NUMBER_FORMATS = {"count": "%,d", "ms": "%,.1f ms", "ms2": "%,.2f ms", "s": "%,.1f s", "number": "%,.1f",

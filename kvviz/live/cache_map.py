@@ -12,7 +12,7 @@ Two frames keep the chart cheap at any width:
   a full layer is two or three rectangles however long the text), so marks stay in the hundreds;
 - `columns_frame`: one row per column of `bin_width` positions with its token text, for hover,
   binned so that there are at most MAX_COLUMNS columns.
-Token text is untrusted: it only ever travels as chart data, never into a spec, title or label.
+Token text is untrusted: it only ever travels as chart data, never into a chart's Vega-Lite, title or label.
 """
 from __future__ import annotations
 

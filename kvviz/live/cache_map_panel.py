@@ -1,7 +1,7 @@
 """The cache map panel: the map, the attention map when recorded, a caption, a batch-row picker.
 
 Fills a container the page hands it (a Streamlit container; this module imports no streamlit).
-Each chart spec is built once per run shape and then only re-fed with data (~2-4 ms a redraw,
+Each chart's Vega-Lite dict is built once per run shape and then only re-fed with data (~2-4 ms a redraw,
 against ~25 ms for a fresh chart); the page calls `draw` at its chart rate (kvviz.live.cadence.Cadence:
 at most 2 Hz).
 """
@@ -15,22 +15,22 @@ from kvviz.core.meta import RunMeta
 from kvviz.app.slots import Slot
 
 TITLE = "The cache, position by position"
-SPECS: dict[tuple, dict] = {}  # process-wide: (kinds, max_len, prompt_len) -> spec, holding no data
+VEGAS: dict[tuple, dict] = {}  # process-wide: (kinds, max_len, prompt_len) -> Vega-Lite dicts, holding no data
 ROW_KEY = "cache_map_row"  # session-state key of the batch-row picker
 
 
 def map_vega_lite(meta: RunMeta) -> dict[str, dict]:
-    """The map's and the attention map's specs for this run shape, built once per process."""
+    """The map's and the attention map's Vega-Lite dicts for this run shape, built once per process."""
     kinds = meta.specs
     padded = (meta.batch or 1) > 1
     key = (tuple(kinds), int(meta.max_len), cache_map.prompt_len(meta), padded)
-    if key not in SPECS:
-        if len(SPECS) > 32:
-            SPECS.clear()
+    if key not in VEGAS:
+        if len(VEGAS) > 32:
+            VEGAS.clear()
         args = (kinds, key[1], key[2])
-        SPECS[key] = {"map": charts.to_vega_lite(cache_map_charts.cache_map_chart(cache_map.map_frame(meta, []), *args, padded=padded)),
+        VEGAS[key] = {"map": charts.to_vega_lite(cache_map_charts.cache_map_chart(cache_map.map_frame(meta, []), *args, padded=padded)),
                       "attention": charts.to_vega_lite(cache_map_charts.attention_chart(cache_map.attention_frame(meta, []), *args))}
-    return SPECS[key]
+    return VEGAS[key]
 
 
 def attention_recorded(meta: RunMeta) -> bool:
@@ -60,11 +60,11 @@ class CacheMapPanel:
         self.draws, self.drawn_steps = self.draws + 1, len(cached)
         if final:
             self.pick_row()
-        specs = {name: charts.with_font_scale(spec, self.font_scale) for name, spec in map_vega_lite(self.meta).items()}
-        self.map_slot.vega_lite_chart(charts.vega_lite_with_data(specs["map"], cache_map.map_frame(self.meta, cached, self.seq)))
+        vegas = {name: charts.with_font_scale(vega, self.font_scale) for name, vega in map_vega_lite(self.meta).items()}
+        self.map_slot.vega_lite_chart(charts.vega_lite_with_data(vegas["map"], cache_map.map_frame(self.meta, cached, self.seq)))
         if self.attention_slot is not None and (final or self.draws % 2):
             frame = cache_map.attention_frame(self.meta, cached, self.seq)
-            self.attention_slot.vega_lite_chart(charts.vega_lite_with_data(specs["attention"], frame))
+            self.attention_slot.vega_lite_chart(charts.vega_lite_with_data(vegas["attention"], frame))
         self.caption_slot.caption(caption(self.meta, cached[-1], self.seq, final))
 
     def pick_row(self) -> None:

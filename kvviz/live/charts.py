@@ -1,6 +1,6 @@
 """The live page's charts from a run's events: their DataFrames and their Altair builders. Pure.
 
-Shared by the live panels (which build each spec once and then swap data) and the HTML report.
+Shared by the live panels (which build each chart's Vega-Lite once and then swap data) and the HTML report.
 """
 from __future__ import annotations
 

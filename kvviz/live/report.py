@@ -55,7 +55,7 @@ FACTS = (  # (meta key, label, formatter) for the run's facts table
 )
 _NOT_SETTINGS = ("prompts", "system")  # config keys shown in the prompt section instead
 
-Svg = Callable[[dict], str]  # a Vega-Lite spec -> an SVG document
+Svg = Callable[[dict], str]  # a Vega-Lite dict -> an SVG document
 
 
 # --- CSV -----------------------------------------------------------------------------------------
@@ -251,7 +251,7 @@ def _subtitle(trace: Trace) -> str:
 def html_report(trace: Trace, svg: Svg | None = None, wall_tokens_per_s: float | None = None) -> str:
     """The run as one self-contained HTML document (str); nothing in it loads anything.
 
-    `svg` turns a Vega-Lite spec into an SVG document: vl-convert-python by default (when it
+    `svg` turns a Vega-Lite dict into an SVG document: vl-convert-python by default (when it
     is not installed, the report says so in place of the charts). `wall_tokens_per_s`: the rate
     the page measured for this run (the Live page's Tokens/s (wall clock)); a replayed or headless
     trace has none, and the report shows "–" as the page does.

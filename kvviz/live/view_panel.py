@@ -1,7 +1,7 @@
 """The Live page's view of one run (`LiveView`): its placeholders built once, then filled from a
 growing list of events, at the pace kvviz.live.cadence allows.
 
-Each chart spec is built once per run and only its data is swapped
+Each chart's Vega-Lite dict is built once per run and only its data is swapped
 (kvviz.viz.charts.vega_lite_with_data); a chart whose picture did not move, and a figure or caption
 that reads the same, is not sent again (kvviz.app.slots). The headline cards, the text boxes and
 the long pass's wait line are drawn here too; their stylesheets are kvviz.live.stylesheet's.
@@ -80,7 +80,7 @@ class LiveView:
         self.max_new_tokens = max_new_tokens
         self.tour = None  # kvviz.live.tour_panel.TourPanel when the guided tour is on: drawn with each update
         self.scrubbing = False  # replay: the scrubber, not the run's end, set where it stands
-        self.specs: dict | None = None  # built from the first data, then only re-fed
+        self.vegas: dict | None = None  # built from the first data, then only re-fed
         self.drawn: dict = {}  # chart name -> what its last redraw showed (see needs_redraw)
         self.figure_updates = 0
         race_rows = kvviz.live.charts.panel_rows(race=True) if race_on else ()
@@ -95,7 +95,7 @@ class LiveView:
                 self.race_on != ("recompute" in previous.modes)):
             return False
         self.update(previous, final=True)
-        self.specs, self.drawn, self.figure_updates, self.cadence = None, {}, 0, cadence.page_cadence()
+        self.vegas, self.drawn, self.figure_updates, self.cadence = None, {}, 0, cadence.page_cadence()
         self.cache_map.draws = self.cache_map.drawn_steps = 0  # the new run draws its own map
         self.dimmed = {"cached", "recompute"} if self.race_on else {"cached"}
         for mode in self.dimmed:
@@ -213,10 +213,10 @@ class LiveView:
         self.figure_updates += 1
         if self.figure_updates == 1 or final:
             self.draw_notes(cached[-1])
-        if self.specs is None:
-            self.specs = build_vega_lite(self.meta, self.max_new_tokens, kvviz.live.charts.chart_data(self.meta, cached, recompute))
+        if self.vegas is None:
+            self.vegas = build_vega_lite(self.meta, self.max_new_tokens, kvviz.live.charts.chart_data(self.meta, cached, recompute))
         for name, df in self.moved_charts(cached, recompute, final).items():
-            self.slots[name].vega_lite_chart(charts.vega_lite_with_data(self.specs[name], df))
+            self.slots[name].vega_lite_chart(charts.vega_lite_with_data(self.vegas[name], df))
         self.cache_map.draw(cached, final)
         texts = captions.chart_captions(self.meta, cached)
         if self.race_on:
@@ -347,7 +347,7 @@ def figure_line(figures, basis: str | None = None) -> str:
 
 def same_stage(old: RunMeta, new: RunMeta) -> bool:
     """Two runs' panels have the same places and sizes (the previous one can stand in)."""
-    return (all(getattr(old, k) == getattr(new, k) for k in (*SPEC_FACTS, "layers"))
+    return (all(getattr(old, k) == getattr(new, k) for k in (*VEGA_FACTS, "layers"))
             and old.setting("attention") == new.setting("attention"))
 
 
@@ -405,30 +405,30 @@ def titled_box(column, title: str, key: str):
         return Slot(text), None, text
 
 
-SPEC_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
-              "weight_bytes", "batch", "max_len")  # all a spec depends on, besides the run length
-SPECS: dict[tuple, dict] = {}  # process-wide: a spec holds no run's data once re-fed
+VEGA_FACTS = ("num_layers", "num_kv_heads", "head_dim", "elem_bytes", "bytes_per_token",
+              "weight_bytes", "batch", "max_len")  # all a chart depends on, besides the run length
+VEGAS: dict[tuple, dict] = {}  # process-wide: a Vega-Lite dict holds no run's data once re-fed
 
 
 def build_vega_lite(meta: RunMeta, max_new_tokens: int, data: dict) -> dict:
-    """Every chart's Vega-Lite spec (see kvviz.live.charts); reused by later runs of the same shape.
+    """Every chart's Vega-Lite dict (see kvviz.live.charts); reused by later runs of the same shape.
 
     Building them costs ~150 ms, too much to pay inside every run's first token.
     """
     scale = ui.chart_font_scale()
-    key = (*(getattr(meta, k) for k in SPEC_FACTS), max_new_tokens, "grid" in data, tuple(kvviz.live.charts.layer_groups(meta)), scale)
-    if key not in SPECS:
-        if len(SPECS) > 64:
-            SPECS.clear()
+    key = (*(getattr(meta, k) for k in VEGA_FACTS), max_new_tokens, "grid" in data, tuple(kvviz.live.charts.layer_groups(meta)), scale)
+    if key not in VEGAS:
+        if len(VEGAS) > 64:
+            VEGAS.clear()
         built = kvviz.live.charts.build_charts(meta, max_new_tokens, data)
         heights = kvviz.live.charts.heights(presenting=scale != 1)
-        SPECS[key] = {name: charts.with_font_scale(sized(charts.to_vega_lite(chart), heights.get(name)), scale)
+        VEGAS[key] = {name: charts.with_font_scale(sized(charts.to_vega_lite(chart), heights.get(name)), scale)
                       for name, chart in built.items()}
-    return SPECS[key]
+    return VEGAS[key]
 
 
-def sized(spec: dict, height: int | None) -> dict:
-    return {**spec, "height": height} if height else spec
+def sized(vega: dict, height: int | None) -> dict:
+    return {**vega, "height": height} if height else vega
 
 
 def chart_slots(rows) -> dict:

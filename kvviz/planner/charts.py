@@ -3,7 +3,7 @@ plus scalars in, a chart out.
 
 Imports altair, pandas and kvviz.viz.charts (itself altair + pandas) for the shared palette and
 byte labels. The planner's charts are redrawn only when an input changes, so unlike the live
-charts they need no fixed-spec / swap-the-data discipline.
+charts they need no fixed-chart / swap-the-data discipline.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Inputs are kvviz.serving.compute's plain snapshots, read by attribute (so this module needs neither torch
 nor transformers), reshaped here into long-form DataFrames; one builder per chart, each docstring
 lists its input columns. As in kvviz.viz.charts, every scale that would follow the data is fixed by
-parameters for a run, so a page builds each spec once (`charts.to_vega_lite`) and only swaps its data
+parameters for a run, so a page builds each chart's Vega-Lite once (`charts.to_vega_lite`) and only swaps its data
 (`charts.vega_lite_with_data`) while replaying the steps.
 """
 from __future__ import annotations

@@ -73,12 +73,12 @@ class Slots:
 def page() -> None:
     """The whole Serving page."""
     rules = ui.policy()  # hosted caps (no-ops when not hosted)
-    spec = ui.model_settings()
+    load_config = ui.model_settings()
     st.title("Serving · many requests, one paged KV cache")
     st.caption("Requests run through transformers' continuous batching (`generate_batch`'s manager and its "
                "`PagedAttentionCache`) with a deliberately small pool of blocks. The grid and counts are "
                "read from transformers' allocator after every step unless labelled modelled.")
-    lm = ui.load_model_with_progress(spec)
+    lm = ui.load_model_with_progress(load_config)
     settings = sidebar_settings(rules)
     ui.share_link([links.Text("srv_requests", "requests", settings.prompts_text, DEFAULT_REQUESTS),
                    links.Text("srv_system", "system prompt", settings.system, default_system())])
@@ -87,7 +87,7 @@ def page() -> None:
     run = run_col.button("Run", type="primary", disabled=lm is None, key="srv_run")
     stopped = stop_col.button("Stop", key="srv_stop", help="Ends a run between two steps (its steps are not kept)")
     slots = Slots(st.empty(), st.empty(), st.empty(), st.empty())
-    show_page(rules, spec.name, lm, settings, slots, run, stopped)
+    show_page(rules, load_config.name, lm, settings, slots, run, stopped)
 
 
 def sidebar_settings(rules: hosted.Policy) -> Settings:
@@ -233,7 +233,7 @@ def show_metrics(result: compute.ServingResult, slot) -> None:
 class StepView:
     """The grid, usage and request lanes at one step: drawn live during a run, scrubbed after.
 
-    Specs are built once per shape (pool size, requests, step axis) and only their data swapped;
+    The Vega-Lite dicts are built once per shape (pool size, requests, step axis) and only their data swapped;
     the step axis starts at an estimate of the run's length and widens if the run goes past it.
     """
 
@@ -251,12 +251,12 @@ class StepView:
             st.caption("Blocks held by requests and kept cached, read from the allocator; dashed red: the "
                        "blocks the same requests would hold without prefix sharing (**modelled**: "
                        "⌈tokens ÷ block size⌉ each).")
-        self.ids, self.max_step, self.top_blocks, self.specs, self.shown = [], 2, 0, None, []
+        self.ids, self.max_step, self.top_blocks, self.vegas, self.shown = [], 2, 0, None, []
         self.last_draw_s = 0.0
 
     def expect(self, ids: list[str], steps: int, top_blocks: int) -> None:
         """Before a run: its requests, estimated steps and most blocks any series can reach."""
-        self.ids, self.max_step, self.top_blocks, self.specs = ids, max(steps, 2), top_blocks, None
+        self.ids, self.max_step, self.top_blocks, self.vegas = ids, max(steps, 2), top_blocks, None
 
     def draw_live(self, snap) -> None:
         """One more step of a running run (redrawn at most every LIVE_INTERVAL_S)."""
@@ -268,23 +268,23 @@ class StepView:
 
     def draw(self, snap, steps, size: int) -> None:
         if snap.step > self.max_step:
-            self.max_step, self.specs = int(snap.step * 1.5), None
-        if self.specs is None:
+            self.max_step, self.vegas = int(snap.step * 1.5), None
+        if self.vegas is None:
             top = max([snap.num_blocks, self.top_blocks] + [s.unshared_blocks for s in steps]) + 2
-            self.specs = step_vega_lite(self.ids, snap, self.max_step, top)
+            self.vegas = step_vega_lite(self.ids, snap, self.max_step, top)
         self.slots.header.caption(f"Step {snap.step} · {snap.time_s:.2f} s · {snap.num_used_blocks} blocks held, "
                                   f"{snap.num_shared_blocks} shared, {snap.num_cached_blocks} cached, "
                                   f"{snap.num_free_blocks} free ({snap.source})")
         self.grid_caption.caption(grid_caption(size, snap.source))
-        self.grid_slot.vega_lite_chart(charts.vega_lite_with_data(self.specs["grid"], kvviz.serving.charts.grid_frame(snap, COLUMNS)))
+        self.grid_slot.vega_lite_chart(charts.vega_lite_with_data(self.vegas["grid"], kvviz.serving.charts.grid_frame(snap, COLUMNS)))
         upto = [s for s in steps if s.step <= snap.step]
-        self.usage_slot.vega_lite_chart(charts.vega_lite_with_data(self.specs["usage"], kvviz.serving.charts.usage_frame(upto)))
-        self.lanes_slot.vega_lite_chart(charts.vega_lite_with_data(self.specs["lanes"], kvviz.serving.charts.timeline_frame(upto)))
+        self.usage_slot.vega_lite_chart(charts.vega_lite_with_data(self.vegas["usage"], kvviz.serving.charts.usage_frame(upto)))
+        self.lanes_slot.vega_lite_chart(charts.vega_lite_with_data(self.vegas["lanes"], kvviz.serving.charts.timeline_frame(upto)))
 
     def show_result(self, result: compute.ServingResult) -> None:
         """The finished run, with a scrubber over its steps."""
         steps = result.snapshots
-        self.ids, self.max_step, self.specs = [r.request_id for r in result.requests], len(steps), None
+        self.ids, self.max_step, self.vegas = [r.request_id for r in result.requests], len(steps), None
         self.top_blocks = 0
         pick = self.slots.scrub.slider("Step", 1, len(steps), len(steps),
                                        key=f"srv_step_{st.session_state['serving_run']}")
@@ -299,7 +299,7 @@ def grid_caption(size: int, source: str) -> str:
 
 
 def step_vega_lite(ids: list[str], snap, max_step: int, top_blocks: int) -> dict:
-    """The three step charts' specs, with axes fixed to the run (or to its estimated length)."""
+    """The three step charts' Vega-Lite dicts, with axes fixed to the run (or to its estimated length)."""
     grid = kvviz.serving.charts.pool_grid_chart(kvviz.serving.charts.grid_frame(snap, COLUMNS), ids, snap.num_blocks, COLUMNS)
     usage = kvviz.serving.charts.usage_chart(kvviz.serving.charts.usage_frame([]), snap.num_blocks, max_step, top_blocks)
     lanes = kvviz.serving.charts.timeline_chart(kvviz.serving.charts.timeline_frame([]), ids, max_step)

@@ -68,7 +68,7 @@ def steps_table(result: Comparison) -> Markup:
 
 
 def html_report(result: Comparison, prompt_pieces: list[str], model: str = "", svg=None) -> str:
-    """The comparison as one HTML document (str). `svg` draws a Vega-Lite spec (vl-convert by
+    """The comparison as one HTML document (str). `svg` draws a Vega-Lite dict (vl-convert by
     default; without it the report says so and keeps every figure and table)."""
     if svg is None:
         try:

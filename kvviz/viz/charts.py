@@ -7,19 +7,19 @@ of the chart (sub-layers inherit it; constant overlays such as labelled rules ca
 inline values), and axis domains that would follow the data are parameters (`max_*`) fixed for
 a run, so marks grow inside a still frame. A page builds each chart once per run, then per
 refresh (verified in Chromium against Streamlit 1.67: the chart's canvas element survives every
-update while its pixels change; a chart whose spec changes is re-embedded instead):
+update while its pixels change; a chart whose Vega-Lite dict changes is re-embedded instead):
 
-    spec = to_vega_lite(race_chart(steps_frame([]), max_tokens=256))   # once, ~10-30 ms
-    placeholder.vega_lite_chart(vega_lite_with_data(spec, df))          # per refresh, ~1-4 ms
+    vega = to_vega_lite(race_chart(steps_frame([]), max_tokens=256))   # once, ~10-30 ms
+    placeholder.vega_lite_chart(vega_lite_with_data(vega, df))          # per refresh, ~1-4 ms
 
-or, simpler but slower (Altair re-validates the whole spec on every call, ~5-35 ms):
+or, simpler but slower (Altair re-validates the whole chart on every call, ~5-35 ms):
 
     placeholder.altair_chart(with_data(chart, df))
 
-Both work because Streamlit's frontend keys the Vega view on the spec with dataset names
+Both work because Streamlit's frontend keys the Vega view on the Vega-Lite dict with dataset names
 replaced by their position, so a new DataFrame (even under a new content-hash name) is pushed
 into the existing view: no re-embed, no flicker. Changing any scalar parameter changes the
-spec and re-creates the view: do that between runs, not per token. (The frontend also
+Vega-Lite dict and re-creates the view: do that between runs, not per token. (The frontend also
 re-embeds once when an untransformed mark passes 2,000 point/bar/rect or 5,000 line rows, to
 switch renderer; these charts' marks either carry transforms, which it does not count, or stay
 far below that.)
@@ -39,7 +39,7 @@ PART_COLORS = {"used": "#4C78A8", "unused": "#D5D5D5"}
 SERIES_COLORS = {"measured": "#4C78A8", "formula": "#333333"}
 RULE_COLOR = "#888888"
 LAYOUTS = ["paged (modelled)", "contiguous max-length"]  # kvviz.live.frames.LAYOUT_*
-TABLE = "table"  # name of the main dataset in a spec from to_vega_lite
+TABLE = "table"  # name of the main dataset in a Vega-Lite dict from to_vega_lite
 BYTE_UNITS = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B")]
 
 
@@ -73,23 +73,23 @@ def with_data(chart: alt.TopLevelMixin, df: pd.DataFrame) -> alt.TopLevelMixin:
 def to_vega_lite(chart: alt.TopLevelMixin) -> dict:
     """The chart as a Vega-Lite dict whose main data is the named slot TABLE; build it once.
 
-    Overlays' own inline values stay in spec["datasets"]. Like st.altair_chart, leaves out the
+    Overlays' own inline values stay in vega["datasets"]. Like st.altair_chart, leaves out the
     300 x 300 view size Altair's default theme adds, so Streamlit sizes the chart.
     """
-    spec = chart.properties(data=alt.Data(name=TABLE)).to_dict()
+    vega = chart.properties(data=alt.Data(name=TABLE)).to_dict()
     if alt.theme.active == "default":
-        view = spec.get("config", {}).get("view", {})
+        view = vega.get("config", {}).get("view", {})
         for key in ("continuousWidth", "continuousHeight"):
             view.pop(key, None)
-    return spec
+    return vega
 
 
-def vega_lite_with_data(spec: dict, df: pd.DataFrame) -> dict:
-    """`spec` (from to_vega_lite) with `df` as its main data: the per-refresh update, ~1 ms.
+def vega_lite_with_data(vega: dict, df: pd.DataFrame) -> dict:
+    """`vega` (from to_vega_lite) with `df` as its main data: the per-refresh update, ~1 ms.
 
-    Shallow: the result shares all but its "datasets" with `spec`; neither is mutated.
+    Shallow: the result shares all but its "datasets" with `vega`; neither is mutated.
     """
-    return {**spec, "datasets": {**spec.get("datasets", {}), TABLE: df}}
+    return {**vega, "datasets": {**vega.get("datasets", {}), TABLE: df}}
 
 
 # Streamlit's chart theme sizes (px) for each kind of chart text; presenter mode scales them all.
@@ -108,21 +108,21 @@ def _on_screen(px: int, scale: float) -> dict:
     return {"expr": f"windowSize()[0] < {PHONE_PX} ? {px} : {round(px * scale)}"}
 
 
-def with_font_scale(spec: dict, scale: float) -> dict:
-    """`spec` with every chart text `scale` times its usual size (presenter mode), as config;
+def with_font_scale(vega: dict, scale: float) -> dict:
+    """`vega` with every chart text `scale` times its usual size (presenter mode), as config;
     label limits grow with the text. On a phone-wide window (under PHONE_PX) the sizes stay as
     they are: the enlarged text is for a projector and ran past a phone's chart edges.
 
-    Text marks that set their own fontSize keep it. Shallow: `spec` is not mutated.
+    Text marks that set their own fontSize keep it. Shallow: `vega` is not mutated.
     """
     if scale == 1:
-        return spec
-    config = dict(spec.get("config", {}))
+        return vega
+    config = dict(vega.get("config", {}))
     for (part, key), px in FONT_PX.items():
         config[part] = {**config.get(part, {}), key: _on_screen(px, scale)}
     config["axis"] = {**config["axis"], "labelLimit": _on_screen(180, scale)}
     config["legend"] = {**config["legend"], "labelLimit": _on_screen(LEGEND_LABEL_LIMIT_PX, scale)}
-    return {**spec, "config": config}
+    return {**vega, "config": config}
 
 
 def _nice_step(span: float, ticks: int = 5) -> float:

@@ -1,4 +1,4 @@
-"""Charts and tables as files: a Vega-Lite spec to SVG or PNG with vl-convert, which may fetch
+"""Charts and tables as files: a Vega-Lite dict to SVG or PNG with vl-convert, which may fetch
 nothing; a table to CSV whose cells a spreadsheet never runs as formulas."""
 from __future__ import annotations
 
@@ -33,15 +33,15 @@ def vl_version() -> str | None:
     return wanted if wanted in vl_convert.get_vegalite_versions() else None
 
 
-def svg(spec: dict) -> str:
-    """An SVG document of the spec (no base URLs: any data URL is refused)."""
+def svg(vega: dict) -> str:
+    """An SVG document of the chart `vega` (no base URLs: any data URL is refused)."""
     import vl_convert
 
-    return vl_convert.vegalite_to_svg(spec, vl_version=vl_version(), allowed_base_urls=[])
+    return vl_convert.vegalite_to_svg(vega, vl_version=vl_version(), allowed_base_urls=[])
 
 
-def png(spec: dict, scale: float = 2.0) -> bytes:
-    """A PNG image of the spec at `scale` × its CSS size (no base URLs)."""
+def png(vega: dict, scale: float = 2.0) -> bytes:
+    """A PNG image of the chart `vega` at `scale` × its CSS size (no base URLs)."""
     import vl_convert
 
-    return vl_convert.vegalite_to_png(spec, vl_version=vl_version(), scale=scale, allowed_base_urls=[])
+    return vl_convert.vegalite_to_png(vega, vl_version=vl_version(), scale=scale, allowed_base_urls=[])
