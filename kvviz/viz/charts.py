@@ -9,7 +9,7 @@ a run, so marks grow inside a still frame. A page builds each chart once per run
 refresh (verified in Chromium against Streamlit 1.67: the chart's canvas element survives every
 update while its pixels change; a chart whose Vega-Lite dict changes is re-embedded instead):
 
-    vega = to_vega_lite(race_chart(steps_frame([]), max_tokens=256))   # once, ~10-30 ms
+    vega = to_vega_lite(race_chart(steps_frame([]), max_tokens=256))   # once, a few ms
     placeholder.vega_lite_chart(vega_lite_with_data(vega, df))          # per refresh, ~1-4 ms
 
 or, simpler but slower (Altair re-validates the whole chart on every call, ~5-35 ms):
@@ -74,9 +74,11 @@ def to_vega_lite(chart: alt.TopLevelMixin) -> dict:
     """The chart as a Vega-Lite dict whose main data is the named slot TABLE; build it once.
 
     Overlays' own inline values stay in vega["datasets"]. Like st.altair_chart, leaves out the
-    300 x 300 view size Altair's default theme adds, so Streamlit sizes the chart.
+    300 x 300 view size Altair's default theme adds, so Streamlit sizes the chart. Altair's
+    validation against the Vega-Lite schema is left to the tests (tests/viz/test_charts.py): it
+    took most of the build, on the script thread while the model ran its first steps.
     """
-    vega = chart.properties(data=alt.Data(name=TABLE)).to_dict()
+    vega = chart.properties(data=alt.Data(name=TABLE)).to_dict(validate=False)
     if alt.theme.active == "default":
         view = vega.get("config", {}).get("view", {})
         for key in ("continuousWidth", "continuousHeight"):

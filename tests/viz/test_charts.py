@@ -290,6 +290,17 @@ def test_spec_with_data_swaps_only_the_table(name):
         k: v for k, v in spec.items() if k != "datasets"}
 
 
+@pytest.mark.parametrize("name", list(builders()))
+def test_the_unvalidated_dict_is_the_one_altair_validates(name):
+    """to_vega_lite skips Altair's schema validation (the page's build): the same dict passes it."""
+    build, small, _ = builders()[name]
+    chart = build(small)
+    validated = chart.properties(data=charts.alt.Data(name=charts.TABLE)).to_dict(validate=True)
+    unvalidated = charts.to_vega_lite(chart)
+    assert {k: v for k, v in unvalidated.items() if k != "config"} == {
+        k: v for k, v in validated.items() if k != "config"}
+
+
 def test_charts_accept_empty_frames():
     for name, (build, small, _) in builders().items():
         empty = small.iloc[0:0]
