@@ -145,7 +145,7 @@ def read_layer(layer) -> LayerBytes:
                               f"({type(exc).__name__}: {exc})") from exc
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerKind:
     """What `read_layer` reads from a cache layer class: decided once per class (the same for every
     layer of it, every step)."""
