@@ -1,12 +1,13 @@
 """The quality sweep (kvviz.shrink.sweep) on a tiny model and a 2-item task: rows, intervals, bytes,
 each item's answer, timing in turn with the full cache, resuming, the file (version 2, and version
-1 still read), `kvviz shrink --sweep` (what it drops and why); and the shipped sweep's file."""
+1 still read), what support drops and why; and the shipped sweep's file (`kvviz shrink --sweep`:
+test_cli.py)."""
 import json
 import math
 
 import pytest
 import torch
-from tiny import save_tiny, tiny_lm
+from tiny import tiny_lm
 
 from kvviz.core.trace import TraceError
 from kvviz.shrink import compute as shrink
@@ -127,34 +128,6 @@ def test_a_version_1_file_is_still_read():
            "step_ratio_lo": 1.0, "step_ratio_hi": 1.0}
     old = sweep.from_json(json.dumps({"format": "kvviz-shrink-sweep", "version": 1, "rows": [row]}))
     assert old.rows[0].interval == pytest.approx((0.300, 0.903), abs=1e-3) and old.protocol == "" and not old.items
-
-
-def test_cli_sweep_writes_rows_answers_and_names_what_it_dropped(tiny_dir, tmp_path, capsys):
-    from kvviz import cli
-    path, out = tmp_path / "task.json", tmp_path / "sweep.json"
-    path.write_text(task.to_json(short_items(), "test"))
-    code = cli.main(["shrink", "--sweep", "--task", str(path), "--items", "1", "--model", str(tiny_dir),
-                     "--presses", "Knorm,SnapKV", "--out", str(out)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    result = sweep.from_json(out.read_bytes())
-    presses = {r.mode for r in result.rows if r.kind == "press"}
-    assert presses == {f"{p} press, evicting {x * 100:g}%" for p in ("Knorm", "SnapKV") for x in sweep.RATIOS} | {
-        f"SnapKV press, evicting {x * 100:g}%, question in the window" for x in sweep.RATIOS}
-    assert all(len(r.answers) == 1 for r in result.rows) and len(result.items) == 1
-    assert "item 1 of 1" in captured.err and "SnapKV press, evicting 87.5%" in captured.out
-    assert "dropped PyramidKV: it keeps a different number of positions in each layer" in captured.out
-
-
-def test_cli_sweep_on_a_model_it_cannot_shrink_says_why_and_exits_2(tmp_path, capsys):
-    from kvviz import cli
-    folder = save_tiny(tmp_path / "sliding", "sliding")  # every layer keeps a sliding window
-    code = cli.main(["shrink", "--sweep", "--items", "1", "--model", str(folder), "--out", str(tmp_path / "s.json")])
-    err = capsys.readouterr().err
-    assert code == 2 and "nothing to compare on this model" in err and "Traceback" not in err
-    assert "dropped SnapKV: this model's layers 0–1 keep a sliding window" in err
-    assert "dropped quanto 4-bit: this model's layers 0–1 keep a sliding window" in err
-    assert not (tmp_path / "s.json").exists()
 
 
 def test_support_drops_settings_with_reasons(lm):

@@ -1,31 +1,27 @@
-"""The kvviz-shrink file (kvviz.shrink.trace), its HTML report (kvviz.shrink.report) and its
-replay (the Replay page): what is written is what is read back, the figures are the same in every
-place that shows them, and a bad or hostile file is refused in one sentence or shown inert."""
+"""The kvviz-shrink file (kvviz.shrink.trace) and its replay (the Replay page): what is written is
+what is read back, the figures are the same in every place that shows them, and a bad file is
+refused in one sentence (its HTML report: test_report.py; `kvviz shrink`: test_cli.py)."""
 import json
 from pathlib import Path
 
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
-from tiny import tiny_lm
 
 from kvviz.app import ui
 from kvviz.core.trace import TraceError
 from kvviz.shrink import trace
 from kvviz.shrink import compute as shrink
 from kvviz.shrink import report as shrink_report
+from tests.shrink.conftest import NEW_TOKENS, PIECES
 
 ROOT = Path(__file__).resolve().parents[2]
-PROMPT_TOKENS, NEW_TOKENS = 40, 6
-PIECES = [f"t{i}" for i in range(PROMPT_TOKENS)]
 
 
-@pytest.fixture(scope="module", params=[shrink.ShrinkMode(press="StreamingLLM", ratio=0.5),
-                                        shrink.ShrinkMode(backend="quanto", nbits=4, residual_length=4)],
-                ids=["press", "quantized"])
-def result(request) -> shrink.Comparison:
-    ids = torch.randint(2, 300, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
-    return shrink.compare(tiny_lm("llama"), ids, NEW_TOKENS, request.param)
+@pytest.fixture
+def result(tiny_comparison) -> shrink.Comparison:
+    """The session's comparison (tests/shrink/conftest.py), a press and a quantized cache."""
+    return tiny_comparison
 
 
 @pytest.mark.slow
@@ -97,33 +93,6 @@ def fake_svg(spec: dict) -> str:
     return '<svg id="x"><text>chart</text></svg>'
 
 
-def test_report_shows_the_figures_the_page_shows(result):
-    html = shrink_report.html_report(result, PIECES, "tiny llama", svg=fake_svg)
-    assert result.caption() in html
-    assert f"{result.bytes_ratio():.2f}" in html and f"{result.step_time_ratio():.2f}" in html
-    assert f"{result.shrunk.steps[-1].kv_bytes:,} B" in html and f"{result.full.steps[-1].kv_bytes:,} B" in html
-    assert html.count("<svg") == (3 if result.shrunk.kept else 2)
-    assert "<script" not in html and 'content="default-src &#39;none&#39;' in html
-    if result.shrunk.steps[-1].payload_bytes:
-        assert f"{result.shrunk.steps[-1].scale_bytes:,} B" in html
-
-
-def test_report_keeps_hostile_text_inert(result):
-    doc = trace.as_record(result, ["<script>alert(1)</script>"] + PIECES[1:])
-    doc["full"]["text"] = "<img src=x onerror=alert(2)>"
-    doc["shrunk"]["label"] = "<b>bold</b>"
-    back = trace.from_json(json.dumps(doc))
-    html = shrink_report.html_report(back.result, back.prompt_pieces, "<i>m</i>", svg=fake_svg)
-    for raw in ("<script>alert", "<img src=x", "<b>bold", "<i>m"):
-        assert raw not in html
-    assert "&lt;img src=x onerror=alert(2)&gt;" in html
-
-
-def test_report_without_a_renderer_still_has_every_figure(result):
-    html = shrink_report.html_report(result, PIECES, svg=lambda spec: (_ for _ in ()).throw(RuntimeError()))
-    assert "could not be drawn (RuntimeError)" in html and result.caption() in html
-
-
 @pytest.mark.slow
 def test_replay_page_plays_a_shrink_file(result, tmp_path, monkeypatch):
     path = tmp_path / "shrink.json"
@@ -174,51 +143,3 @@ def test_shipped_snapkv_example_runs_the_default_prompt_and_its_scores_choose():
     assert heads and any(head != list(range(n - len(head), n)) for head in heads)
 
 
-@pytest.mark.slow
-def test_cli_default_prompt_is_the_pages(tiny_dir, tmp_path, capsys):
-    from kvviz import cli
-    from tiny import tiny_tokenizer
-    out = tmp_path / "s.json"
-    code = cli.main(["shrink", "--press", "Knorm", "--model", str(tiny_dir), "--max-new-tokens", "2",
-                     "--out", str(out)])
-    # the page's prompt is longer than the tiny model's 256 positions: refused, naming its length
-    n = shrink.prompt_ids(tiny_tokenizer(), shrink.DEFAULT_PROMPT).shape[1]
-    assert code == 2 and n > 256 and not out.exists()
-    assert f"prompt ({n} tokens) + new tokens (2) = {n + 2} exceeds this model's context of 256" in capsys.readouterr().err
-    assert shrink.DEFAULT_PROMPT.endswith("in which year did the lighthouse get an electric lamp?")
-
-
-@pytest.mark.slow
-def test_cli_writes_a_file_replay_reads(tiny_dir, tmp_path, capsys):
-    from kvviz import cli
-    out, html = tmp_path / "s.json", tmp_path / "s.html"
-    code = cli.main(["shrink", "--press", "Knorm", "--ratio", "0.25", "--model", str(tiny_dir), "--prompt",
-                     "the keys and values of every past token " * 4, "--max-new-tokens", "5",
-                     "--out", str(out), "--report", str(html)])
-    assert code == 0, capsys.readouterr().err
-    rec = trace.from_json(out.read_bytes())
-    printed = capsys.readouterr().out
-    assert rec.result.caption() in printed and f"× {rec.result.bytes_ratio():.2f}" in printed
-    assert len(rec.result.full.steps) == 5 and rec.result.caption() in html.read_text()
-
-
-@pytest.mark.parametrize("argv, words", [
-    (["--press", "Knorm", "--ratio", "1.5"], "compression ratio is 1.5"),
-    (["--quant", "quanto", "--nbits", "3"], "not 3"),
-    (["--press", "Knorm", "--max-new-tokens", "0"], "at least 1"),
-    (["--press", "Knorm", "--prompt", "  "], "prompt is empty"),
-    (["--quant", "fp8", "--nbits", "4"], "fp8 stores 8 bits per value; --nbits 4 does not apply"),
-    (["--quant", "fp8", "--residual", "8"], "keeps no full-precision residual"),
-    (["--press", "Knorm", "--out", "/nonexistent-kvviz/s.json"], "the folder /nonexistent-kvviz does not exist"),
-    (["--press", "Knorm", "--out", "/tmp"], "--out /tmp is a folder"),
-    (["--press", "Knorm", "--report", "/nonexistent-kvviz/r.html"], "--report /nonexistent-kvviz/r.html"),
-])
-def test_cli_bad_input_is_one_line(tiny_dir, tmp_path, capsys, argv, words):
-    from kvviz import cli
-    args = ["shrink", "--model", str(tiny_dir), "--out", str(tmp_path / "s.json")] + argv
-    if "--prompt" not in argv:
-        args += ["--prompt", "the keys and values of every past token " * 4]
-    assert cli.main(args) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("kvviz shrink: error:") and words in err and err.count("\n") == 1  # before any load
-    assert not (tmp_path / "s.json").exists()
