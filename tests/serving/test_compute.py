@@ -1,9 +1,8 @@
-"""Many requests through transformers' continuous batching on a tiny model: tokens, blocks, charts, page."""
-from pathlib import Path
-
+"""Many requests through transformers' continuous batching on a tiny model (kvviz.serving.compute):
+tokens, blocks, waiting and preemption, prefix reuse, limits, and the charts' specs over a run (the
+page: test_panel.py)."""
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
 from kvviz.core.errors import UserError
@@ -12,7 +11,6 @@ from kvviz.serving import compute as serving
 from kvviz.serving import charts as sc
 from kvviz.core.blocks import cdiv
 
-PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "serving.py")
 PROMPTS = ["Hello there, how are you?", "Attention reads the cache instead of recomputing the whole prefix.",
            "Tell me a story."]
 PREFIX = "The key value cache keeps the keys and values of every past token. "
@@ -152,47 +150,6 @@ def test_charts_have_stable_specs(shared):
                   sc.usage_chart(sc.usage_frame([]), result.num_blocks, len(steps))):
         spec = charts.to_vega_lite(chart)  # built once per run; each step only swaps the "table" rows
         assert spec["data"] == {"name": charts.TABLE} and "data" not in spec["layer"][0]
-
-
-@pytest.fixture
-def page(tiny_dir, monkeypatch) -> AppTest:
-    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
-    app = AppTest.from_file(PAGE, default_timeout=120)
-    app.run()
-    assert not app.exception, app.exception
-    return app
-
-
-@pytest.mark.slow
-def test_page_runs_three_requests_and_replays_them(page):
-    assert any("Press **Run**" in i.value for i in page.info)
-    page.text_area(key="srv_requests").set_value("\n".join(PROMPTS))
-    page.toggle(key="srv_share").set_value(False)
-    page.number_input(key="srv_blocks").set_value(64)
-    page.select_slider(key="srv_block_size").set_value(4)
-    page.slider(key="srv_max_new").set_value(6)
-    page.slider(key="srv_delay").set_value(0)
-    page.button(key="srv_run").click().run()
-    assert not page.exception, page.exception
-    assert not page.error
-    assert len(page.get("vega_lite_chart")) == 4  # grid, usage, lanes, prefix reuse
-    labels = {m.label: m.value for m in page.metric}
-    assert labels["Peak blocks in use"].endswith("/ 64")
-    assert len(page.main.code) == 3  # each output verbatim, never as Markdown (the sidebar: the link)
-    page.slider(key="srv_step_1").set_value(1).run()  # scrub back to the first step
-    assert not page.exception and any(c.value.startswith("Step 1 ·") for c in page.caption)
-
-
-@pytest.mark.slow
-def test_page_refuses_a_pool_too_small(page):
-    page.text_area(key="srv_requests").set_value("\n".join(PROMPTS))
-    page.toggle(key="srv_share").set_value(False)
-    page.number_input(key="srv_blocks").set_value(4)
-    page.select_slider(key="srv_block_size").set_value(4)
-    page.button(key="srv_run").click().run()
-    assert not page.exception
-    assert any("enlarge the pool" in e.value for e in page.error)
-    assert not page.get("vega_lite_chart")
 
 
 def test_axis_estimates_from_the_requests():

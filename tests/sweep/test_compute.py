@@ -1,21 +1,17 @@
-"""The sweep: runner on a tiny model (exact prompts, out-of-memory points, stopping, resuming),
-its pure helpers, its charts, and the page driven headless with AppTest."""
+"""The sweep (kvviz.sweep.compute): the runner on a tiny model (exact prompts, out-of-memory points,
+stopping, resuming) and its pure helpers (its charts: test_charts.py; its page: test_panel.py)."""
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
 from tiny import tiny_lm
 
 from kvviz.core.errors import UserError
 from kvviz.engine import loop as engine
 from kvviz.core import layout
 from kvviz.sweep import compute as sweep
-from kvviz.sweep import charts as sweep_charts
 from kvviz.sweep.compute import SweepRow, SweepSettings
 
-PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "sweep.py")
 TINY_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4  # K and V x 2 layers x 2 KV heads x head_dim 16 x fp32
 
 
@@ -264,106 +260,5 @@ def test_device_facts_on_cpu(lm):
     assert facts.bytes_per_token == TINY_BYTES_PER_TOKEN
 
 
-# ---------------------------------------------------------------- charts
 
 
-def sample_frame():
-    rows = [ok_row(64, 1), ok_row(128, 1), SweepRow(prompt_tokens=256, batch=1, new_tokens=4, status="oom",
-                   prefill_formula_bytes=9, end_formula_bytes=9, message="OOM"),
-            SweepRow(prompt_tokens=512, batch=1, new_tokens=4, status="skipped", prefill_formula_bytes=9,
-                     end_formula_bytes=9)]
-    return sweep.rows_frame(rows, budget_bytes=TINY_BYTES_PER_TOKEN * 200)
-
-
-def marks(spec: dict) -> list[str]:
-    return [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
-            for layer in spec["layer"]]
-
-
-@pytest.mark.slow
-def test_cache_chart_draws_measured_points_formula_line_failures_and_budget():
-    spec = sweep_charts.cache_bytes_chart(sample_frame(), budget_bytes=123_456).to_dict()
-    assert marks(spec) == ["line", "point", "point", "rule", "text"]
-    assert spec["layer"][0]["encoding"]["x"]["scale"] == {"type": "log", "base": 2}
-    assert spec["layer"][2]["encoding"]["shape"]["scale"]["range"][0] == "cross"
-    dash = spec["layer"][0]["encoding"]["strokeDash"]  # the formula lines have a legend entry
-    assert dash["scale"]["domain"] == [sweep_charts.FORMULA_SERIES] and dash["legend"]["symbolType"] == "stroke"
-    assert spec["resolve"]["scale"]["shape"] == "independent"
-    (budget,) = [d for d in spec["datasets"].values() if d and "label" in d[0]]
-    assert budget[0]["bytes"] == 123_456
-    assert marks(sweep_charts.cache_bytes_chart(sample_frame()).to_dict()) == ["line", "point", "point"]
-
-
-def test_without_a_memory_size_the_cache_chart_says_why_it_has_no_boundary():
-    note = sweep_charts.no_boundary_note("cpu", None)
-    assert note.startswith("No out-of-memory boundary") and "on cpu" in note and "only on CUDA" in note
-    assert sweep_charts.no_boundary_note("NVIDIA H100 80GB HBM3", 70 * 2**30) == ""  # the budget's rule says it
-    budget = [m for m in marks(sweep_charts.cache_bytes_chart(sample_frame(), None).to_dict())]
-    assert "rule" not in budget  # indeed no boundary line without a budget
-
-
-def test_latency_charts_plot_measured_points_per_batch():
-    for chart, field in ((sweep_charts.ttft_chart, "ttft_ms"), (sweep_charts.itl_chart, "itl_median_ms")):
-        spec = chart(sample_frame()).to_dict()
-        assert spec["encoding"]["y"]["field"] == field
-        assert spec["encoding"]["color"]["field"] == "batch"
-        assert spec["transform"] == [{"filter": "(datum.status === 'ok')"}]
-
-
-def test_heatmap_labels_cells_and_outlines_predicted_oom():
-    spec = sweep_charts.heatmap_chart(sample_frame(), "ttft_ms").to_dict()
-    assert marks(spec) == ["rect", "rect", "rect", "text"]
-    assert spec["layer"][0]["encoding"]["color"]["field"] == "ttft_ms"
-    assert "upper(datum.status)" in spec["transform"][0]["calculate"]
-    with pytest.raises(UserError, match="unknown metric"):
-        sweep_charts.heatmap_chart(sample_frame(), "nope")
-    assert "peak_cuda_bytes" not in sweep_charts.metric_names(cuda=False)
-    assert sweep_charts.metric_names(cuda=True) == list(sweep_charts.METRICS)
-
-
-def test_bandwidth_chart_draws_the_peak_rule():
-    spec = sweep_charts.bandwidth_chart(sample_frame(), 4.8e12, "H200").to_dict()
-    assert marks(spec) == ["line", "rule", "text"]
-    labels = [d[0]["label"] for d in spec["datasets"].values() if d and "label" in d[0]]
-    assert labels == ["H200: 4,800 GB/s"]
-    assert marks(sweep_charts.bandwidth_chart(sample_frame()).to_dict()) == ["line"]
-
-
-# ---------------------------------------------------------------- the page
-
-
-@pytest.mark.slow
-def test_page_runs_a_two_point_sweep_and_reuses_it(tiny_dir, monkeypatch):
-    monkeypatch.setenv("KVVIZ_MODEL", str(tiny_dir))
-    at = AppTest.from_file(PAGE, default_timeout=120)
-    at.run()
-    assert not at.exception and any("Run sweep" in i.value for i in at.info)
-    at.multiselect(key="sweep_prompts").set_value([16, 32])
-    at.multiselect(key="sweep_batches").set_value([1])
-    at.slider(key="sweep_new").set_value(3)
-    at.button(key="sweep_run").click().run()
-    assert not at.exception, at.exception
-    (rows,) = at.session_state["sweeps"].values()
-    assert [(r.prompt_tokens, r.status) for r in rows] == [(16, "ok"), (32, "ok")]
-    assert len(at.get("vega_lite_chart")) == 5
-    assert at.get("download_button")
-    monkeypatch.setattr(sweep, "run_point", lambda *a, **k: pytest.fail("re-measured"))
-    at.button(key="sweep_run").click().run()
-    assert not at.exception
-    assert any("already measured" in i.value for i in at.info)
-    assert len(at.get("vega_lite_chart")) == 5
-
-
-@pytest.mark.slow
-def test_hosted_page_applies_the_hosts_caps(monkeypatch, default_lm):
-    monkeypatch.setenv("KVVIZ_HOSTED", "1")
-    monkeypatch.delenv("KVVIZ_MODEL", raising=False)
-    at = AppTest.from_file(PAGE, default_timeout=180).run()
-    assert not at.exception
-    assert max(at.multiselect(key="sweep_prompts").options, key=int) == "1024"
-    assert at.multiselect(key="sweep_batches").options == ["1", "2", "4"]
-    assert at.slider(key="sweep_new").max == 128
-    at.multiselect(key="sweep_prompts").set_value([16, 32, 64, 128, 256])
-    at.multiselect(key="sweep_batches").set_value([1, 2]).run()  # 10 points, the host allows 8
-    assert at.button(key="sweep_run").disabled
-    assert any("at most 8 points" in w.value for w in at.warning)
