@@ -7,7 +7,9 @@
   its file);
 * a feature folder names its files by job, and a job lives only in its file: Streamlit in
   `panel.py` (or `<part>_panel.py`), Altair in `charts.py` (or `<part>_charts.py`), argparse in
-  `cli.py`; a feature with a page has a `panel.py`.
+  `cli.py`; a feature with a page has a `panel.py`;
+* tests/ mirrors kvviz/: each module `kvviz/<package>/<module>.py` has its own
+  `tests/<package>/test_<module>.py` that imports it (`kvviz/<module>.py`: `tests/test_<module>.py`).
 
 Where the house still breaks a rule, the file is listed below; a listed file that stops breaking
 the rule fails its test, so the lists only shrink.
@@ -31,6 +33,7 @@ SOURCES = sorted([*KVVIZ.rglob("*.py"), *(ROOT / "app_pages").glob("*.py"), ROOT
 POSITIONAL_RECORDS: set[str] = set()
 ALIASED_IMPORTS: set[str] = set()
 JOB_OUTSIDE_ITS_FILE: set[str] = set()
+WITHOUT_ITS_TEST_FILE: set[str] = set()
 
 
 def rel(path: Path) -> str:
@@ -108,9 +111,31 @@ def jobs_outside_their_file(path: Path, package: Path = KVVIZ) -> list[str]:
             if lib in roots and stem != job and not stem.endswith(f"_{job}")]
 
 
+def mirror_of(path: Path, root: Path = ROOT) -> Path:
+    """Where the tests of module `path` (under root/kvviz) live: tests/<package>/test_<module>.py."""
+    parts = path.relative_to(root / "kvviz").parts
+    return root.joinpath("tests", *parts[:-1], f"test_{parts[-1]}")
+
+
+def missing_test_file(path: Path, root: Path = ROOT) -> list[str]:
+    """A kvviz module without its own test file, or whose test file never imports it."""
+    if not path.is_relative_to(root / "kvviz") or path.name == "__init__.py":
+        return []
+    tests = mirror_of(path, root)
+    if not tests.exists():
+        return [f"no {tests.relative_to(root)}"]
+    module = ".".join(path.relative_to(root).with_suffix("").parts)
+    package, name = module.rsplit(".", 1)
+    found = any(m == module or m.startswith(module + ".") for m in imported(tests)) or any(
+        isinstance(node, ast.ImportFrom) and node.module == package and name in {a.name for a in node.names}
+        for node in ast.walk(tree(tests)))
+    return [] if found else [f"{tests.relative_to(root)} does not import {module}"]
+
+
 RULES = {"positional": (positional_records, POSITIONAL_RECORDS),
          "aliased": (aliased_imports, ALIASED_IMPORTS),
-         "job": (jobs_outside_their_file, JOB_OUTSIDE_ITS_FILE)}
+         "job": (jobs_outside_their_file, JOB_OUTSIDE_ITS_FILE),
+         "mirrored": (missing_test_file, WITHOUT_ITS_TEST_FILE)}
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -160,3 +185,13 @@ def test_the_rules_catch_a_violation(tmp_path):
         "imports altair outside charts.py", "imports argparse outside cli.py"]
     assert jobs_outside_their_file(tmp_path / "live" / "cache_map_charts.py", tmp_path) == [
         "imports argparse outside cli.py"]
+    (tmp_path / "kvviz" / "core").mkdir(parents=True)
+    (tmp_path / "tests" / "core").mkdir(parents=True)
+    module = tmp_path / "kvviz" / "core" / "units.py"
+    module.write_text("X = 1\n")
+    assert missing_test_file(module, tmp_path) == ["no tests/core/test_units.py"]
+    (tmp_path / "tests" / "core" / "test_units.py").write_text("from kvviz.core import blocks\n")
+    assert missing_test_file(module, tmp_path) == ["tests/core/test_units.py does not import kvviz.core.units"]
+    for line in ("from kvviz.core import blocks, units\n", "from kvviz.core.units import X\n", "import kvviz.core.units\n"):
+        (tmp_path / "tests" / "core" / "test_units.py").write_text(line)
+        assert missing_test_file(module, tmp_path) == [], line
