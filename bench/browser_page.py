@@ -94,6 +94,13 @@ def compute_tokens_per_s(step_ms: list[float], phases: list[str]) -> float:
     return 1e3 / statistics.median(ms for ms, phase in zip(step_ms, phases) if phase == "decode")
 
 
+def busy_tokens_per_s(step_ms: list[float], phases: list[str]) -> float:
+    """Decode tokens per second of the steps' own time: 1000 / the mean decode step. The wall clock
+    can reach it only if nothing happens between steps; the median (compute_tokens_per_s) leaves
+    out the slow steps, which the wall clock pays like everyone else."""
+    return 1e3 / statistics.mean(ms for ms, phase in zip(step_ms, phases) if phase == "decode")
+
+
 def wall_tokens_per_s(moments_s: list[float | None], texts: list[str]) -> float:
     """Tokens per second of wall clock from the first token with text to the last one.
 
@@ -195,6 +202,7 @@ def page_run(page) -> dict:
 
 def rates(run: dict, moments_s: list[float | None]) -> dict:
     return {"compute": compute_tokens_per_s(run["step_ms"], run["phases"]),
+            "busy": busy_tokens_per_s(run["step_ms"], run["phases"]),
             "wall": wall_tokens_per_s(moments_s, run["texts"]),
             "step_ms": statistics.median(ms for ms, p in zip(run["step_ms"], run["phases"]) if p == "decode")}
 
@@ -290,12 +298,12 @@ def browser_rows(samples: dict, bench: PageBench, versions: dict) -> list[Result
         Result(f"Live page in Chromium / headless ({on}): wall-clock decode tokens/s (text on screen / "
                "events yielded)", f"{page['wall']:.2f} tok/s", f"{alone['wall']:.2f} tok/s",
                page["wall"] / alone["wall"], ">=", WALL_TARGET),
-        Result(f"Live page in Chromium, race off ({bench.label}): wall-clock / its own compute-only decode "
-               "tokens/s (drawing never holds back the model)", f"{page['wall']:.2f} tok/s",
-               f"{page['compute']:.2f} tok/s", page["wall"] / page["compute"], ">=", OWN_WALL_TARGET),
-        Result(f"Headless `kvviz record` ({bench.label}): wall-clock / compute-only decode tokens/s (the "
+        Result(f"Live page in Chromium, race off ({bench.label}): wall-clock / its own steps' decode "
+               "tokens/s (1000 / mean step: drawing never holds back the model)", f"{page['wall']:.2f} tok/s",
+               f"{page['busy']:.2f} tok/s", page["wall"] / page["busy"], ">=", OWN_WALL_TARGET),
+        Result(f"Headless `kvviz record` ({bench.label}): wall-clock / its own steps' decode tokens/s (the "
                "engine's own work between steps: the most the row above can reach)", f"{alone['wall']:.2f} tok/s",
-               f"{alone['compute']:.2f} tok/s", alone["wall"] / alone["compute"], None, None),
+               f"{alone['busy']:.2f} tok/s", alone["wall"] / alone["busy"], None, None),
         Result(f"Live page, race on / race off ({bench.label}): cached decode step (median)", f"{race['step_ms']:.2f} ms",
                f"{page['step_ms']:.2f} ms", race["step_ms"] / page["step_ms"], "<=", RACE_TARGET),
         Result(f"Live page click → page finished / headless whole run ({bench.label})", f"{page['click_to_idle_s']:.2f} s",
@@ -331,15 +339,15 @@ def browser_method(bench: PageBench, samples: dict, versions: dict) -> str:
         f"One warm-up round, then {bench.reps} rounds of page (race off), headless, page (race on), each "
         "round in another order (rotated); ratios of medians. **Compute-only** tokens/s is 1000 / the median decode step time "
         "(forward + sampling, as the page's trace records it and its Decode step (median) figure "
-        "shows it). **Wall-clock** tokens/s counts the tokens between the first and the last one "
+        "shows it); the rows of wall-clock over a run's own steps divide by 1000 / the mean decode step instead, since the wall clock pays the slow steps the median leaves out, so that what they compare is the time between steps. **Wall-clock** tokens/s counts the tokens between the first and the last one "
         "that added text over the time between them: on the page, when the text reached that "
         "length on screen (a MutationObserver in the page); headless, when the engine yielded it. "
         "**Race on / off** compares the cached run's median decode step on the two tabs. The headless "
         "row beside them is the same ratio for headless: the engine's work between steps (the cache "
         "probe, the text, the event) is outside the step time, so neither reaches 1. "
-        f"Page (race off): compute {spread(of(page, 'compute'))}, wall {spread(of(page, 'wall'))} tok/s, "
+        f"Page (race off): compute {spread(of(page, 'compute'))}, steps {spread(of(page, 'busy'))}, wall {spread(of(page, 'wall'))} tok/s, "
         f"click to finished {spread(of(page, 'click_to_idle_s'))} s. Headless: compute "
-        f"{spread(of(alone, 'compute'))}, wall {spread(of(alone, 'wall'))} tok/s, whole run "
+        f"{spread(of(alone, 'compute'))}, steps {spread(of(alone, 'busy'))}, wall {spread(of(alone, 'wall'))} tok/s, whole run "
         f"{spread(of(alone, 'total_s'))} s. Race on: cached step {spread(of(race, 'step_ms'))} ms "
         f"against {spread(of(page, 'step_ms'))} ms with it off; {samples['tokens']} tokens per run.")
 
