@@ -40,10 +40,9 @@ VLLM_STAMP := .venv-vllm/.installed
 $(VLLM_STAMP):
 	PYTHON=$(PYTHON) bash scripts/vllm_install.sh
 
-# Three pytest-xdist workers on two cores (the browser and vLLM tests wait on servers much of the
-# time); tests/conftest.py keeps each module, each half of the browser tests and the real-vLLM
+# Two pytest-xdist workers; tests/conftest.py keeps each module, the browser tests and the real-vLLM
 # tests whole on one worker (their servers start once). TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 

@@ -54,22 +54,16 @@ def pytest_itemcollected(item):
         item.add_marker(wing)
 
 
-# ---------------------------------------------------------------- three workers, servers shared
-# `make test` runs the suite on three pytest-xdist workers on two cores: the browser and real-vLLM
-# tests spend much of their time waiting on servers, so two workers left about 40 % of the CPU
-# idle. A worker takes a whole unit at a time: a test module (its module fixtures are paid once),
-# the browser tests in two units (each starts the session servers it uses once, on its worker),
-# and every test that starts a real vLLM ("vllm-real": the session's two servers, the demo and the
-# engine builds, never two at once). xdist's own --dist loadgroup cannot do this on pytest 9 (it
-# renames node ids through an attribute pytest 9 no longer reads), so the unit is decided here,
-# from the node id the controller sees.
+# ---------------------------------------------------------------- two workers, one server each
+# `make test` runs the suite on two pytest-xdist workers. A worker takes a whole unit at a time:
+# a test module (its module fixtures are paid once), all of tests/browser/ (its session's Streamlit
+# servers and Chromium start once), and every test that starts a real vLLM ("vllm-real": the
+# session's two servers, the demo and the engine builds, never two at once). xdist's own
+# --dist loadgroup cannot do this on pytest 9 (it renames node ids through an attribute pytest 9 no
+# longer reads), so the unit is decided here, from the node id the controller sees.
 REAL_VLLM_MODULES = ("tests/vllm/test_integration.py", "tests/scripts/test_vllm_demo.py",
                      "tests/planner/test_vllm_hybrid.py", "tests/planner/test_vllm_sliding.py",
                      "tests/planner/test_will_start.py")
-# Browser modules on the default model's server or on servers of their own: one unit; the rest
-# (the tiny and hosted session servers) the other.
-BROWSER_HEAVY_MODULES = ("test_visitors.py", "test_bench.py", "test_cache_map.py", "test_live.py",
-                         "test_stage.py")
 
 
 def work_unit(nodeid: str) -> str:
@@ -78,7 +72,7 @@ def work_unit(nodeid: str) -> str:
     if module in REAL_VLLM_MODULES:
         return "vllm-real"
     if module.startswith("tests/browser/"):
-        return "browser-heavy" if module.rsplit("/", 1)[-1] in BROWSER_HEAVY_MODULES else "browser"
+        return "browser"
     return module
 
 
@@ -94,18 +88,17 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedServerScheduling(config, log)
 
 
-FIRST_UNITS = ("browser", "browser-heavy", "vllm-real")  # the longest units start at once
+FIRST_UNIT = "browser"  # the longest unit (~18 of the suite's ~40 worker-minutes): it starts at once
 
 
 def pytest_collection_modifyitems(config, items):
-    """Units in the order a worker takes them: the longest first (browser, real vLLM), then the
-    rest by number of tests (xdist's own reorder). Left to xdist's order, big modules of many
-    quick tests went first and a long unit then ran alone at the end of the suite."""
+    """Units in the order a worker takes them: the browser unit first, then the rest by number of
+    tests (xdist's own reorder). xdist's order had put two big modules ahead of it, and the
+    browser unit then ran past every other, alone at the end of the suite."""
     units: dict[str, list] = {}
     for item in items:
         units.setdefault(work_unit(item.nodeid), []).append(item)
-    first = {unit: i for i, unit in enumerate(FIRST_UNITS)}
-    order = sorted(units, key=lambda unit: (first.get(unit, len(first)), -len(units[unit])))
+    order = sorted(units, key=lambda unit: (unit != FIRST_UNIT, -len(units[unit])))
     items[:] = [item for unit in order for item in units[unit]]
 
 

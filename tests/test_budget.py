@@ -33,12 +33,9 @@ def test_a_test_past_the_limit_fails_unless_marked_long(tmp_path):
 
 
 def test_a_worker_takes_the_tests_that_share_a_server_whole():
-    """make test's xdist workers: one unit per module, two for tests/browser/ (each starts the
-    session servers it uses once), one for the tests that start a real vLLM (tests/conftest.py's
-    scheduler); the long units go out first."""
-    from conftest import FIRST_UNITS, work_unit
-    assert work_unit("tests/browser/test_links.py::test_a") == work_unit("tests/browser/test_pages.py::b[1]") == "browser"
-    assert work_unit("tests/browser/test_live.py::a") == work_unit("tests/browser/test_visitors.py::b") == "browser-heavy"
-    assert set(FIRST_UNITS) == {"browser", "browser-heavy", "vllm-real"}
+    """make test's two xdist workers: one unit per module, one for tests/browser/ (its session's
+    servers), one for the tests that start a real vLLM (tests/conftest.py's scheduler)."""
+    from conftest import work_unit
+    assert work_unit("tests/browser/test_live.py::test_a") == work_unit("tests/browser/test_pages.py::b[1]") == "browser"
     assert work_unit("tests/vllm/test_integration.py::a") == work_unit("tests/scripts/test_vllm_demo.py::b") == "vllm-real"
     assert work_unit("tests/core/test_blocks.py::a[x::y]") == "tests/core/test_blocks.py"
