@@ -39,3 +39,13 @@ def test_a_worker_takes_the_tests_that_share_a_server_whole():
     assert work_unit("tests/browser/test_live.py::test_a") == work_unit("tests/browser/test_pages.py::b[1]") == "browser"
     assert work_unit("tests/vllm/test_integration.py::a") == work_unit("tests/scripts/test_vllm_demo.py::b") == "vllm-real"
     assert work_unit("tests/core/test_blocks.py::a[x::y]") == "tests/core/test_blocks.py"
+
+
+def test_each_worker_takes_its_share_of_the_cores_for_torch():
+    """Two workers on two cores: one torch thread each, not two each waiting on the other's."""
+    import torch
+    from conftest import worker_torch_threads
+    assert worker_torch_threads(2, 2) == 1 and worker_torch_threads(16, 2) == 8
+    assert worker_torch_threads(1, 2) == 1 and worker_torch_threads(2, 1) == 2
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    assert torch.get_num_threads() == worker_torch_threads(os.cpu_count() or 1, workers)
