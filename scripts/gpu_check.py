@@ -2,7 +2,7 @@
 
 Run: `make gpu-check` (or `python scripts/gpu_check.py [--out DIR] [--no-page]`). Records traces of
 the default model in bf16 and fp32 on CUDA into DIR (default: runs/) for the Replay page (greedy,
-64 tokens past the end of the turn: checks, not examples to ship in kvviz/assets/traces); puts each
+64 tokens past the end of the turn: checks, not examples to ship in assets/traces); puts each
 decode step beside the device's memory-bandwidth floor (the weights and the cache read once per
 step, at the bandwidth a large copy reaches); measures the hooks' and the attention capture's cost
 per decode step in bf16 (`make bench`'s hooks and cache-map rows); and runs the live page in

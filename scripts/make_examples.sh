@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Re-record the examples shipped in kvviz/assets/traces/ on the embedded default model (CPU, fp32,
+# Re-record the examples shipped in assets/traces/ on the embedded default model (CPU, fp32,
 # greedy; each answer stops at the end of its turn). One torch thread: on a shared 2-core machine two
 # threads gave 1-9 s spikes in the recorded step times. Run on a quiet machine; takes about 2 minutes.
 #
 #   scripts/make_examples.sh            (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=kvviz/assets/traces
+out=assets/traces
 export OMP_NUM_THREADS=1
 # Replay's Live example: a short factual question the 135M model answers right, both runs.
 .venv/bin/kvviz record --prompt "Why is the sky blue?" --recompute --device cpu --dtype float32 \

@@ -1,4 +1,4 @@
-"""Build kvviz/assets/shrink_task.json: the Shrink quality sweep's built-in RULER-style task.
+"""Build assets/shrink_task.json: the Shrink quality sweep's built-in RULER-style task.
 
 Generates `--per-task` items of each format kvviz.shrink.ruler offers (needle single, multi-key,
 multi-value, variable tracking), the asked needle at depths spread evenly over the haystack,

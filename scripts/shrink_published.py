@@ -8,7 +8,7 @@ kvpress_leaderboard_raw.csv of github.com/lapidoty/kvpress-centrality
 over RULER's 13 tasks ("macro"), and the mean over the four task formats kvviz generates
 (niah_single_1 — RULER's noise haystack, as kvviz's —, niah_multikey_1, niah_multivalue, vt).
 
-    .venv/bin/python scripts/shrink_published.py [--sweep kvviz/assets/shrink_sweep_smollm2.json]
+    .venv/bin/python scripts/shrink_published.py [--sweep assets/shrink_sweep_smollm2.json]
 
 prints a Markdown table (docs/shrink.md holds its output) and, per ratio, whether the two rank
 the presses alike (Spearman's rho over the presses both measured).
@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kvviz.core import assets  # noqa: E402
 from kvviz.shrink import sweep  # noqa: E402
 
 # press (kvviz's name) -> ratio -> (macro over 13 tasks, niah_single_1, niah_multikey_1, niah_multivalue, vt),
@@ -130,8 +131,7 @@ def matrix(result: sweep.Sweep) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sweep", default=str(Path(__file__).resolve().parent.parent / "kvviz" / "assets" /
-                                           "shrink_sweep_smollm2.json"))
+    p.add_argument("--sweep", default=str(assets.FOLDER / "shrink_sweep_smollm2.json"))
     p.add_argument("--matrix", action="store_true", help="print the sweep's own table (press × ratio) only")
     args = p.parse_args(argv)
     result = sweep.from_json(Path(args.sweep).read_bytes())

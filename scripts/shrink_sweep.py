@@ -1,4 +1,4 @@
-"""Compute the shipped quality sweep (kvviz/assets/shrink_sweep_smollm2.json), resumably.
+"""Compute the shipped quality sweep (assets/shrink_sweep_smollm2.json), resumably.
 
 Every press kvpress 0.5.5 offers here at the leaderboard's ratios, SnapKV with the question in its
 window (its own entry), and every quantized cache, on every item of the task, by the leaderboard's
@@ -25,14 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kvviz.core import assets  # noqa: E402
 from kvviz.core.config import LoadConfig  # noqa: E402
 from kvviz.core.errors import UserError  # noqa: E402
 from kvviz.core.files import write_atomic  # noqa: E402
 from kvviz.engine.models import load_model  # noqa: E402
 from kvviz.shrink import presses, support, sweep, task  # noqa: E402
 
-OUT = ROOT / "kvviz" / "assets" / "shrink_sweep_smollm2.json"
-LOG = ROOT / "kvviz" / "assets" / "shrink_sweep_smollm2.items.jsonl"
+OUT = assets.FOLDER / "shrink_sweep_smollm2.json"
+LOG = assets.FOLDER / "shrink_sweep_smollm2.items.jsonl"
 TIMED_ITEMS = 4  # items (spread evenly: one per task format) whose decode steps take turns with the full cache's
 
 

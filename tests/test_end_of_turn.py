@@ -6,11 +6,11 @@ turn it invented ("…in 1952.\\nsystem\\n\\nuser\\n"). The Sweep alone runs pas
 point measures exactly its new tokens, and no answer is shown (tests/sweep/test_compute.py)."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 from tiny import save_tiny, tiny_lm
 
+from kvviz.core import assets
 from kvviz import cli
 from kvviz.core.config import RunConfig
 from kvviz.core.trace import Trace
@@ -20,7 +20,6 @@ from kvviz.serving import compute as serving
 from kvviz.shrink import compute as shrink
 from kvviz.shrink import trace as shrink_trace
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPT, NEW = "What is a KV cache?", 10
 ROLE_LINE = re.compile(r"^\s*(system|user|assistant)\s*$", re.MULTILINE | re.IGNORECASE)
 
@@ -128,11 +127,11 @@ def test_the_default_model_ends_its_answer_at_the_turn(default_lm):
 
 
 def shipped_answers() -> dict[str, list[str]]:
-    """Every answer in kvviz/assets/traces/: a run trace's text per mode and sequence, a shrink
+    """Every answer in assets/traces/: a run trace's text per mode and sequence, a shrink
     file's two sides (a vLLM watch holds events, no answer)."""
     from kvviz.vllm.trace import FORMAT as WATCH, peek_format
     answers = {}
-    for path in sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json")):
+    for path in sorted(assets.TRACES.glob("*.json")):
         data = path.read_bytes()
         if peek_format(data) == WATCH:
             continue

@@ -2,7 +2,6 @@
 entry functions a visitor's input reaches: trace files (their meta above all), pasted configs and
 URL parameters. A library's exception escaping one of these would end a visitor's page."""
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -10,13 +9,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import kvviz.replay.panel
 from kvviz.app import links
 from kvviz.planner import frames as planner_frames
-from kvviz.core import safe_input
+from kvviz.core import assets, safe_input
 from kvviz.core.errors import UserError
 from kvviz.shrink import trace as shrink_trace
 from kvviz.core.meta import LayerRecord
 from kvviz.core.trace import Trace, TraceError, check_run_meta
 
-EXAMPLE = json.loads(next(p for p in sorted((Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces").glob("*.json"))
+EXAMPLE = json.loads(next(p for p in sorted(assets.TRACES.glob("*.json"))
                           if json.loads(p.read_text()).get("format") == "kvviz-trace").read_text())  # a run trace
 EXAMPLE["events"] = EXAMPLE["events"][:20]  # the meta is what varies: keep each example small
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,7 +112,7 @@ def test_url_parameters(query, params):
 
 
 # ---------------------------------------------------------------- Shrink's inputs (issue 28)
-SHRINK_EXAMPLE = json.loads(next(p for p in (Path(__file__).resolve().parent.parent / "kvviz" / "assets" / "traces")
+SHRINK_EXAMPLE = json.loads(next(p for p in assets.TRACES
                                  .glob("*.json") if shrink_trace.is_record(p.read_bytes())).read_text())
 for _side in ("full", "shrunk"):  # keep each example small: what varies is the structure
     SHRINK_EXAMPLE[_side]["steps"] = SHRINK_EXAMPLE[_side]["steps"][:4]

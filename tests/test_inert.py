@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.core import assets
 from kvviz.app import ui
 from kvviz.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT / "kvviz" / "assets" / "traces"
+TRACES = assets.TRACES
 REPLAY = str(ROOT / "app_pages" / "replay.py")
 
 
@@ -280,7 +281,7 @@ def watch_doc() -> dict:
 FILES = {  # format -> (a real document, the reader the pages use)
     "trace": (small_trace, read_trace),
     "shrink record": (lambda: json.loads((TRACES / "smollm2-135m-shrink-snapkv.json").read_text()), read_shrink_record),
-    "shrink sweep": (lambda: json.loads((ROOT / "kvviz" / "assets" / "shrink_sweep_smollm2.json").read_text()), read_sweep),
+    "shrink sweep": (lambda: json.loads((assets.FOLDER / "shrink_sweep_smollm2.json").read_text()), read_sweep),
     "vllm watch": (watch_doc, read_watch),
 }
 
@@ -609,7 +610,7 @@ def test_a_sweep_file_cannot_multiply_its_chart_rows_or_hold_2_64_bytes():
     """Issue 41: 500 full-cache rows × 500 curves became 251,000 chart rows (+458 MB), and
     `bytes` = 2**64 passed validation and crashed the chart."""
     from kvviz.core.trace import TraceError
-    doc = json.loads((ROOT / "kvviz" / "assets" / "shrink_sweep_smollm2.json").read_text())
+    doc = json.loads((assets.FOLDER / "shrink_sweep_smollm2.json").read_text())
     full = next(r for r in doc["rows"] if r["kind"] == "full")
     press = next(r for r in doc["rows"] if r["kind"] == "press")
     many = {**doc, "rows": [full, full] + [{**press, "press": f"p{i}"} for i in range(100)]}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz.core import errors
+from kvviz.core import assets, errors
 from kvviz.app import hosted, keys, links, restart, threads, uploads
 from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
@@ -28,7 +28,6 @@ from kvviz.app.stage import presenter_mode
 from kvviz.core.config import DEFAULT_MODEL, LoadConfig
 from kvviz.core.trace import MAX_TRACE_BYTES, Trace
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MAX_PROMPT_CHARS = 200_000  # the prompt boxes' cap on your own machine (hosted: kvviz.app.hosted)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
 # GitHub-flavoured Markdown links bare URLs, "www." names and e-mail addresses whatever is escaped:
@@ -91,7 +90,7 @@ def chart_font_scale() -> float:
 
 
 def prompt_presets() -> dict:
-    return json.loads((ASSETS / "prompts.json").read_text())
+    return json.loads((assets.FOLDER / "prompts.json").read_text())
 
 
 @st.cache_resource(show_spinner=False)
@@ -281,8 +280,8 @@ SPEEDS = {"¼×": 0.25, "½×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0, "instan
 
 
 def example_traces() -> dict[str, Path]:
-    """The example traces shipped in kvviz/assets/traces, by display name."""
-    return {p.stem: p for p in sorted((ASSETS / "traces").glob("*.json"))}
+    """The example traces shipped in assets/traces, by display name."""
+    return {p.stem: p for p in sorted(assets.TRACES.glob("*.json"))}
 
 
 def upload_limit_bytes() -> int:

@@ -1,22 +1,21 @@
-"""The catalogs kvviz ships in kvviz/assets: models (published configs) and GPU presets.
+"""The catalogs kvviz ships in assets/ (kvviz.core.assets): models (published configs) and GPU presets.
 
 Read by the planner, the sweep's device facts and the pages; pure, stdlib only.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+from kvviz.core import assets
 
 
 def _read_asset(filename: str, key: str) -> list[dict]:
-    with open(ASSETS_DIR / filename, encoding="utf-8") as f:
+    with open(assets.FOLDER / filename, encoding="utf-8") as f:
         return json.load(f)[key]
 
 
 def load_catalog() -> list[dict]:
-    """Model entries of kvviz/assets/models.json: name, hf_id, aliases, config (the published
+    """Model entries of assets/models.json: name, hf_id, aliases, config (the published
     config.json fields), num_parameters, num_active_parameters (MoE) and a source."""
     return _read_asset("models.json", "models")
 
@@ -27,7 +26,7 @@ def catalog_config(entry: dict) -> dict:
 
 
 def load_gpus() -> list[dict]:
-    """GPU presets of kvviz/assets/gpus.json: name, memory_bytes (marketed), device_bytes (what the
+    """GPU presets of assets/gpus.json: name, memory_bytes (marketed), device_bytes (what the
     device reports, with device_figure and device_source saying where that comes from),
     bandwidth_bytes_per_s (GB = 1e9 B)."""
     return _read_asset("gpus.json", "gpus")

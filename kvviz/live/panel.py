@@ -12,12 +12,12 @@ from dataclasses import asdict
 
 import streamlit as st
 
-from kvviz.app import ui
 from kvviz.engine import race
 from kvviz.live import words
 from kvviz.live import stylesheet
 from kvviz.live import view_panel
 from kvviz.live import downloads_panel
+from kvviz.core import assets
 from kvviz.core.meta import RunMeta
 from kvviz.core.trace import Trace
 
@@ -95,10 +95,10 @@ def prompt_line(cfg, where=st) -> None:
 
 
 def explainer() -> None:
-    """The plain-language panel and glossary, one click away (kvviz's own text from kvviz/assets/,
+    """The plain-language panel and glossary, one click away (kvviz's own text from assets/,
     never user text); closed, at the end of the page: right under the tour before a run (on a
     stranger's first screen, below Generate), below the run's panels after one (a hosted run's
     texts and cache map keep the first screen at 1280 x 720)."""
     with st.expander("What am I looking at?", expanded=False):
-        st.markdown((ui.ASSETS / "explainer.md").read_text())
-        st.markdown((ui.ASSETS / "glossary.md").read_text())
+        st.markdown((assets.FOLDER / "explainer.md").read_text())
+        st.markdown((assets.FOLDER / "glossary.md").read_text())

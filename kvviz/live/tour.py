@@ -22,7 +22,7 @@ from kvviz.core.units import fmt_bytes, fmt_ms
 from kvviz.live import captions
 
 LONG_CONTEXT = 131_072  # "128k tokens": a long document or a long chat
-PLAN_GPU = "H100 SXM"  # a real serving GPU the planner knows (kvviz/assets/gpus.json)
+PLAN_GPU = "H100 SXM"  # a real serving GPU the planner knows (assets/gpus.json)
 PLAN_KV_DTYPE = "bf16"  # how a GPU usually keeps the cache (the planner's own default)
 BF16_BYTES = 2
 PLANNER_PAGE, SHRINK_PAGE = "planner", "shrink"  # relative: they work under any base URL path

@@ -37,7 +37,7 @@ FOR, SHOWN, SINCE, MOVE, MANUAL = "tour_for", "tour_shown", "tour_since", "tour_
 TOGGLE_HELP = ("Five short steps that point at what the run is doing as it happens, with its own "
                "numbers. Next / Back (PageDown / PageUp, a presentation clicker's keys) walk them.")
 START_TITLE = "What is a KV cache? Watch one being built."
-EXAMPLE = "smollm2-135m-cpu-fp32"  # the shipped example trace (kvviz/assets/traces): a whole run's numbers
+EXAMPLE = "smollm2-135m-cpu-fp32"  # the shipped example trace (assets/traces): a whole run's numbers
 SLACK = " 0000000"  # a hidden copy's room for another run's longer numbers (a few more digits)
 START_TEXT = ("Press Generate and this tour points at what happens, step by step: how the model "
               "reads the prompt, how its KV cache grows with every token, and what running without "

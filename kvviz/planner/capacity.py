@@ -30,7 +30,7 @@ from kvviz.core.layout import CHUNKED, FULL, LATENT, SLIDING, CacheSpec, kinds_s
 from kvviz.core.layout import layer_tokens_held
 from kvviz.core.budget import DEFAULT_OVERHEAD_FRACTION, kv_budget_bytes, runtime_overhead_bytes  # noqa: F401
 from kvviz.planner.vllm_memory import ModelShape
-from kvviz.core.catalog import (ASSETS_DIR, catalog_config, find_catalog_entry, find_gpu,  # noqa: F401
+from kvviz.core.catalog import (catalog_config, find_catalog_entry, find_gpu,  # noqa: F401
                                 load_catalog, load_gpus)
 from kvviz.core.errors import UserError
 

@@ -6,7 +6,7 @@
     kvviz plan --layers 30 --kv-heads 3 --head-dim 64 --heads 9 --gpu-gb 24
 
 The model is, in order: explicit numbers (--layers --kv-heads --head-dim), a path to a
-config.json or to a folder holding one, a catalog name (kvviz/assets/models.json; see --list), or a
+config.json or to a folder holding one, a catalog name (assets/models.json; see --list), or a
 Hugging Face id already in the local cache (read with AutoConfig, local_files_only=True: this
 command never downloads). Its layers come from kvviz.core.layout, its parameter count from the
 architecture built on the meta device (kvviz.planner.params; --params for an unknown architecture).

@@ -17,6 +17,7 @@ from typing import Callable
 import streamlit as st
 
 from kvviz.app import links, ui, uploads
+from kvviz.core import assets
 from kvviz.core.errors import UserError
 from kvviz.core.units import fmt_bytes, fmt_ms
 from kvviz.shrink import presses, quant_cache, support, sweep, sweep_charts, task, trace
@@ -359,7 +360,7 @@ def page() -> None:
 
 
 # ------------------------------------------------------------------ the quality sweep
-SHIPPED_SWEEP = ui.ASSETS / "shrink_sweep_smollm2.json"  # scripts/shrink_sweep.py on the default model
+SHIPPED_SWEEP = assets.FOLDER / "shrink_sweep_smollm2.json"  # scripts/shrink_sweep.py on the default model
 HOSTED_ITEMS = 2
 SWEEP_INTRO = ("RULER-style questions (a needle, four keys, four values, a chain of variables; every depth, none "
                "filtered) asked with the full cache and with each press at the kvpress leaderboard's ratios 0.25 / "

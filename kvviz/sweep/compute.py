@@ -31,7 +31,7 @@ from kvviz.core.events import StepEvent
 from kvviz.engine.models import LoadedModel
 from kvviz.core.trace import mode_summary, percentile
 from kvviz.core.errors import UserError, out_of_memory
-from kvviz.core import budget, catalog
+from kvviz.core import assets, budget, catalog
 from kvviz.engine.cost import ModelWork, model_work  # noqa: F401 - the sweep's own
 
 STATUSES = ("ok", "oom", "skipped", "error")
@@ -40,7 +40,7 @@ OPTION_MIN_TOKENS = 16  # smallest prompt length offered
 DEVICE_CAP_TOKENS = {"cpu": 2048, "mps": 8192, "cuda": 32768}  # default sweeps stay this short
 DEFAULT_BATCHES = {"cpu": (1,), "mps": (1, 4), "cuda": (1, 8, 64)}
 BATCH_OPTIONS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-SOURCE_PRESET = "Long document"  # the kvviz/assets/prompts.json text repeated into sweep prompts
+SOURCE_PRESET = "Long document"  # the assets/prompts.json text repeated into sweep prompts
 UNKNOWN_CONTEXT_TOKENS = 131072  # options' ceiling when a config states no max positions
 
 Point = tuple[int, int]  # (prompt_tokens, batch)
@@ -82,7 +82,7 @@ class SweepRow:
 
 
 def source_text() -> str:
-    presets = json.loads((catalog.ASSETS_DIR / "prompts.json").read_text(encoding="utf-8"))
+    presets = json.loads((assets.FOLDER / "prompts.json").read_text(encoding="utf-8"))
     return presets[SOURCE_PRESET]["prompt"]
 
 
@@ -246,7 +246,7 @@ class DeviceFacts:
 
     name: str  # the CUDA device's name, else "cpu" / "mps"
     memory_bytes: int | None  # total CUDA memory; None elsewhere (no limit is predicted)
-    preset: str | None  # the matching GPU preset of kvviz/assets/gpus.json, if any
+    preset: str | None  # the matching GPU preset of assets/gpus.json, if any
     peak_bandwidth_bytes_per_s: float | None  # the preset's peak memory bandwidth
     kv_budget_bytes: int | None  # memory - weights - overhead: where the cache must fit
     bytes_per_token: int  # cache bytes per token of one sequence, every layer

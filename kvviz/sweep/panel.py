@@ -35,7 +35,7 @@ WHERE_TIME_GOES = (
     "and contexts move the points up towards the peak.")
 
 NO_PEAK = (" No peak line: kvviz knows the peak memory bandwidth of the GPUs in its presets "
-           "(kvviz/assets/gpus.json) only, and a CPU's depends on its memory channels, which it does not "
+           "(assets/gpus.json) only, and a CPU's depends on its memory channels, which it does not "
            "read. Type a peak in the sidebar (GB/s) to draw the line.")
 RESULT_COLUMNS = {  # rows_frame column -> (label, kind) for panels.people_table
     "prompt_tokens": ("prompt tokens", "count"), "batch": ("batch", "count"), "status": ("status", "text"),
@@ -135,7 +135,7 @@ def sidebar(lm: LoadedModel, device, rules) -> Controls:
         "Peak memory bandwidth (GB/s, 0 = unknown)", 0.0, 100_000.0,
         (device.peak_bandwidth_bytes_per_s or 0) / 1e9, 10.0, key="sweep_peak_gbs", bind=URL,
         help=f"From the GPU presets ({device.preset})" if device.preset else
-        "0: not known for this device. kvviz has the peak bandwidth of the GPUs in kvviz/assets/gpus.json only; "
+        "0: not known for this device. kvviz has the peak bandwidth of the GPUs in assets/gpus.json only; "
         "a CPU's depends on its memory channels, which kvviz does not read. Type one to draw the line.")
     ui.share_link()
     settings = compute.SweepSettings(tuple(sorted(prompts)), tuple(sorted(batches)), new_tokens)

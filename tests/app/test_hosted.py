@@ -2,6 +2,7 @@
 and, still here, the Replay upload's refusals at load (kvviz.replay.panel.read_trace) under that policy."""
 import pytest
 
+from kvviz.core import assets
 from kvviz.core.errors import UserError
 from kvviz.app import hosted
 
@@ -66,8 +67,7 @@ def test_upload_over_the_hosted_cap_is_refused_before_it_is_read(monkeypatch):
 
 def example_doc() -> dict:
     import json
-    from pathlib import Path
-    path = sorted((Path(__file__).resolve().parents[2] / "kvviz" / "assets" / "traces").glob("*.json"))[0]
+    path = sorted(assets.TRACES.glob("*.json"))[0]
     return json.loads(path.read_text())
 
 

@@ -21,6 +21,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1.element_tree import Widget
 
+from kvviz.core import assets
 from kvviz.app import links
 from kvviz.vllm import panel as vllm_panels
 
@@ -183,7 +184,7 @@ def test_a_preset_prompt_edited_is_carried_and_restored():
     assert again.selectbox(key="preset").value == "Long document"
     # another preset chosen after opening the link starts at its own text, not the link's
     again.selectbox(key="preset").set_value("Short question").run()
-    presets = json.loads((ROOT / "kvviz" / "assets" / "prompts.json").read_text())
+    presets = json.loads((assets.FOLDER / "prompts.json").read_text())
     assert again.text_area(key="prompt-Short question").value == presets["Short question"]["prompt"]
     assert not any(k == "prompt" for k, _ in share_pairs(again)[1])
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 
 from kvviz.app import ui
+from kvviz.core import assets
 from kvviz.core.trace import Trace, summary
 from kvviz.live import cache_map_panel, captions, view_panel
 
-EXAMPLE = ui.ASSETS / "traces" / "smollm2-135m-cpu-fp32.json"  # a real SmolLM2-135M run (kvviz record)
+EXAMPLE = ui.example_traces()["smollm2-135m-cpu-fp32"]  # a real SmolLM2-135M run (kvviz record)
 # Where a panel sits changes with the screen (a phone stacks them): the explainer names panels by
 # their titles, never by their place.
 PLACES = re.compile(r"\b(left|right|beside|above|below|top|bottom)\b", re.I)
@@ -31,7 +32,7 @@ TERM_PATTERNS = (
 
 def glossary_terms() -> list[str]:
     """The first cell of every row of the glossary's table, lower-cased."""
-    rows = [line.split("|") for line in (ui.ASSETS / "glossary.md").read_text().splitlines() if line.startswith("|")]
+    rows = [line.split("|") for line in (assets.FOLDER / "glossary.md").read_text().splitlines() if line.startswith("|")]
     return [cells[1].strip().lower() for cells in rows[2:]]  # past the header and its rule
 
 
@@ -75,7 +76,7 @@ def test_the_term_finder_finds_what_a_stranger_would_ask_about():
 
 
 def test_the_explainer_names_panels_by_their_titles_not_their_places():
-    text = " ".join((ui.ASSETS / "explainer.md").read_text().split())
+    text = " ".join((assets.FOLDER / "explainer.md").read_text().split())
     assert not PLACES.findall(text), PLACES.findall(text)
     assert cache_map_panel.TITLE in text and "*With the KV cache*" in text and "*Without a cache*" in text
     assert view_panel.titled_box.__doc__  # the two text boxes' titles are drawn by titled_box (checked in Chromium)

@@ -23,6 +23,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFileRec
 
 from bench.app_server import IDLE, ROOT, free_port, server_env
 from browser_kit import ARTIFACTS, launched_chromium, open_sidebar, require_chromium, tiny_as_default
+from kvviz.core import assets
 from kvviz.app import hosted, ui, uploads
 
 CAPS = hosted.Policy(enabled=True)
@@ -214,7 +215,7 @@ def test_a_tab_open_across_a_restart_is_told_and_reloads_once(launched, browser)
         page.close()
 
 
-EXAMPLE = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json"
+EXAMPLE = assets.TRACES / "smollm2-135m-cpu-fp32.json"
 
 
 def uploaded(url: str, sizes: list[int], forwarded: str | None = None) -> list[int]:

@@ -20,9 +20,10 @@ import pytest
 import browser_kit
 from browser_kit import ARTIFACTS
 
+from kvviz.core import assets
 from kvviz.app import links
 from kvviz.core.trace import Trace
-from bench.app_server import IDLE, ROOT
+from bench.app_server import IDLE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -116,7 +117,7 @@ def test_no_page_load_reaches_another_host(server, browser):
     assert not elsewhere, elsewhere
 
 
-EXAMPLE = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json"  # Replay's first example
+EXAMPLE = assets.TRACES / "smollm2-135m-cpu-fp32.json"  # Replay's first example
 FRAME = r"""() => {
   const q = (s) => document.querySelector(s);
   const labels = (el) => [...el.querySelectorAll('[aria-label]')].map((e) => e.getAttribute('aria-label'));

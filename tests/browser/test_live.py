@@ -14,6 +14,7 @@ are noisy: waits are generous and no speed is asserted.
 """
 from __future__ import annotations
 
+from kvviz.core import assets
 import os
 import re
 import shutil
@@ -340,7 +341,7 @@ def test_shrink_page_runs_a_quantized_cache(server, browser_context):
 def test_replay_plays_the_shipped_shrink_comparison(server, browser_context):
     from kvviz.shrink import trace
 
-    path = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-shrink-snapkv.json"
+    path = assets.TRACES / "smollm2-135m-shrink-snapkv.json"
     rec = trace.from_json(path.read_bytes())
     page = browser_context.new_page()
     try:

@@ -65,9 +65,9 @@ def replayed_examples() -> list[tuple[str, tuple[str, ...]]]:
     """(shipped example, the modes Replay is looked at with it in): the Live page's run and every
     vLLM watch (its own panels) in every mode; a shrink comparison (its charts are the Shrink
     page's, looked at after its run there in every mode) in normal mode, for its page's layout."""
-    from kvviz.app.ui import ASSETS
+    from kvviz.core import assets
     from kvviz.vllm.trace import FORMAT, peek_format
-    paths = sorted((ASSETS / "traces").glob("*.json"))
+    paths = sorted(assets.TRACES.glob("*.json"))
     live = [(p.stem, MODES) for p in paths if p.stem == "smollm2-135m-cpu-fp32"]
     shrink = [(p.stem, ("normal",)) for p in paths if "shrink" in p.stem][:1]
     return live + shrink + [(p.stem, MODES) for p in paths if peek_format(p.read_bytes()) == FORMAT]

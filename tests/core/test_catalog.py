@@ -1,4 +1,4 @@
-"""The shipped catalogs (kvviz/assets/models.json, kvviz/assets/gpus.json) are well-formed published data.
+"""The shipped catalogs (assets/models.json, assets/gpus.json) are well-formed published data.
 
 Every model config must build with transformers' own config class (a typo in a field name or a
 model_type transformers does not know fails here), every entry names its source, no name or
@@ -9,16 +9,15 @@ punctuation ignored, and a preset's device bytes fall back to its marketed bytes
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import transformers
 from transformers import AutoConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from kvviz.core import catalog
+from kvviz.core import assets, catalog
 
-ASSETS = Path(__file__).resolve().parents[2] / "kvviz" / "assets"
+ASSETS = assets.FOLDER
 GB = 1_000_000_000
 
 REQUIRED_MODELS = [

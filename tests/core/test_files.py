@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.core import files
+from kvviz.core import assets, files
 from kvviz.core.trace import Trace
 from kvviz.vllm.trace import Recording
 
 pytestmark = pytest.mark.slow  # kills writer processes mid-write, repeatedly: make test, not make check
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json"  # a real run, replayable
+EXAMPLE = assets.TRACES / "smollm2-135m-cpu-fp32.json"  # a real run, replayable
 NUM_EVENTS = len(Trace.load(EXAMPLE).events)
 PAD = 6 * 2**20  # padding in the trace's meta: ≈ 6 MiB a save, so a write takes a while
 CHILD = r"""

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from kvviz.core import assets
 from kvviz.core.meta import MAX_RESERVED_BYTES, RUN_BOUNDS, RUN_FACTS, RunMeta, as_dict
 from kvviz.core.trace import Trace, TraceError, check_run_meta
 from kvviz.live import captions, report
 from kvviz.live import charts as live_charts
 
-TRACES = sorted((Path(__file__).resolve().parents[2] / "kvviz" / "assets" / "traces").glob("*.json"))
+TRACES = sorted(assets.TRACES.glob("*.json"))
 RUN_TRACE = next(p for p in TRACES if '"format": "kvviz-trace"' in p.read_text()[:200])
 SHORT = {**json.loads(RUN_TRACE.read_text()), "events": json.loads(RUN_TRACE.read_text())["events"][:6]}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kvviz.core import assets
 from kvviz.live import captions, frames
 from kvviz.live import report
 from kvviz.live import report_charts
@@ -19,7 +20,7 @@ from kvviz.core.events import BlockStat, LayerStat, StepEvent
 from kvviz.core.trace import Trace, TraceError, summary
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = [p for p in sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))
+EXAMPLES = [p for p in sorted(assets.TRACES.glob("*.json"))
             if json.loads(p.read_text()).get("format") == "kvviz-trace"]  # run traces: a shrink file has its
 # own report, a vLLM watch none
 
@@ -95,7 +96,7 @@ def hand():
 
 @pytest.fixture(scope="module", params=[p.name for p in EXAMPLES])
 def example(request):
-    t = Trace.load(ROOT / "kvviz" / "assets" / "traces" / request.param)
+    t = Trace.load(assets.TRACES / request.param)
     return t, report.html_report(t)
 
 
@@ -154,14 +155,14 @@ def chart_names(t):
 # --- the example trace ---------------------------------------------------------------------------
 
 def test_examples_are_shipped():
-    assert EXAMPLES, "kvviz/assets/traces/*.json: no example trace to report on"
+    assert EXAMPLES, "assets/traces/*.json: no example trace to report on"
 
 
 def test_shipped_replay_example_answers_its_question_right():
     """The Replay example a room sees first: SmolLM2 asked why the sky is blue answers with
     Rayleigh scattering of the shorter (blue) wavelengths — right — in both runs (greedy, fp32).
     The example it replaced said a KV cache was a "KVM (Kernel-Vacuum Memory) cache"."""
-    t = Trace.load(ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-cpu-fp32.json")
+    t = Trace.load(assets.TRACES / "smollm2-135m-cpu-fp32.json")
     assert t.meta.setting("prompts") == ["Why is the sky blue?"] and t.meta.dtype == "float32"
     answers = {mode: "".join(e.texts[0] for e in t.events_of(mode)) for mode in ("cached", "recompute")}
     assert answers["cached"] == answers["recompute"]

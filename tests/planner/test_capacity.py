@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from kvviz.core import assets
 from kvviz.core.errors import UserError
 from kvviz.planner import capacity
 from kvviz.planner import configs as plan_models
@@ -227,7 +228,7 @@ def test_model_needs_layers_and_heads():
 
 def test_assets_are_valid_json():
     for name in ("models.json", "gpus.json"):
-        json.loads((capacity.ASSETS_DIR / name).read_text(encoding="utf-8"))
+        json.loads((assets.FOLDER / name).read_text(encoding="utf-8"))
 
 
 def test_gpu_presets_plan_at_the_bytes_the_device_reports():

@@ -1,6 +1,6 @@
 """Weights as checkpoints store them (kvviz.planner.checkpoint_weights), and the plans that follow.
 
-Published checkpoint sizes (sources in kvviz/assets/models.json):
+Published checkpoint sizes (sources in assets/models.json):
 * gpt-oss-120b 60.8 GiB, gpt-oss-20b 12.8 GiB (OpenAI gpt-oss model card, checkpoint size);
 * DeepSeek-V3 688,586,727,753 bytes of safetensors (deepseek-ai/DeepSeek-V3 @afb92e1f), which
   include the 14B multi-token-prediction layer vLLM does not load without speculative decoding:

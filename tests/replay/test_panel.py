@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.core import assets
 from kvviz.core.trace import Trace
 
 pytestmark = pytest.mark.slow  # runs the Replay page (Streamlit AppTest): make test, not make check
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = sorted((ROOT / "kvviz" / "assets" / "traces").glob("*.json"))[0]
+EXAMPLE = sorted(assets.TRACES.glob("*.json"))[0]
 
 
 @pytest.fixture()

@@ -138,7 +138,7 @@ def test_support_drops_settings_with_reasons(lm):
 
 
 def test_the_shipped_sweep_of_the_default_model():
-    """kvviz/assets/shrink_sweep_smollm2.json (scripts/shrink_sweep.py on SmolLM2): the leaderboard's
+    """assets/shrink_sweep_smollm2.json (scripts/shrink_sweep.py on SmolLM2): the leaderboard's
     protocol and ratios, at least 8 presses, SnapKV's question-aware entry, the quantized caches,
     each item's answer in every row, at least 50 items asked (a partial file says so: "N of 52
     items so far"). Bytes: a press that removes positions keeps (1 - ratio) of the context's; the

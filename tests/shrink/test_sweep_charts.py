@@ -4,13 +4,13 @@ each item's answers and the task table agreeing with the rows (issues 37 and 40;
 page is checked in Chromium by tests/browser/test_readable.py)."""
 import dataclasses
 
-from kvviz.core.catalog import ASSETS_DIR
+from kvviz.core import assets
 from kvviz.shrink import sweep, sweep_charts
 
 
 def shipped() -> sweep.Sweep:
     """The sweep kvviz ships (SmolLM2-135M; partial while scripts/shrink_sweep.py still runs)."""
-    return sweep.from_json((ASSETS_DIR / "shrink_sweep_smollm2.json").read_bytes())
+    return sweep.from_json((assets.FOLDER / "shrink_sweep_smollm2.json").read_bytes())
 
 
 def layers(spec):

