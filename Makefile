@@ -10,7 +10,7 @@ PORT ?= 8501
 
 .PHONY: run present test check bench gpu-check clean vllm-demo vllm-fleet-demo
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
