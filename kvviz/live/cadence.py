@@ -15,11 +15,15 @@ from contextlib import contextmanager
 
 # What each part of the page may cost while a run goes on (Cadence): (at most every s, at most
 # this share of the wall clock, at least every s). The text streams at up to 10 Hz, the figures
-# at 4 Hz and the charts at 2 Hz: on a 3 ms-a-token engine, drawing every event held the model
-# back by a third or more (docs/benchmarks.md, the fast model's rows).
+# at 4 Hz and the charts at 1 Hz: on a 3 ms-a-token engine, drawing every event held the model
+# back by a third or more (docs/benchmarks.md, the fast model's rows). The charts are most of the
+# drawing's cost (≈ 50 ms a frame on the default model, on 2 CPU cores, the model's waits for the
+# interpreter included): at 2 Hz and 5 % of the wall clock the default model's page decoded at
+# 0.93 of headless at the same thread count, at 1 Hz and 2.5 % at 0.975, with text and figures
+# as they are (`python -m bench --only live-browser --reps 5`, 2026-12-07).
 TEXT_S, TEXT_SHARE = 0.1, 0.03
 FIGURES_S, FIGURES_SHARE = 0.25, 0.02
-CHART_INTERVAL_S, REDRAW_SHARE, CHART_MAX_GAP_S = 0.5, 0.05, 2.0  # charts keep moving, however slow
+CHART_INTERVAL_S, REDRAW_SHARE, CHART_MAX_GAP_S = 1.0, 0.025, 2.0  # charts keep moving, however slow
 
 
 class Cadence:
