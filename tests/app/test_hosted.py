@@ -26,10 +26,10 @@ def test_on_allows_only_listed_models_at_pinned_revisions():
         p.check_prompt_tokens(5000)
 
 
-@pytest.mark.parametrize("spec, message", [("org/model", "pinned revision"), ("./local@x", "local path")])
-def test_bad_allowlists_are_refused(spec, message):
+@pytest.mark.parametrize("text, message", [("org/model", "pinned revision"), ("./local@x", "local path")])
+def test_bad_allowlists_are_refused(text, message):
     with pytest.raises(UserError, match=message):
-        hosted.parse_models(spec)
+        hosted.parse_models(text)
 
 
 def test_prompt_and_upload_caps_apply_only_when_hosted():

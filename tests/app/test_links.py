@@ -98,8 +98,8 @@ def test_sweep_cache_axis_ticks_are_round_byte_values():
     assert all(t & (t - 1) == 0 for t in wide)  # each a power of two
     df = pd.DataFrame({"prompt_tokens": [64, 256], "batch": [1, 2], "status": ["ok", "ok"],
                        "prefill_kv_bytes": [1_474_560, 11_796_480], "prefill_formula_bytes": [1_474_560, 11_796_480]})
-    spec = sweep_charts.cache_bytes_chart(df).to_dict()
-    y = next(layer["encoding"]["y"] for layer in spec["layer"] if "y" in layer.get("encoding", {}))
+    vega = sweep_charts.cache_bytes_chart(df).to_dict()
+    y = next(layer["encoding"]["y"] for layer in vega["layer"] if "y" in layer.get("encoding", {}))
     assert y["axis"]["values"] == [2**20, 2**21, 2**22, 2**23, 2**24] and y["scale"]["base"] == 2
 
 

@@ -77,9 +77,9 @@ def loads(tiny_dir, monkeypatch):
     counted = []
     real = models.load_model
 
-    def counting(spec, *args, **kwargs):
-        counted.append(spec.attn_implementation)
-        return real(spec, *args, **kwargs)
+    def counting(load_config, *args, **kwargs):
+        counted.append(load_config.attn_implementation)
+        return real(load_config, *args, **kwargs)
 
     monkeypatch.setattr(models, "load_model", counting)
     yield counted

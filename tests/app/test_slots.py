@@ -52,9 +52,9 @@ def test_charts_and_other_elements_are_always_sent():
     import pandas as pd
     log: list = []
     slot = Slot(Recorder("page", log))
-    spec = {"mark": "bar", "datasets": {"table": pd.DataFrame({"x": [1, 2]})}}
-    slot.vega_lite_chart(spec)
-    slot.vega_lite_chart(spec)  # a chart's data is never compared: it is sent each time asked
+    vega = {"mark": "bar", "datasets": {"table": pd.DataFrame({"x": [1, 2]})}}
+    slot.vega_lite_chart(vega)
+    slot.vega_lite_chart(vega)  # a chart's data is never compared: it is sent each time asked
     slot.empty()
     slot.empty()
     slot.markdown("a", help=pd.DataFrame({"x": [1]}))  # arguments that cannot be compared: sent

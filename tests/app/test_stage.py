@@ -39,15 +39,15 @@ def test_a_page_is_on_stage_by_make_present_or_by_its_url(monkeypatch):
 
 
 def test_with_font_scale_enlarges_every_kind_of_chart_text():
-    spec = {"mark": "bar", "config": {"axis": {"grid": False}}}
-    scaled = charts.with_font_scale(spec, 1.5)
+    vega = {"mark": "bar", "config": {"axis": {"grid": False}}}
+    scaled = charts.with_font_scale(vega, 1.5)
     on_screen = {part: {key: int(value["expr"].rsplit(" : ", 1)[1]) if isinstance(value, dict) else value
                         for key, value in config.items()} for part, config in scaled["config"].items()}
     assert on_screen["axis"] == {"grid": False, "labelFontSize": 18, "titleFontSize": 18, "labelLimit": 270}
     assert on_screen["legend"]["labelFontSize"] == 21 and on_screen["text"]["fontSize"] == 16  # (a phone:
     # the usual sizes, tests/viz/test_charts.py)
-    assert spec == {"mark": "bar", "config": {"axis": {"grid": False}}}  # not mutated
-    assert charts.with_font_scale(spec, 1.0) is spec
+    assert vega == {"mark": "bar", "config": {"axis": {"grid": False}}}  # not mutated
+    assert charts.with_font_scale(vega, 1.0) is vega
 
 
 def test_stage_layout_runs_with_pace_beside_generate(tiny_dir, monkeypatch):

@@ -68,9 +68,9 @@ def test_what_is_in_range_draws_every_chart_caption_and_the_report(extreme):
     check_run_meta(trace)
     cached, recompute = trace.events_of("cached"), trace.events_of("recompute")
     data = live_charts.chart_data(trace.meta, cached, recompute)
-    specs = [chart.to_dict() for chart in live_charts.build_charts(trace.meta, len(cached), data).values()]
-    assert specs and all(captions.chart_captions(trace.meta, cached).values())
-    assert report.html_report(trace, svg=lambda spec: "<svg></svg>").rstrip().endswith("</html>")
+    vegas = [chart.to_dict() for chart in live_charts.build_charts(trace.meta, len(cached), data).values()]
+    assert vegas and all(captions.chart_captions(trace.meta, cached).values())
+    assert report.html_report(trace, svg=lambda vega: "<svg></svg>").rstrip().endswith("</html>")
 
 
 def test_a_file_s_layout_words_never_reach_a_caption():

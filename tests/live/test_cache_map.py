@@ -1,5 +1,5 @@
 """The cache map's frames (kvviz.live.cache_map, pure), the engine's attention rows and real runs' layer
-kinds drawn from them (tiny models). Its specs: test_cache_map_charts.py; its panel: test_cache_map_panel.py."""
+kinds drawn from them (tiny models). Its charts: test_cache_map_charts.py; its panel: test_cache_map_panel.py."""
 from __future__ import annotations
 
 

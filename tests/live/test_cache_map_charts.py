@@ -1,4 +1,4 @@
-"""The cache map's Altair specs (kvviz.live.cache_map_charts): stable across data, token text only
+"""The cache map's Altair charts (kvviz.live.cache_map_charts): stable across data, token text only
 as data, a click/tap picks a column, layer labels cleaned; pure, no model."""
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from tests.live.test_cache_map import META, run
 
 
 @pytest.mark.slow
-def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
+def test_map_vega_is_stable_across_data_and_keeps_text_out_of_the_vega():
     events = run(META, 3, [None, 3])
     kinds = META.specs
-    spec = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
-    assert "<g" not in json.dumps(spec)  # token text travels only as data
-    fed = charts.vega_lite_with_data(spec, cm.map_frame(META, events))
-    assert {k: v for k, v in fed.items() if k != "datasets"} == {k: v for k, v in spec.items() if k != "datasets"}
-    chart = alt.Chart.from_dict({**spec, "datasets": {**spec["datasets"], charts.TABLE: []}})
+    vega = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
+    assert "<g" not in json.dumps(vega)  # token text travels only as data
+    fed = charts.vega_lite_with_data(vega, cm.map_frame(META, events))
+    assert {k: v for k, v in fed.items() if k != "datasets"} == {k: v for k, v in vega.items() if k != "datasets"}
+    chart = alt.Chart.from_dict({**vega, "datasets": {**vega["datasets"], charts.TABLE: []}})
     assert chart is not None
-    layers = spec["layer"]
+    layers = vega["layer"]
     cells = layers[0]["encoding"]
     assert cells["x"]["scale"]["domain"] == [0, 12] and cells["yOffset"]["field"] == "tensor_row"
     assert cells["color"]["scale"]["domain"] == ["K", "V", "dropped", "padding"]
@@ -35,12 +35,12 @@ def test_map_spec_is_stable_across_data_and_keeps_text_out_of_the_spec():
 
 def test_a_click_or_tap_on_a_column_writes_its_token_from_the_data():
     """Touch screens have no hover: a point selection on click picks a column, shades it, and text
-    marks filtered by it write "position N: <token>" computed from the row, never from the spec."""
+    marks filtered by it write "position N: <token>" computed from the row, never from the Vega-Lite."""
     kinds = META.specs
-    spec = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
-    layers = spec["layer"]
+    vega = charts.to_vega_lite(cc.cache_map_chart(cm.map_frame(META, []), kinds, 12, 4))
+    layers = vega["layer"]
     columns = next(layer for layer in layers if "tooltip" in layer.get("encoding", {}))
-    param = spec["params"][0]  # Altair lifts a layer's selection to the top, naming its view
+    param = vega["params"][0]  # Altair lifts a layer's selection to the top, naming its view
     assert param["views"] == [columns["name"]]
     assert param["name"] == cc.PICK and param["select"]["on"] == "click" and param["select"]["fields"] == ["pos_start"]
     assert columns["encoding"]["opacity"]["condition"]["param"] == cc.PICK
@@ -62,7 +62,7 @@ def test_uniform_models_get_plain_layer_numbers_and_unsafe_labels_are_cleaned():
     assert [k.label() for k in odd] == ["shared ← 8", "full"]
 
 
-def test_attention_spec_renders_share_on_a_fixed_scale():
-    spec = charts.to_vega_lite(cc.attention_chart(cm.attention_frame(META, []), META.specs, 12, 4))
-    color = spec["layer"][0]["encoding"]["color"]
+def test_attention_vega_renders_share_on_a_fixed_scale():
+    vega = charts.to_vega_lite(cc.attention_chart(cm.attention_frame(META, []), META.specs, 12, 4))
+    color = vega["layer"][0]["encoding"]["color"]
     assert color["field"] == "share" and color["scale"]["domain"] == [0, 1]

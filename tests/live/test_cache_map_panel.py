@@ -29,23 +29,23 @@ def at(tiny_dir, monkeypatch):
     return app
 
 
-def map_specs_on_page(at) -> list[dict]:
-    """The cache-map panel's charts (their Vega-Lite specs), in page order."""
-    specs = [json.loads(c.proto.spec) for c in at.main.get("vega_lite_chart")]
-    return [s for s in specs if '"pos_start"' in json.dumps(s)]
+def map_vegas_on_page(at) -> list[dict]:
+    """The cache-map panel's charts (their Vega-Lite dicts), in page order."""
+    vegas = [json.loads(c.proto.spec) for c in at.main.get("vega_lite_chart")]
+    return [s for s in vegas if '"pos_start"' in json.dumps(s)]
 
 
 @pytest.mark.slow
 def test_the_live_page_draws_the_map_and_with_the_toggle_the_attention_map(at):
     at.button(key="generate").click().run()
     assert not at.exception and not at.error
-    assert len(map_specs_on_page(at)) == 1  # attention is off by default
+    assert len(map_vegas_on_page(at)) == 1  # attention is off by default
     caption = " ".join(c.value for c in at.caption)
     assert "positions cached after step 5" in caption and "All 2 layers are full attention" in caption
     at.toggle(key="attention").set_value(True).run()
     at.button(key="generate").click().run()
     assert not at.exception and not at.error, at.error
-    maps = map_specs_on_page(at)
+    maps = map_vegas_on_page(at)
     assert len(maps) == 2 and "share" in json.dumps(maps[1])
     assert "eager" in " ".join(c.value for c in at.caption)
 
@@ -74,7 +74,7 @@ def test_replay_draws_the_map_of_the_step_the_scrubber_names():
 
     at = AppTest.from_file(str(ROOT / "app_pages" / "replay.py"), default_timeout=120).run()
     assert not at.exception and not at.error
-    assert len(map_specs_on_page(at)) == 1
+    assert len(map_vegas_on_page(at)) == 1
     at.slider(key="replay_step").set_value(5).run()
     caption = " ".join(c.value for c in at.caption)
     assert "after step 4;" in caption  # the scrubber's 5th cached step is step 4

@@ -86,8 +86,8 @@ def test_the_race_axis_ends_at_the_last_token_and_the_remainder_ends_at_the_head
     assert rest.elapsed_ms.iloc[-1] / cached_ms == pytest.approx(cost.run_ratio)
     assert captions.fmt_run_ratio(cost) == f"≈ {rest.elapsed_ms.iloc[-1] / cached_ms:.1f}×"
     assert rest.positions_total.iloc[-1] == sum(e.seq_len - 1 for e in cached)  # every step reads all
-    spec = live_charts.build_charts(meta, 64, data)["race"].to_dict()
-    assert spec["layer"][0]["layer"][0]["encoding"]["x"]["scale"] == {"domainMin": 0, "nice": False}  # not [0, 64]
+    vega = live_charts.build_charts(meta, 64, data)["race"].to_dict()
+    assert vega["layer"][0]["layer"][0]["encoding"]["x"]["scale"] == {"domainMin": 0, "nice": False}  # not [0, 64]
 
 
 def test_while_the_run_goes_on_the_race_axis_holds_the_budget_and_nothing_is_modelled():

@@ -257,7 +257,7 @@ def test_hand_report_figures_and_charts(hand):
 def test_report_of_lone_surrogates_encodes():
     t = hand_trace()
     t.events[0] = event("cached", 0, 40.0, ("bad \ud800 text", "ok"))
-    doc = report.html_report(t, svg=lambda spec: "<svg></svg>")
+    doc = report.html_report(t, svg=lambda vega: "<svg></svg>")
     doc.encode("utf-8")  # a download would encode it
     assert "bad ? text" in doc
 
@@ -277,7 +277,7 @@ def test_report_shows_the_pages_headline_figures_and_its_wall_clock_rate(wall):
     t = hand_trace()
     cached, recompute = t.events_of("cached"), t.events_of("recompute")
     page = captions.headline(t.meta, summary(t), cached[-1], wall, cached, recompute)
-    doc = report.html_report(t, svg=lambda spec: "<svg></svg>", wall_tokens_per_s=wall)
+    doc = report.html_report(t, svg=lambda vega: "<svg></svg>", wall_tokens_per_s=wall)
     assert figures_of(doc) == [(str(escape(label)), str(escape(value))) for label, value, _ in page]
     shown = dict(figures_of(doc))
     assert shown["Tokens/s (wall clock)"] == ("7.5" if wall else "–")
@@ -296,8 +296,8 @@ def test_without_vl_convert_the_report_says_so(monkeypatch):
 
 @pytest.mark.slow
 def test_a_chart_that_fails_costs_only_itself():
-    def flaky(spec):
-        if spec.get("mark", {}) == {"type": "rect", "stroke": "white", "strokeWidth": 1}:
+    def flaky(vega):
+        if vega.get("mark", {}) == {"type": "rect", "stroke": "white", "strokeWidth": 1}:
             raise RuntimeError("boom")  # the block grid
         return '<svg><g id="a"><rect clip-path="url(#a)"/></g></svg>'
     t = hand_trace()
@@ -318,7 +318,7 @@ def test_junk_meta_is_refused_with_the_field_named():
     Trace({"batch": 2, "config": {}}, [event("recompute", 0, 5.0, ("a", "b"), cached=False)]),
 ], ids=["empty", "no-events", "no-meta", "recompute-only"])
 def test_sparse_traces_still_report(t):
-    doc = report.html_report(t, svg=lambda spec: "<svg></svg>")
+    doc = report.html_report(t, svg=lambda vega: "<svg></svg>")
     assert doc.startswith("<!DOCTYPE html>") and doc.rstrip().endswith("</html>")
     assert_loads_nothing(doc)
 
@@ -334,10 +334,10 @@ def test_inline_svg_drops_namespaces_and_scopes_ids():
 
 def test_vl_convert_fetches_nothing():
     pytest.importorskip("vl_convert")
-    spec = {"data": {"url": "https://example.com/data.csv"}, "mark": "point",
+    vega = {"data": {"url": "https://example.com/data.csv"}, "mark": "point",
             "encoding": {"x": {"field": "a", "type": "quantitative"}}}
     with pytest.raises(Exception, match="not allowed"):
-        export.svg(spec)
+        export.svg(vega)
 
 
 # --- CSV -------------------------------------------------------------------------------------------

@@ -42,5 +42,5 @@ def test_a_huge_heatmap_is_left_out_with_a_note(monkeypatch):
     monkeypatch.setattr(report_charts, "MAX_HEATMAP_CELLS", 5)  # the hand trace has 3 x 2 decode cells
     t = hand_trace()
     assert "layer_times" not in chart_names(t)
-    doc = report.html_report(t, svg=lambda spec: "<svg></svg>")
+    doc = report.html_report(t, svg=lambda vega: "<svg></svg>")
     assert "heatmap is left out: its 6 cells" in doc

@@ -8,10 +8,10 @@ from tests.planner.test_frames import llama8b_plan
 def test_the_curve_keeps_its_plot_height_and_its_labels_inside():
     """Given no height, in presenter mode's larger text the curve's title, legend and axes left its
     plot 0 px high; "128K" and the one-line y title ran past the chart's edges."""
-    spec = planner_charts.fit_curve_chart(pf.fit_curve_frame(llama8b_plan()), 2000, 256, 131_072).to_dict()
-    assert spec["height"] == planner_charts.CURVE_PLOT_PX
-    assert spec["autosize"] == {"type": "fit-x", "contains": "padding"} and spec["padding"] == {"right": 8}
-    line = spec["layer"][0]["encoding"]
+    vega = planner_charts.fit_curve_chart(pf.fit_curve_frame(llama8b_plan()), 2000, 256, 131_072).to_dict()
+    assert vega["height"] == planner_charts.CURVE_PLOT_PX
+    assert vega["autosize"] == {"type": "fit-x", "contains": "padding"} and vega["padding"] == {"right": 8}
+    line = vega["layer"][0]["encoding"]
     assert line["x"]["axis"]["labelFlush"] is True
     assert line["y"]["title"] == ["requests that fit at once", "(per replica, log scale)"]
     assert line["color"]["legend"]["direction"] == "vertical"  # both entries fit a phone, one a row

@@ -1,4 +1,4 @@
-"""Capacity planner: frames against hand-computed numbers, chart specs, and the page beside the CLI
+"""Capacity planner: frames against hand-computed numbers, charts' Vega-Lite, and the page beside the CLI
 (the page alone: test_panel.py).
 
 Hand arithmetic used below (GB = 1e9 B):
@@ -256,12 +256,12 @@ def test_planner_frames_imports():
 # ---------------------------------------------------------------- charts
 
 
-def test_fit_curve_chart_spec():
+def test_fit_curve_chart_vega():
     plan = llama8b_plan()
     df = pf.fit_curve_frame(plan)
-    spec = planner_charts.fit_curve_chart(df, 2000, 256, 131_072).to_dict()
-    json.dumps(spec)
-    line, rule, label = spec["layer"]
+    vega = planner_charts.fit_curve_chart(df, 2000, 256, 131_072).to_dict()
+    json.dumps(vega)
+    line, rule, label = vega["layer"]
     assert line["mark"]["type"] == "line" and rule["mark"]["type"] == "rule"
     x = line["encoding"]["x"]
     assert x["field"] == "context_tokens" and x["scale"]["type"] == "log"
@@ -271,18 +271,18 @@ def test_fit_curve_chart_spec():
     assert line["transform"][0]["fold"] == ["max_concurrent_requests", "vllm_requests_per_replica"]
     assert line["encoding"]["color"]["scale"]["domain"] == [planner_charts.PLAIN_LABEL,
                                                             planner_charts.VLLM_LABEL]
-    assert spec["datasets"][rule["data"]["name"]] == [{"context_tokens": 2000, "label": "T = 2,000"}]
-    assert spec["title"]["subtitle"] == "quadruple the context, quarter the users"
+    assert vega["datasets"][rule["data"]["name"]] == [{"context_tokens": 2000, "label": "T = 2,000"}]
+    assert vega["title"]["subtitle"] == "quadruple the context, quarter the users"
     assert label["mark"]["align"] == "left"  # T in the left half: label to the right of the rule
     right = planner_charts.fit_curve_chart(df, 100_000, 256, 131_072).to_dict()
     assert right["layer"][2]["mark"]["align"] == "right"
-    rows = spec["datasets"][spec["data"]["name"]]
+    rows = vega["datasets"][vega["data"]["name"]]
     assert len(rows) == len(df) and rows[0]["context_tokens"] == 256
 
 
 def test_fit_curve_chart_without_marker_or_vllm_line():
-    spec = planner_charts.fit_curve_chart(pf.fit_curve_frame(llama8b_plan())).to_dict()
-    assert len(spec["layer"]) == 1
+    vega = planner_charts.fit_curve_chart(pf.fit_curve_frame(llama8b_plan())).to_dict()
+    assert len(vega["layer"]) == 1
     int4 = pf.fit_curve_frame(llama8b_plan(kv_dtype="int4"))  # vLLM has no int4 cache
     assert planner_charts.fit_curve_chart(int4).to_dict()["layer"][0]["transform"][0]["fold"] == [
         "max_concurrent_requests"]
@@ -296,11 +296,11 @@ def test_charts_download_as_png_and_svg():
 
 
 @pytest.mark.slow
-def test_what_if_chart_spec():
+def test_what_if_chart_vega():
     df = pf.what_if_frame(llama8b_plan(), 1024)
-    spec = planner_charts.what_if_chart(df, 2000).to_dict()
-    json.dumps(spec)
-    left, right = spec["vconcat"]  # stacked: side by side they were cut at 1280 px
+    vega = planner_charts.what_if_chart(df, 2000).to_dict()
+    json.dumps(vega)
+    left, right = vega["vconcat"]  # stacked: side by side they were cut at 1280 px
     assert left["layer"][0]["encoding"]["x"]["field"] == "kv_bytes_per_request"
     assert right["layer"][0]["encoding"]["x"]["field"] == "max_concurrent_requests"
     bars = left["layer"][0]["encoding"]
@@ -308,7 +308,7 @@ def test_what_if_chart_spec():
     assert bars["color"]["scale"]["domain"] == ["attention", "KV dtype", "sliding window"]
     assert right["layer"][0]["encoding"]["y"]["axis"]["labelLimit"] == 260  # each chart names its bars
     assert left["width"] == right["width"] == planner_charts.WHAT_IF_BARS_WIDTH
-    assert len(spec["datasets"][spec["data"]["name"]]) == len(df)
+    assert len(vega["datasets"][vega["data"]["name"]]) == len(df)
 
 
 # ---------------------------------------------------------------- the page

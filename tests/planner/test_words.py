@@ -50,8 +50,8 @@ def test_table_and_curve_include_the_chosen_context():
 
 def test_the_curve_axis_is_log_across_decades_and_whole_numbers_always():
     plan = plan_of("Llama-3.1-8B", context_tokens=131_072)
-    spec = planner_charts.fit_curve_chart(pf.fit_curve_frame(plan), 131_072).to_dict()
-    y = spec["layer"][0]["encoding"]["y"]
+    vega = planner_charts.fit_curve_chart(pf.fit_curve_frame(plan), 131_072).to_dict()
+    y = vega["layer"][0]["encoding"]["y"]
     assert y["scale"]["type"] == "symlog" and y["axis"] == {"format": ",d", "values": [0, 1, 10, 100, 1000]}
     flat = pd.DataFrame({"context_tokens": [256, 512], "kv_bytes_per_request": [1, 2],
                          "max_concurrent_requests": [0, 0], "vllm_requests_per_replica": [0, 0]})

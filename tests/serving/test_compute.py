@@ -1,5 +1,5 @@
 """Many requests through transformers' continuous batching on a tiny model (kvviz.serving.compute):
-tokens, blocks, waiting and preemption, prefix reuse, limits, and the charts' specs over a run (the
+tokens, blocks, waiting and preemption, prefix reuse, limits, and the charts' Vega-Lite over a run (the
 page: test_panel.py)."""
 import pytest
 import torch
@@ -129,7 +129,7 @@ def test_requests_that_can_never_fit_are_refused(lm):
 
 
 @pytest.mark.slow
-def test_charts_have_stable_specs(shared):
+def test_charts_have_stable_vegas(shared):
     _, result = shared
     ids, steps = ["r0", "r1", "r2"], result.snapshots
     grid = sc.pool_grid_chart(sc.grid_frame(steps[-1]), ids, result.num_blocks).to_dict()
@@ -148,8 +148,8 @@ def test_charts_have_stable_specs(shared):
     assert sc.grid_frame(steps[0], columns=16)["row"].max() == (result.num_blocks - 1) // 16
     for chart in (sc.pool_grid_chart(sc.grid_frame(steps[0]), ids, result.num_blocks),
                   sc.usage_chart(sc.usage_frame([]), result.num_blocks, len(steps))):
-        spec = charts.to_vega_lite(chart)  # built once per run; each step only swaps the "table" rows
-        assert spec["data"] == {"name": charts.TABLE} and "data" not in spec["layer"][0]
+        vega = charts.to_vega_lite(chart)  # built once per run; each step only swaps the "table" rows
+        assert vega["data"] == {"name": charts.TABLE} and "data" not in vega["layer"][0]
 
 
 def test_axis_estimates_from_the_requests():

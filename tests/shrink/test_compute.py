@@ -18,7 +18,7 @@ def prompt(seed: int = 0) -> torch.Tensor:
     return torch.randint(2, 300, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(seed))
 
 
-def spec(lm) -> tuple[int, int, int]:
+def kv_shape(lm) -> tuple[int, int, int]:
     """(layers, kv heads, head dim) from the config."""
     c = lm.model.config
     return c.num_hidden_layers, c.num_key_value_heads, c.hidden_size // c.num_attention_heads
@@ -29,7 +29,7 @@ def spec(lm) -> tuple[int, int, int]:
 @pytest.mark.parametrize("name", list(presses.PRESSES))
 def test_press_runs_keeps_half_and_bytes_equal_formula(kind, name):
     lm = tiny_lm(kind)
-    layers, heads, head_dim = spec(lm)
+    layers, heads, head_dim = kv_shape(lm)
     out = shrink.run(lm, prompt(), NEW_TOKENS, shrink.ShrinkMode(press=name, ratio=0.5))
     kept = PROMPT_TOKENS // 2
     assert sorted(out.kept) == list(range(layers))
@@ -50,7 +50,7 @@ def test_full_cache_run_equals_generate(kind):
         ref = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                 max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=1)
     assert out.tokens == ref[0, PROMPT_TOKENS:].tolist()
-    layers, heads, head_dim = spec(lm)
+    layers, heads, head_dim = kv_shape(lm)
     assert [s.kv_bytes for s in out.steps] == [layers * 2 * heads * head_dim * 4 * (PROMPT_TOKENS + i)
                                                for i in range(NEW_TOKENS)]
 

@@ -36,8 +36,8 @@ def test_press_run_shows_both_answers_caption_and_kept_map(at):
     heading = at.subheader[0].value
     assert heading.startswith("identical") or heading.startswith("diverged at token")
     assert (full == shrunk) == heading.startswith("identical")
-    specs = [c.proto.spec for c in at.main.get("vega_lite_chart")]
-    assert len(specs) == 3 and any("token text" in s and "evicted" in s for s in specs)
+    vegas = [c.proto.spec for c in at.main.get("vega_lite_chart")]
+    assert len(vegas) == 3 and any("token text" in s and "evicted" in s for s in vegas)
 
 
 def test_quantized_run_shows_payload_scales_residual(at):

@@ -6,7 +6,7 @@ from tiny import tiny_lm
 
 from kvviz.shrink import compute as shrink
 from kvviz.shrink import quant_cache
-from tests.shrink.test_compute import KINDS, NEW_TOKENS, PROMPT_TOKENS, prompt, spec
+from tests.shrink.test_compute import KINDS, NEW_TOKENS, PROMPT_TOKENS, kv_shape, prompt
 
 
 QUANT = [("quanto", 2), ("quanto", 4), ("hqq", 2), ("hqq", 4), ("hqq", 8), ("fp8", 8)]
@@ -17,7 +17,7 @@ QUANT = [("quanto", 2), ("quanto", 4), ("hqq", 2), ("hqq", 4), ("hqq", 8), ("fp8
 @pytest.mark.parametrize("backend,nbits", QUANT)
 def test_quantized_bytes_equal_formula(kind, backend, nbits):
     lm = tiny_lm(kind)
-    layers, heads, head_dim = spec(lm)
+    layers, heads, head_dim = kv_shape(lm)
     residual = 5
     out = shrink.run(lm, prompt(), NEW_TOKENS, shrink.ShrinkMode(backend=backend, nbits=nbits,
                                                                  residual_length=residual))

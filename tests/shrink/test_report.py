@@ -39,5 +39,5 @@ def test_report_keeps_hostile_text_inert(result):
 
 
 def test_report_without_a_renderer_still_has_every_figure(result):
-    html = shrink_report.html_report(result, PIECES, svg=lambda spec: (_ for _ in ()).throw(RuntimeError()))
+    html = shrink_report.html_report(result, PIECES, svg=lambda vega: (_ for _ in ()).throw(RuntimeError()))
     assert "could not be drawn (RuntimeError)" in html and result.caption() in html

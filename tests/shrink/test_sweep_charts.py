@@ -13,13 +13,13 @@ def shipped() -> sweep.Sweep:
     return sweep.from_json((assets.FOLDER / "shrink_sweep_smollm2.json").read_bytes())
 
 
-def layers(spec):
-    return spec["layer"]
+def layers(vega):
+    return vega["layer"]
 
 
-def data_of(spec, layer) -> list[dict]:
+def data_of(vega, layer) -> list[dict]:
     """The rows a layer draws: its own data, else the chart's."""
-    return spec["datasets"][(layer.get("data") or spec["data"])["name"]]
+    return vega["datasets"][(layer.get("data") or vega["data"])["name"]]
 
 
 def test_every_press_has_a_row_of_its_own_and_every_ratio_a_colour_of_its_own():
@@ -28,8 +28,8 @@ def test_every_press_has_a_row_of_its_own_and_every_ratio_a_colour_of_its_own():
     question-aware entry its own) and a colour per ratio leave nothing to hide or to share."""
     result = shipped()
     df = sweep_charts.sweep_frame(result.rows)
-    spec = sweep_charts.press_accuracy_chart(df).to_dict()
-    band, line, bars, dots = layers(spec)
+    vega = sweep_charts.press_accuracy_chart(df).to_dict()
+    band, line, bars, dots = layers(vega)
     presses = [r for r in result.rows if r.kind == "press"]
     rows = list(dict.fromkeys(r.press + (f" ({sweep_charts.QUESTION_AWARE})" if r.question_aware else "")
                               for r in presses))
@@ -41,22 +41,22 @@ def test_every_press_has_a_row_of_its_own_and_every_ratio_a_colour_of_its_own():
     assert len(set(color["scale"]["range"])) == 5 and color["legend"] == {"orient": "top", "titleOrient": "top", "columns": 2,
                                                                     "symbolOpacity": 1}
     assert band["encoding"]["color"] == color  # the grey band has the legend's fifth entry
-    drawn = data_of(spec, dots)
+    drawn = data_of(vega, dots)
     assert sorted((d["curve"], d["ratio"], d["accuracy"]) for d in drawn) == sorted(
         (sweep_charts.curve_of(r), r.ratio, r.accuracy) for r in presses)  # every press cell, once
     assert all(d["lo"] <= d["accuracy"] <= d["hi"] for d in drawn)
     assert (bars["encoding"]["x"]["field"], bars["encoding"]["x2"]["field"]) == ("lo", "hi")
     full = next(r for r in result.rows if r.kind == "full")
-    assert [(d["lo"], d["hi"]) for d in data_of(spec, band)] == [full.interval]  # the full cache's band
-    assert data_of(spec, line)[0]["accuracy"] == full.accuracy and spec["width"] == "container"
+    assert [(d["lo"], d["hi"]) for d in data_of(vega, band)] == [full.interval]  # the full cache's band
+    assert data_of(vega, line)[0]["accuracy"] == full.accuracy and vega["width"] == "container"
 
 
 def test_quantized_caches_stand_on_their_own_axis_each_backend_beside_the_other():
     """hqq and quanto at 4 and at 2 bits sat on the same points of the eviction axis: their own
     axis (bits per value), a colour per backend, side by side (xOffset) at each width."""
     df = sweep_charts.sweep_frame(shipped().rows)
-    spec = sweep_charts.quant_accuracy_chart(df).to_dict()
-    rules, points = layers(spec)
+    vega = sweep_charts.quant_accuracy_chart(df).to_dict()
+    rules, points = layers(vega)
     enc = points["encoding"]
     assert enc["x"]["field"] == "bits_label" and enc["xOffset"]["field"] == "backend"
     assert enc["x"]["sort"] == ["2-bit", "4-bit", "8-bit", "32-bit (full)"]
@@ -64,8 +64,8 @@ def test_quantized_caches_stand_on_their_own_axis_each_backend_beside_the_other(
     assert len(set(enc["color"]["scale"]["range"])) == 4
     assert (rules["encoding"]["y"]["field"], rules["encoding"]["y2"]["field"]) == ("lo", "hi")
     # fitted whole into 220 px, the legend and a partial sweep's title left the plot some 25 px (Chromium)
-    assert spec["autosize"] == {"type": "fit-x", "contains": "padding"} and spec["height"] == 220
-    assert sorted((d["backend"], d["bits"]) for d in data_of(spec, points)) == [
+    assert vega["autosize"] == {"type": "fit-x", "contains": "padding"} and vega["height"] == 220
+    assert sorted((d["backend"], d["bits"]) for d in data_of(vega, points)) == [
         ("fp8", 8), ("full cache", 32), ("hqq", 2), ("hqq", 4), ("quanto", 2), ("quanto", 4)]
 
 

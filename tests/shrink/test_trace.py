@@ -90,7 +90,7 @@ def test_only_a_shrink_file_is_taken_for_one():
     assert trace.is_record(b"{\"format\": \"kvviz-shrink\", \"anything\": 1}")
 
 
-def fake_svg(spec: dict) -> str:
+def fake_svg(vega: dict) -> str:
     return '<svg id="x"><text>chart</text></svg>'
 
 

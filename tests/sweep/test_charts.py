@@ -18,21 +18,21 @@ def sample_frame():
     return sweep.rows_frame(rows, budget_bytes=TINY_BYTES_PER_TOKEN * 200)
 
 
-def marks(spec: dict) -> list[str]:
+def marks(vega: dict) -> list[str]:
     return [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
-            for layer in spec["layer"]]
+            for layer in vega["layer"]]
 
 
 @pytest.mark.slow
 def test_cache_chart_draws_measured_points_formula_line_failures_and_budget():
-    spec = sweep_charts.cache_bytes_chart(sample_frame(), budget_bytes=123_456).to_dict()
-    assert marks(spec) == ["line", "point", "point", "rule", "text"]
-    assert spec["layer"][0]["encoding"]["x"]["scale"] == {"type": "log", "base": 2}
-    assert spec["layer"][2]["encoding"]["shape"]["scale"]["range"][0] == "cross"
-    dash = spec["layer"][0]["encoding"]["strokeDash"]  # the formula lines have a legend entry
+    vega = sweep_charts.cache_bytes_chart(sample_frame(), budget_bytes=123_456).to_dict()
+    assert marks(vega) == ["line", "point", "point", "rule", "text"]
+    assert vega["layer"][0]["encoding"]["x"]["scale"] == {"type": "log", "base": 2}
+    assert vega["layer"][2]["encoding"]["shape"]["scale"]["range"][0] == "cross"
+    dash = vega["layer"][0]["encoding"]["strokeDash"]  # the formula lines have a legend entry
     assert dash["scale"]["domain"] == [sweep_charts.FORMULA_SERIES] and dash["legend"]["symbolType"] == "stroke"
-    assert spec["resolve"]["scale"]["shape"] == "independent"
-    (budget,) = [d for d in spec["datasets"].values() if d and "label" in d[0]]
+    assert vega["resolve"]["scale"]["shape"] == "independent"
+    (budget,) = [d for d in vega["datasets"].values() if d and "label" in d[0]]
     assert budget[0]["bytes"] == 123_456
     assert marks(sweep_charts.cache_bytes_chart(sample_frame()).to_dict()) == ["line", "point", "point"]
 
@@ -47,17 +47,17 @@ def test_without_a_memory_size_the_cache_chart_says_why_it_has_no_boundary():
 
 def test_latency_charts_plot_measured_points_per_batch():
     for chart, field in ((sweep_charts.ttft_chart, "ttft_ms"), (sweep_charts.itl_chart, "itl_median_ms")):
-        spec = chart(sample_frame()).to_dict()
-        assert spec["encoding"]["y"]["field"] == field
-        assert spec["encoding"]["color"]["field"] == "batch"
-        assert spec["transform"] == [{"filter": "(datum.status === 'ok')"}]
+        vega = chart(sample_frame()).to_dict()
+        assert vega["encoding"]["y"]["field"] == field
+        assert vega["encoding"]["color"]["field"] == "batch"
+        assert vega["transform"] == [{"filter": "(datum.status === 'ok')"}]
 
 
 def test_heatmap_labels_cells_and_outlines_predicted_oom():
-    spec = sweep_charts.heatmap_chart(sample_frame(), "ttft_ms").to_dict()
-    assert marks(spec) == ["rect", "rect", "rect", "text"]
-    assert spec["layer"][0]["encoding"]["color"]["field"] == "ttft_ms"
-    assert "upper(datum.status)" in spec["transform"][0]["calculate"]
+    vega = sweep_charts.heatmap_chart(sample_frame(), "ttft_ms").to_dict()
+    assert marks(vega) == ["rect", "rect", "rect", "text"]
+    assert vega["layer"][0]["encoding"]["color"]["field"] == "ttft_ms"
+    assert "upper(datum.status)" in vega["transform"][0]["calculate"]
     with pytest.raises(UserError, match="unknown metric"):
         sweep_charts.heatmap_chart(sample_frame(), "nope")
     assert "peak_cuda_bytes" not in sweep_charts.metric_names(cuda=False)
@@ -65,8 +65,8 @@ def test_heatmap_labels_cells_and_outlines_predicted_oom():
 
 
 def test_bandwidth_chart_draws_the_peak_rule():
-    spec = sweep_charts.bandwidth_chart(sample_frame(), 4.8e12, "H200").to_dict()
-    assert marks(spec) == ["line", "rule", "text"]
-    labels = [d[0]["label"] for d in spec["datasets"].values() if d and "label" in d[0]]
+    vega = sweep_charts.bandwidth_chart(sample_frame(), 4.8e12, "H200").to_dict()
+    assert marks(vega) == ["line", "rule", "text"]
+    labels = [d[0]["label"] for d in vega["datasets"].values() if d and "label" in d[0]]
     assert labels == ["H200: 4,800 GB/s"]
     assert marks(sweep_charts.bandwidth_chart(sample_frame()).to_dict()) == ["line"]

@@ -1,4 +1,4 @@
-"""charts: marks, encoded fields, fixed domains, and that swapping data keeps the spec."""
+"""charts: marks, encoded fields, fixed domains, and that swapping data keeps the Vega-Lite."""
 import json
 from dataclasses import replace
 
@@ -43,23 +43,23 @@ def steps(n=4):
     return steps_frame(events(n))
 
 
-def layers_of(spec):
-    """The single-view specs of a chart: its layers, or itself."""
-    return spec.get("layer", [spec])
+def layers_of(vega):
+    """The single-view Vega-Lite dicts of a chart: its layers, or itself."""
+    return vega.get("layer", [vega])
 
 
-def marks(spec):
-    return [m["type"] if isinstance(m, dict) else m for m in (v["mark"] for v in layers_of(spec))]
+def marks(vega):
+    return [m["type"] if isinstance(m, dict) else m for m in (v["mark"] for v in layers_of(vega))]
 
 
 def field(view, channel):
     return view["encoding"][channel]["field"]
 
 
-def rows(spec, data=None):
+def rows(vega, data=None):
     """The rows of the chart's top-level dataset."""
-    name = (data or spec["data"])["name"]
-    return spec["datasets"][name]
+    name = (data or vega["data"])["name"]
+    return vega["datasets"][name]
 
 
 def builders():
@@ -97,9 +97,9 @@ def test_a_uniform_model_is_one_group_not_a_bar_per_layer():
     df = live_charts.layer_groups_frame(UNIFORM, events()[2])
     assert list(df.group) == ["all 2 layers · full"] * 2 and list(df.kind) == ["K", "V"]
     assert list(df.layers) == [2, 2] and list(df.group_bytes) == [2 * 64 * 5] * 2
-    spec = charts.layer_groups_chart(df, 4096, list(live_charts.layer_groups(UNIFORM))).to_dict()
-    assert marks(spec) == ["bar", "tick", "text"]
-    bars = spec["layer"][0]["encoding"]
+    vega = charts.layer_groups_chart(df, 4096, list(live_charts.layer_groups(UNIFORM))).to_dict()
+    assert marks(vega) == ["bar", "tick", "text"]
+    bars = vega["layer"][0]["encoding"]
     assert (bars["x"]["field"], bars["xOffset"]["field"], bars["y"]["field"]) == ("group", "kind", "kv_bytes")
     assert bars["y"]["scale"]["domain"] == [0, 4096] and bars["x"]["scale"]["domain"] == ["all 2 layers · full"]
     assert bars["color"]["scale"] == {"domain": ["K", "V"], "range": ["#4C78A8", "#F58518"]}
@@ -124,9 +124,9 @@ def test_mixed_kinds_get_a_group_each_with_the_window_marked():
 
 
 def test_total_cache_chart_measured_solid_formula_dashed_on_top_and_labelled_rules():
-    spec = charts.total_cache_chart(steps(), 50_000, 12288, max_seq_len=64).to_dict()
-    assert marks(spec) == ["line", "line", "rule", "text"]
-    measured, formula, rule, text = spec["layer"]
+    vega = charts.total_cache_chart(steps(), 50_000, 12288, max_seq_len=64).to_dict()
+    assert marks(vega) == ["line", "line", "rule", "text"]
+    measured, formula, rule, text = vega["layer"]
     for line, source in ((measured, "kv_bytes"), (formula, "formula_bytes")):
         assert (field(line, "x"), field(line, "y"), field(line, "color")) == ("seq_len", "bytes", "series")
         assert {"calculate": f"datum.{source}", "as": "bytes"} in line["transform"]
@@ -135,36 +135,36 @@ def test_total_cache_chart_measured_solid_formula_dashed_on_top_and_labelled_rul
         assert line["encoding"]["y"]["scale"]["domain"] == [0, int(1.08 * 50_000)]
     assert measured["mark"]["strokeDash"] == [1, 0] and formula["mark"]["strokeDash"] != [1, 0]
     assert measured["mark"]["strokeWidth"] > formula["mark"]["strokeWidth"]  # formula drawn over it
-    refs = spec["datasets"][rule["data"]["name"]]
+    refs = vega["datasets"][rule["data"]["name"]]
     assert {r["label"]: r["bytes"] for r in refs} == {
         "model weights": 50_000, "contiguous reservation": 12288}
     assert rule["data"] == text["data"] and field(text, "text") == "label"
-    assert len(rows(spec)) == 8  # the main data is all of steps_df; the filter is in the spec
+    assert len(rows(vega)) == 8  # the main data is all of steps_df; the filter is in the Vega-Lite
 
 
 def test_total_cache_chart_leaves_out_zero_rules():
-    spec = charts.total_cache_chart(steps(), 50_000, 0).to_dict()
-    _, _, rule, _ = spec["layer"]
-    assert [r["label"] for r in spec["datasets"][rule["data"]["name"]]] == ["model weights"]
+    vega = charts.total_cache_chart(steps(), 50_000, 0).to_dict()
+    _, _, rule, _ = vega["layer"]
+    assert [r["label"] for r in vega["datasets"][rule["data"]["name"]]] == ["model weights"]
     assert marks(charts.total_cache_chart(steps(), 0, 0).to_dict()) == ["line", "line"]
 
 
 def test_block_grid_chart_rect_grid_coloured_by_state():
-    spec = charts.block_grid_chart(block_grid_frame(BLOCKS, 2), columns=8).to_dict()
-    assert marks(spec) == ["rect"]
-    assert (field(spec, "x"), field(spec, "y"), field(spec, "color")) == ("col", "row", "state")
-    calc = {t["as"]: t["calculate"] for t in spec["transform"]}
+    vega = charts.block_grid_chart(block_grid_frame(BLOCKS, 2), columns=8).to_dict()
+    assert marks(vega) == ["rect"]
+    assert (field(vega, "x"), field(vega, "y"), field(vega, "color")) == ("col", "row", "state")
+    calc = {t["as"]: t["calculate"] for t in vega["transform"]}
     assert calc == {"col": "datum.block % 8", "row": "floor(datum.block / 8)"}
-    assert spec["encoding"]["color"]["scale"]["domain"] == ["full", "partial", "free"]
-    tips = {t["field"] for t in spec["encoding"]["tooltip"]}
+    assert vega["encoding"]["color"]["scale"]["domain"] == ["full", "partial", "free"]
+    tips = {t["field"] for t in vega["encoding"]["tooltip"]}
     assert {"seq", "slot_fill"} <= tips
-    assert [r["state"] for r in rows(spec)].count("free") == BLOCKS.num_free_blocks
+    assert [r["state"] for r in rows(vega)].count("free") == BLOCKS.num_free_blocks
 
 
 def test_reservation_chart_stacked_horizontal_bars_each_row_labelled_above_its_bar():
-    spec = charts.reservation_chart(reservation_frame(BLOCKS, 3000)).to_dict()
-    assert marks(spec) == ["bar", "text"]
-    bars, labels = spec["layer"]
+    vega = charts.reservation_chart(reservation_frame(BLOCKS, 3000)).to_dict()
+    assert marks(vega) == ["bar", "text"]
+    bars, labels = vega["layer"]
     assert (field(bars, "x"), field(bars, "y"), field(bars, "color")) == ("bytes", "layout", "part")
     assert bars["encoding"]["x"]["stack"] == "zero"
     assert bars["encoding"]["y"]["sort"] == ["paged (modelled)", "contiguous max-length"]
@@ -181,8 +181,8 @@ def test_the_blocks_chart_takes_its_height_from_its_rows_not_a_fixed_box():
     """Issue 37: at a fixed 130 px (190 on stage) the legend and the axis took all the height and
     both bars collapsed into one hairline, both labels printed over each other. Each row now has
     ROW_STEP_PX and the chart grows to hold its axis and legend, on a screen and on stage."""
-    spec = charts.reservation_chart(reservation_frame(BLOCKS, 3000)).to_dict()
-    assert spec["height"] == {"step": charts.ROW_STEP_PX}
+    vega = charts.reservation_chart(reservation_frame(BLOCKS, 3000)).to_dict()
+    assert vega["height"] == {"step": charts.ROW_STEP_PX}
     assert charts.ROW_STEP_PX >= charts.BAR_PX + 1.5 * charts.FONT_PX[("text", "fontSize")] + 8
     assert "reservation" not in live_charts.heights(presenting=False)
     assert "reservation" not in live_charts.heights(presenting=True)
@@ -210,14 +210,14 @@ def test_blocks_caption_and_chart_say_the_same_unused_share():
             assert f"leaves {label}" in captions.blocks_caption(meta, last), (tokens, layout)
         if tokens == 14:
             assert df.unused_label.iloc[0] == "13% unused" and "leaves 13% unused" in captions.blocks_caption(meta, last)
-        spec = charts.reservation_chart(df).to_dict()
-        assert spec["layer"][1]["transform"][-2] == {"calculate": "datum.unused_label", "as": "label"}
+        vega = charts.reservation_chart(df).to_dict()
+        assert vega["layer"][1]["transform"][-2] == {"calculate": "datum.unused_label", "as": "label"}
 
 
 def test_step_time_chart_prefill_points_and_decode_lines_by_mode():
-    spec = charts.step_time_chart(steps(), max_step=32, max_ms=200).to_dict()
-    assert marks(spec) == ["line", "point"]
-    decode, prefill = spec["layer"]
+    vega = charts.step_time_chart(steps(), max_step=32, max_ms=200).to_dict()
+    assert marks(vega) == ["line", "point"]
+    decode, prefill = vega["layer"]
     assert decode["transform"] == [{"filter": "(datum.phase === 'decode')"}]
     assert prefill["transform"] == [{"filter": "(datum.phase === 'prefill')"}]
     assert prefill["encoding"]["shape"]["scale"]["range"] == ["diamond"]
@@ -232,13 +232,13 @@ def test_step_time_chart_prefill_points_and_decode_lines_by_mode():
 
 
 def test_layer_time_chart_heatmap_filters_mode_and_prefill():
-    spec = charts.layer_time_chart(layer_times_frame(events()), "cached", max_step=10).to_dict()
-    assert marks(spec) == ["rect"]
-    assert (field(spec, "x"), field(spec, "x2"), field(spec, "y"), field(spec, "color")) == (
+    vega = charts.layer_time_chart(layer_times_frame(events()), "cached", max_step=10).to_dict()
+    assert marks(vega) == ["rect"]
+    assert (field(vega, "x"), field(vega, "x2"), field(vega, "y"), field(vega, "color")) == (
         "step", "step_end", "layer", "forward_ms")
-    filters = [t["filter"] for t in spec["transform"] if "filter" in t]
+    filters = [t["filter"] for t in vega["transform"] if "filter" in t]
     assert filters == ["(datum.mode === 'cached')", "(datum.phase === 'decode')"]
-    assert spec["encoding"]["x"]["scale"]["domain"] == [0, 11]
+    assert vega["encoding"]["x"]["scale"]["domain"] == [0, 11]
     everything = charts.layer_time_chart(layer_times_frame(events()), None, True).to_dict()
     assert not [t for t in everything["transform"] if "filter" in t]
 
@@ -246,8 +246,8 @@ def test_layer_time_chart_heatmap_filters_mode_and_prefill():
 @pytest.mark.parametrize("build,y,rest", [(charts.race_chart, "elapsed_ms", "modelled"),
                                           (charts.positions_chart, "positions_total", "counted, not run")])
 def test_race_and_positions_one_line_per_mode_and_the_remainder_dashed(build, y, rest):
-    spec = build(steps(), 32, 1000).to_dict()
-    (lines, points), remainder, axis_end = [layer.get("layer", layer) for layer in spec["layer"]]
+    vega = build(steps(), 32, 1000).to_dict()
+    (lines, points), remainder, axis_end = [layer.get("layer", layer) for layer in vega["layer"]]
     assert [lines["mark"]["type"], points["mark"]["type"], remainder["mark"]["type"]] == ["line", "point", "line"]
     for measured in (lines, points):  # the measured steps, without the remainder's rows
         assert (field(measured, "x"), field(measured, "y"), field(measured, "color")) == ("new_tokens", y, "mode")
@@ -276,18 +276,18 @@ def test_with_data_equals_rebuilding(name):
 
 
 @pytest.mark.parametrize("name", list(builders()))
-def test_spec_with_data_swaps_only_the_table(name):
+def test_vega_with_data_swaps_only_the_table(name):
     build, small, large = builders()[name]
-    spec = charts.to_vega_lite(build(small))
-    assert spec["data"] == {"name": charts.TABLE}
-    assert charts.TABLE not in spec.get("datasets", {})
-    assert "continuousWidth" not in json.dumps(spec.get("config", {}))
-    before = json.dumps(spec)
-    live = charts.vega_lite_with_data(spec, large)
+    vega = charts.to_vega_lite(build(small))
+    assert vega["data"] == {"name": charts.TABLE}
+    assert charts.TABLE not in vega.get("datasets", {})
+    assert "continuousWidth" not in json.dumps(vega.get("config", {}))
+    before = json.dumps(vega)
+    live = charts.vega_lite_with_data(vega, large)
     assert live["datasets"][charts.TABLE] is large
-    assert json.dumps(spec) == before  # the built spec is left untouched
+    assert json.dumps(vega) == before  # the built Vega-Lite is left untouched
     assert {k: v for k, v in live.items() if k != "datasets"} == {
-        k: v for k, v in spec.items() if k != "datasets"}
+        k: v for k, v in vega.items() if k != "datasets"}
 
 
 @pytest.mark.parametrize("name", list(builders()))
@@ -340,14 +340,14 @@ def test_the_per_layer_axis_fits_the_largest_tensor_of_any_kind():
 
 def test_the_whole_cache_legend_sits_below_the_plot():
     """Beside the plot, on a phone on stage, the "contiguous reservation" label ran into its title."""
-    spec = charts.total_cache_chart(steps(), 50_000, 12288, max_seq_len=64).to_dict()
-    assert spec["layer"][0]["encoding"]["color"]["legend"] == {"direction": "horizontal", "orient": "bottom"}
+    vega = charts.total_cache_chart(steps(), 50_000, 12288, max_seq_len=64).to_dict()
+    assert vega["layer"][0]["encoding"]["color"]["legend"] == {"direction": "horizontal", "orient": "bottom"}
 
 
 def test_the_positions_title_takes_two_lines():
     """On one line, "positions processed (total)" ran past the top of a 220 px chart."""
-    spec = charts.positions_chart(steps(), 32, 500).to_dict()
-    assert spec["layer"][0]["layer"][0]["encoding"]["y"]["title"] == ["positions processed", "(total)"]
+    vega = charts.positions_chart(steps(), 32, 500).to_dict()
+    assert vega["layer"][0]["layer"][0]["encoding"]["y"]["title"] == ["positions processed", "(total)"]
 
 
 def test_stage_text_is_enlarged_on_a_screen_and_kept_on_a_phone():

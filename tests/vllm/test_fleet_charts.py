@@ -19,9 +19,9 @@ def test_the_charts_of_the_capture(fleet_capture):
 def test_the_prefix_map_writes_white_on_the_darker_half(fleet_capture):
     recording, view, _ = fleet_capture
     df = fleet_frames.prefix_frame(recording, view)
-    spec = fleet_charts.prefix_map_chart(df).to_dict()
-    cells, text = spec["layer"]
+    vega = fleet_charts.prefix_map_chart(df).to_dict()
+    cells, text = vega["layer"]
     assert cells["mark"]["type"] == "rect" and text["mark"]["type"] == "text"
     condition = text["encoding"]["color"]["condition"]
     assert condition["value"] == "white" and condition["test"] == f"(datum.tokens > {df.tokens.max() / 2})"
-    assert spec["height"] == fleet_charts.BAR_PX * df.prefix.nunique()
+    assert vega["height"] == fleet_charts.BAR_PX * df.prefix.nunique()
