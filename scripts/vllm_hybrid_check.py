@@ -3,7 +3,7 @@
     .venv-vllm/bin/python scripts/vllm_hybrid_check.py MODEL_DIR KV_BYTES BLOCK_SIZE MAX_LEN PREFIX DTYPE
     .venv-vllm/bin/python scripts/vllm_hybrid_check.py --many CASES.json
 
-CASES.json: a JSON list of those six arguments per case. vLLM is imported once (about 13 s here)
+CASES.json: a JSON list of those six arguments per case. vLLM's LLM is imported once (about 15 s here)
 and each case runs in a child forked from that process (its engine dies with it); the last stdout
 line is then a JSON list, one object per case, {"error": ...} for a case whose child failed.
 
@@ -75,7 +75,7 @@ def in_child(args: list, out: Path) -> dict:
 
 
 def many(cases_file: str) -> list[dict]:
-    import vllm  # noqa: F401  (once, before the forks)
+    from vllm import LLM  # noqa: F401  (once, before the forks: `import vllm` alone defers it, ~5 s a child)
     cases = json.loads(Path(cases_file).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         return [in_child(args, Path(tmp) / f"{i}.json") for i, args in enumerate(cases)]

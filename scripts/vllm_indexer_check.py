@@ -1,13 +1,15 @@
 """vLLM's own KV-cache arithmetic for DeepSeek-V3.2-style layers: run with .venv-vllm's python.
 
-    .venv-vllm/bin/python scripts/vllm_indexer_check.py LAYERS BLOCK_SIZE KV_BYTES MAX_LEN [auto|fp8_ds_mla]
+    .venv-vllm/bin/python scripts/vllm_indexer_check.py LAYERS BLOCK_SIZE KV_BYTES MAX_LEN [CACHE_DTYPE ...]
+
+CACHE_DTYPE: auto (the default) or fp8_ds_mla; several are checked in one run (vLLM imported once).
 
 Each layer gives vLLM's two specs, as its DeepSeek-V3.2 model code registers them: the MLA latent
 (576 values in bf16; with fp8_ds_mla, the spec vLLM's MLA layer gives for that cache dtype: a
 656-byte uint8 row per token) and the sparse-attention indexer's key cache (128 fp8 values + one
 float32 scale = 132 bytes, uint8). vLLM 0.32's `get_kv_cache_groups`, `get_kv_cache_config_from_groups`
 and `get_kv_cache_capacity` (a stand-in config carries only the fields they read) print one JSON
-line: groups, blocks, "KV cache size" tokens, maximum concurrency. tests/planner/test_vllm_hybrid.py
+line, an object keyed by cache dtype: groups, blocks, "KV cache size" tokens, maximum concurrency. tests/planner/test_vllm_hybrid.py
 compares kvviz.planner.serving_plan with it.
 """
 from __future__ import annotations
@@ -59,7 +61,8 @@ def allocation(layers: int, block: int, kv_bytes: int, max_len: int, cache_dtype
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (5, 6):
+    if len(sys.argv) < 5:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(allocation(*map(int, sys.argv[1:5]), *sys.argv[5:])), flush=True)
+    sizes = list(map(int, sys.argv[1:5]))
+    print(json.dumps({dtype: allocation(*sizes, dtype) for dtype in sys.argv[5:] or ["auto"]}), flush=True)

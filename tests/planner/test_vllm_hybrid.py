@@ -147,18 +147,24 @@ def test_the_real_vllm_allocates_what_kvviz_plans(case, real_allocations):
             *(g["block_size"] for g in got["groups"]))
 
 
+@pytest.fixture(scope="module")
+def vllm_v32() -> dict:
+    """vLLM's own arithmetic on the v32 specs, both latent cache dtypes in one vLLM process."""
+    return vllm_real.run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192, "auto", "fp8_ds_mla")
+
+
 @pytest.mark.slow
-def test_vllms_own_arithmetic_on_the_v32_indexer_specs():
-    got = vllm_real.run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192)
+def test_vllms_own_arithmetic_on_the_v32_indexer_specs(vllm_v32):
+    got = vllm_v32["auto"]
     assert got["groups"] == [["UniformTypeKVCacheSpecs", 8]]  # latent + indexer of 4 layers, one group
     assert v32_plan()[1:] == ("uniform type", got["num_blocks"], got["num_tokens"], got["max_concurrency"])
 
 
 @pytest.mark.slow
-def test_vllms_own_arithmetic_on_the_v32_fp8_ds_mla_specs():
+def test_vllms_own_arithmetic_on_the_v32_fp8_ds_mla_specs(vllm_v32):
     """The latent in vLLM's fp8_ds_mla cache (656 B per token): tests/planner/test_serving_plan.py pins
     kvviz's 332 blocks, 21,248 tokens, 2.59375× for these specs; vLLM's own functions agree."""
-    got = vllm_real.run_vllm_script("vllm_indexer_check.py", 4, 64, 64 * 2**20, 8192, "fp8_ds_mla")
+    got = vllm_v32["fp8_ds_mla"]
     assert got["pages"] == [64 * 132, 64 * 656]
     assert got["groups"] == [["UniformTypeKVCacheSpecs", 8]]
     assert (got["num_blocks"], got["num_tokens"], got["max_concurrency"]) == (332, 21_248, 2.59375)
