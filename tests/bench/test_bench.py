@@ -2,6 +2,7 @@
 import argparse
 import contextlib
 import itertools
+import statistics
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,17 @@ def test_browser_rows_check_each_ratio_against_its_target():
     assert default[0].verdict == "FAIL" and "default model" in default[0].name  # like for like: at least 0.95
     unequal = browser_page.browser_rows(samples, fast, {"server torch threads": 1, "headless torch threads": 2})
     assert "page at 1, headless at 2 torch threads" in unequal[0].name
+
+
+def test_browser_ratios_pair_the_runs_of_each_round():
+    """A load that comes and goes: each round's page and headless runs mostly share it. The median
+    of the rounds' own ratios reads the page's cost (0.95); a ratio of medians pairs round 3's page
+    with round 1's headless run and reads 0.76."""
+    pages = [{"compute": c} for c in (9.5, 4.75, 7.6)]  # quiet, loaded, the load fading
+    heads = [{"compute": c} for c in (10.0, 5.0, 12.0)]
+    assert browser_page.paired(pages, heads, "compute") == pytest.approx(0.95)
+    assert statistics.median([9.5, 4.75, 7.6]) / statistics.median([10.0, 5.0, 12.0]) == pytest.approx(0.76)
+    assert browser_page.paired(pages, [{"busy": 10.0}] * 3, "compute", "busy") == pytest.approx(0.76)  # another key
 
 
 def test_browser_rounds_rotate_so_a_drifting_load_weighs_on_every_variant():
