@@ -26,6 +26,7 @@ far below that.)
 """
 from __future__ import annotations
 
+import json
 import math
 
 import altair as alt
@@ -89,9 +90,31 @@ def to_vega_lite(chart: alt.TopLevelMixin) -> dict:
 def vega_lite_with_data(vega: dict, df: pd.DataFrame) -> dict:
     """`vega` (from to_vega_lite) with `df` as its main data: the per-refresh update, ~1 ms.
 
-    Shallow: the result shares all but its "datasets" with `vega`; neither is mutated.
+    Only the columns the chart can read travel (`columns_read`): Streamlit converts every column
+    of the frame to Arrow on the script thread, and the frames of the Live page carry 16 columns
+    where its charts read 2 to 6. Shallow: the result shares all but its "datasets" with `vega`;
+    neither is mutated.
     """
-    return {**vega, "datasets": {**vega.get("datasets", {}), TABLE: df}}
+    read = columns_read(vega, tuple(df.columns))
+    return {**vega, "datasets": {**vega.get("datasets", {}), TABLE: df if len(read) == df.shape[1] else df[list(read)]}}
+
+
+_READ: dict[int, tuple[dict, tuple, tuple]] = {}  # id(vega) -> (vega, the frame's columns, those read)
+
+
+def columns_read(vega: dict, columns: tuple) -> tuple:
+    """Of `columns`, those named anywhere in the chart's Vega-Lite dict, its datasets aside (as a
+    field, in an expression, a tooltip, a fold): the only ones it can read. Kept per chart dict,
+    which a page builds once per run and feeds every frame."""
+    known = _READ.get(id(vega))
+    if known is not None and known[0] is vega and known[1] == columns:
+        return known[2]
+    text = json.dumps({k: v for k, v in vega.items() if k != "datasets"}, default=str)
+    read = tuple(c for c in columns if isinstance(c, str) and c in text)
+    if len(_READ) > 256:
+        _READ.clear()
+    _READ[id(vega)] = (vega, columns, read)
+    return read
 
 
 # Streamlit's chart theme sizes (px) for each kind of chart text; presenter mode scales them all.

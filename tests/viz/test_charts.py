@@ -284,10 +284,42 @@ def test_vega_with_data_swaps_only_the_table(name):
     assert "continuousWidth" not in json.dumps(vega.get("config", {}))
     before = json.dumps(vega)
     live = charts.vega_lite_with_data(vega, large)
-    assert live["datasets"][charts.TABLE] is large
+    sent = live["datasets"][charts.TABLE]
+    # only the columns the chart reads travel: every field it encodes, none it never names
+    assert fields_named(vega) <= set(sent.columns) <= set(large.columns)
+    assert all(c in json.dumps({k: v for k, v in vega.items() if k != "datasets"}) for c in sent.columns)
+    assert sent.equals(large[list(sent.columns)])
     assert json.dumps(vega) == before  # the built Vega-Lite is left untouched
     assert {k: v for k, v in live.items() if k != "datasets"} == {
         k: v for k, v in vega.items() if k != "datasets"}
+
+
+def named(vega, key: str) -> set[str]:
+    """Every string (or list of strings) under `key` in the chart's dict, at any depth."""
+    if isinstance(vega, dict):
+        if vega.get("data", {"name": charts.TABLE}) != {"name": charts.TABLE}:
+            return set()  # a layer over its own data (a labelled rule's values): not the main table
+        value = vega.get(key)
+        own = {value} if isinstance(value, str) else {v for v in value if isinstance(v, str)} if isinstance(value, list) else set()
+        return own.union(*(named(v, key) for k, v in vega.items() if k != "datasets"))
+    if isinstance(vega, list):
+        return set().union(*(named(v, key) for v in vega))
+    return set()
+
+
+def fields_named(vega) -> set[str]:
+    """The data columns the chart's encodings, transforms and sorts read: every "field" but those
+    its own transforms make ("as")."""
+    return named(vega, "field") - named(vega, "as")
+
+
+def test_the_live_page_s_frames_travel_with_only_the_columns_their_charts_read():
+    """The steps frame has 16 columns; the step-time chart reads a handful (Streamlit converts
+    every column sent to Arrow on the script thread, while the model waits for the interpreter)."""
+    build, small, large = builders()["step_time"]
+    sent = charts.vega_lite_with_data(charts.to_vega_lite(build(small)), large)["datasets"][charts.TABLE]
+    assert len(large.columns) == 16 and len(sent.columns) < 8, list(sent.columns)
+    assert {"cuda_allocated_bytes", "paged_bytes"}.isdisjoint(sent.columns)
 
 
 @pytest.mark.parametrize("name", list(builders()))
