@@ -223,7 +223,7 @@ def test_a_tab_open_across_a_restart_is_told_and_reloads_once(launched, browser)
         }).observe(document.body, {childList: true, subtree: true, characterData: true})""")
         page.route("**/static/js/**", lambda route: route.abort())  # the files gone, as after a restart
         page.get_by_test_id("stSidebarNav").get_by_text("Serving").click()  # needs element code not loaded yet
-        page.wait_for_function("() => sessionStorage.getItem('noteSeen') !== null", timeout=30_000)
+        page.wait_for_function("() => sessionStorage.getItem('noteSeen') !== null", timeout=90_000)
         assert page.evaluate("sessionStorage.getItem('noteSeen')") == "kvviz was restarted on the server: reloading this page…"
         assert "Failed to fetch" not in page.inner_text("body")
         page.unroute("**/static/js/**")  # the server is back
