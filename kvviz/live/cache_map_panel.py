@@ -51,6 +51,7 @@ class CacheMapPanel:
         self.caption_slot = Slot(container)
         self.seq, self.draws, self.picked = 0, 0, False
         self.drawn_steps = 0  # cached events the map last showed
+        self.vegas: dict | None = None  # the two charts' dicts at this font size, built at the first draw
 
     def draw(self, cached: list[StepEvent], final: bool) -> None:
         """Redraw from the cached events so far; the attention map at half rate until the end.
@@ -60,7 +61,9 @@ class CacheMapPanel:
         self.draws, self.drawn_steps = self.draws + 1, len(cached)
         if final:
             self.pick_row()
-        vegas = {name: charts.with_font_scale(vega, self.font_scale) for name, vega in map_vega_lite(self.meta).items()}
+        if self.vegas is None:  # once per run: the same dicts every frame (charts.columns_read keeps to them)
+            self.vegas = {name: charts.with_font_scale(vega, self.font_scale) for name, vega in map_vega_lite(self.meta).items()}
+        vegas = self.vegas
         self.map_slot.vega_lite_chart(charts.vega_lite_with_data(vegas["map"], cache_map.map_frame(self.meta, cached, self.seq)))
         if self.attention_slot is not None and (final or self.draws % 2):
             frame = cache_map.attention_frame(self.meta, cached, self.seq)
