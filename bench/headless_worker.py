@@ -1,9 +1,11 @@
 """The headless side of the browser benchmark: `kvviz record`'s generation, in its own process.
 
 `python -m bench.headless_worker [MODEL]` loads the default model (or MODEL) as `kvviz record` does (no
-Streamlit), then answers each line of JSON on stdin (a RunConfig's fields) with one line of JSON on
-stdout: every event's step time, phase and text, and the moment (seconds after the call began)
-the engine yielded it.
+Streamlit), then answers each line of JSON on stdin (`{"config": a RunConfig's fields, "race": bool}`)
+with one line of JSON on stdout: every cached event's step time, phase and text, and the moment
+(seconds after the call began) the engine yielded it. With `race`, the cached run takes turns with
+the recompute run as the page's race has them (`kvviz.engine.race.interleave`, in one thread, no
+drawing): what the race itself costs the cached run, against which the page's race is measured.
 
 Its torch threads follow the dashboard server's policy (kvviz.app.threads: all cores but one, or
 KVVIZ_TORCH_THREADS), not torch's default as `kvviz record` has them: the page-vs-headless rows
@@ -17,15 +19,19 @@ import sys
 import time
 
 
-def timed_run(lm, fields: dict) -> dict:
-    """One cached-mode generation, stamped when each event arrives."""
-    from kvviz.engine import loop as engine
+def timed_run(lm, fields: dict, race: bool = False) -> dict:
+    """One cached-mode generation (taking turns with a recompute run when `race`), its events
+    stamped when each arrives."""
     from kvviz.core.config import RunConfig
+    from kvviz.engine import loop as engine
+    from kvviz.engine.race import interleave
     cfg = RunConfig(**{**fields, "prompts": tuple(fields["prompts"])})
+    recompute = engine.generate(lm, cfg, "recompute") if race else None
     start, events, stamps = time.perf_counter(), [], []
-    for event in engine.generate(lm, cfg, "cached"):
-        stamps.append(time.perf_counter() - start)
-        events.append(event)
+    for event in interleave(engine.generate(lm, cfg, "cached"), recompute):
+        if event.mode == "cached":
+            stamps.append(time.perf_counter() - start)
+            events.append(event)
     return {"stamps_s": stamps, "step_ms": [e.step_ms for e in events],
             "phases": [e.phase for e in events], "texts": [e.texts[0] for e in events]}
 
@@ -42,7 +48,8 @@ def main() -> None:
     print(json.dumps({"ready": True, "torch_threads": threads, "torch_default": torch_default}), flush=True)
     for line in sys.stdin:
         if line.strip():
-            print(json.dumps(timed_run(lm, json.loads(line))), flush=True)
+            request = json.loads(line)
+            print(json.dumps(timed_run(lm, request["config"], request.get("race", False))), flush=True)
 
 
 if __name__ == "__main__":

@@ -210,13 +210,18 @@ def test_browser_rows_check_each_ratio_against_its_target():
     page = {"compute": 9.0, "busy": 8.0, "wall": 7.0, "step_ms": 100.0, "click_to_idle_s": 4.0}
     alone = {"compute": 10.0, "busy": 10.0, "wall": 10.0, "step_ms": 100.0, "total_s": 3.0}
     race = {"compute": 8.0, "busy": 8.0, "wall": 5.0, "step_ms": 115.0}
-    samples, same = {"page": [page], "headless": [alone], "race": [race]}, {"server torch threads": 1,
-                                                                          "headless torch threads": 1}
+    alone_race = {"compute": 9.0, "busy": 9.0, "wall": 9.0, "step_ms": 110.0, "total_s": 3.3}
+    samples = {"page": [page], "headless": [alone], "race": [race], "headless race": [alone_race]}
+    same = {"server torch threads": 1, "headless torch threads": 1}
     fast = browser_page.PageBench("fast model", "/a/folder", 512, 5, 0.9)
     rows = browser_page.browser_rows(samples, fast, same)
     assert [(r.ratio, r.verdict) for r in rows] == [
         (pytest.approx(0.9), "PASS"), (pytest.approx(0.7), "FAIL"), (pytest.approx(7 / 8), "FAIL"),
-        (pytest.approx(1.0), "info"), (pytest.approx(1.15), "FAIL"), (pytest.approx(4 / 3), "info")]
+        (pytest.approx(1.0), "info"), (pytest.approx(1.15), "info"), (pytest.approx(1.1), "info"),
+        (pytest.approx(1.15 / 1.1), "PASS"), (pytest.approx(4 / 3), "info")]
+    assert rows[6].measured == "1.150×" and rows[6].baseline == "1.100×"
+    no_cost = {**samples, "headless race": [{**alone_race, "step_ms": 100.0}]}  # the race costs nothing headless
+    assert browser_page.browser_rows(no_cost, fast, same)[6].verdict == "FAIL"  # so the page's 1.15 is its own
     assert all("fast model" in r.name for r in rows) and "(fast model, both at 1 torch thread)" in rows[0].name
     default = browser_page.browser_rows(samples, browser_page.default_bench(Settings()), same)
     assert default[0].verdict == "FAIL" and "default model" in default[0].name  # like for like: at least 0.95
@@ -236,9 +241,9 @@ def test_browser_ratios_pair_the_runs_of_each_round():
 
 
 def test_browser_rounds_rotate_so_a_drifting_load_weighs_on_every_variant():
-    orders = [browser_page.round_order(r) for r in range(4)]
-    assert orders[:3] == [["page", "headless", "race"], ["headless", "race", "page"], ["race", "page", "headless"]]
-    assert orders[3] == orders[0]
+    orders = [browser_page.round_order(r) for r in range(5)]
+    assert orders[:2] == [["page", "headless", "race", "headless race"], ["headless", "race", "headless race", "page"]]
+    assert [order.index("page") for order in orders[:4]] == [0, 3, 2, 1] and orders[4] == orders[0]
 
 
 def test_thread_policy_rows_compare_the_policy_with_torchs_default():
@@ -296,3 +301,26 @@ def test_the_fast_model_is_a_four_layer_llama_with_the_default_tokenizer(tmp_pat
     assert (folder / "tokenizer.json").read_bytes() == default_tokenizer and lm.tokenizer.chat_template
     events = list(engine.generate(lm, RunConfig(max_new_tokens=32, stop_on_eos=False)))
     assert len({e.token_ids[0] for e in events}) > 10 and "".join(e.texts[0] for e in events).strip()
+
+
+def test_headless_race_stamps_the_cached_run_taking_turns_with_the_recompute_run(tiny_dir, monkeypatch):
+    """The race baseline runs what the page's race runs (race.interleave of both modes) and reports
+    the cached run alone: the same tokens as without the race, the recompute steps between them."""
+    from dataclasses import asdict
+
+    from bench import headless_worker
+    from kvviz.core.config import LoadConfig, RunConfig
+    from kvviz.engine import race
+    from kvviz.engine.models import load_model
+    lm = load_model(LoadConfig(name=str(tiny_dir)))
+    fields = {**asdict(RunConfig(max_new_tokens=8)), "prompts": ["Hello"]}
+    modes = []
+    real = race.interleave
+    monkeypatch.setattr(race, "interleave", lambda c, r: (modes.append(e.mode) or e for e in real(c, r)))
+    alone = headless_worker.timed_run(lm, fields)
+    assert modes == ["cached"] * 8
+    modes.clear()
+    raced = headless_worker.timed_run(lm, fields, race=True)
+    assert modes.count("cached") == 8 and modes.count("recompute") >= 7 and modes[0] == "cached"
+    assert raced["texts"] == alone["texts"] and raced["phases"] == alone["phases"]
+    assert len(raced["stamps_s"]) == len(raced["step_ms"]) == 8
