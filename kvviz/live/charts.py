@@ -38,35 +38,44 @@ def reservation_data(meta: RunMeta, last: StepEvent) -> pd.DataFrame:
     return df.assign(unused_label=df["layout"].map(labels))
 
 
+RACE_COLUMNS = ("mode", "new_tokens", "elapsed_ms", "positions_total")  # of the steps frame: what the race charts read
+
+
 def race_data(meta: RunMeta, cached: list[StepEvent], recompute: list[StepEvent],
               steps: pd.DataFrame) -> pd.DataFrame:
-    """The race charts' frame: both runs' measured steps (series "measured"), the steps the run
-    without a cache did not make once the cached run has ended (series "modelled": its time from
-    race.modelled_remainder_ms, which ends at the whole-run figure the headline quotes; its
-    positions counted), and one "axis" row where the x axis ends: the run's token budget while it
-    goes on, the last token written once it has ended (EOS or the budget)."""
-    ended = captions.run_ended(cached, meta.setting("max_new_tokens", len(cached)))
-    measured = steps.assign(series="measured")
-    x_end = len(cached) if ended else max(meta.setting("max_new_tokens", len(cached)), len(cached))
-    axis = pd.DataFrame({"mode": ["cached"], "series": ["axis"], "new_tokens": [x_end],
-                         "elapsed_ms": [0.0], "positions_total": [0]})
-    return pd.concat([measured, remainder_frame(cached, recompute) if ended else None, axis], ignore_index=True)
+    """The race charts' frame: both runs' measured steps (RACE_COLUMNS, series "measured"), the
+    steps the run without a cache did not make once the cached run has ended (series "modelled":
+    its time from race.modelled_remainder_ms, which ends at the whole-run figure the headline
+    quotes; its positions counted), and one "axis" row where the x axis ends: the run's token
+    budget while it goes on, the last token written once it has ended (EOS or the budget).
+
+    Built from column lists in one frame: it is redrawn every chart frame of a run, and pandas'
+    assign and concat of three frames took most of its time."""
+    budget = meta.setting("max_new_tokens", len(cached))
+    ended = captions.run_ended(cached, budget)
+    cols = {name: steps[name].tolist() for name in RACE_COLUMNS} | {"series": ["measured"] * len(steps)}
+    x_end = len(cached) if ended else max(budget, len(cached))
+    extra = [("recompute", *row, "modelled") for row in remainder_rows(cached, recompute)] if ended else []
+    for row in extra + [("cached", x_end, 0.0, 0, "axis")]:
+        for name, value in zip(cols, row):
+            cols[name].append(value)
+    return pd.DataFrame(cols)
 
 
-def remainder_frame(cached: list[StepEvent], recompute: list[StepEvent]) -> pd.DataFrame | None:
-    """The run without a cache from its last measured step to the cached run's last token:
-    modelled time, counted positions (series "modelled"); None when there is nothing to draw."""
+def remainder_rows(cached: list[StepEvent], recompute: list[StepEvent]) -> list[tuple[int, float, int]]:
+    """(new_tokens, elapsed_ms, positions_total) of the run without a cache from its last measured
+    step to the cached run's last token: modelled time, counted positions; none when there is
+    nothing to draw."""
     rest_ms = race.modelled_remainder_ms(cached, recompute)
     if not rest_ms:
-        return None
+        return []
     batch = len(recompute[0].token_ids)
     elapsed, positions = sum(e.step_ms for e in recompute), sum(e.positions for e in recompute)
     rows = [(len(recompute), elapsed, positions)]  # the last measured point: the dashed line joins it
     for event, ms in zip(cached[len(recompute):], rest_ms):
         elapsed, positions = elapsed + ms, positions + batch * (event.seq_len - 1)
         rows.append((event.step + 1, elapsed, positions))
-    return pd.DataFrame(rows, columns=["new_tokens", "elapsed_ms", "positions_total"]).assign(
-        mode="recompute", series="modelled")
+    return rows
 
 
 GROUP_COLUMNS = ["group", "kind", "kv_bytes", "tokens", "layers", "group_bytes", "cap_bytes", "cap_label"]

@@ -286,9 +286,9 @@ def test_vega_with_data_swaps_only_the_table(name):
     live = charts.vega_lite_with_data(vega, large)
     sent = live["datasets"][charts.TABLE]
     # only the columns the chart reads travel: every field it encodes, none it never names
-    assert fields_named(vega) <= set(sent.columns) <= set(large.columns)
-    assert all(c in json.dumps({k: v for k, v in vega.items() if k != "datasets"}) for c in sent.columns)
-    assert sent.equals(large[list(sent.columns)])
+    assert fields_named(vega) <= set(sent.column_names) <= set(large.columns)
+    assert all(c in json.dumps({k: v for k, v in vega.items() if k != "datasets"}) for c in sent.column_names)
+    assert sent.equals(streamlits_own(large[sent.column_names]))
     assert json.dumps(vega) == before  # the built Vega-Lite is left untouched
     assert {k: v for k, v in live.items() if k != "datasets"} == {
         k: v for k, v in vega.items() if k != "datasets"}
@@ -318,8 +318,30 @@ def test_the_live_page_s_frames_travel_with_only_the_columns_their_charts_read()
     every column sent to Arrow on the script thread, while the model waits for the interpreter)."""
     build, small, large = builders()["step_time"]
     sent = charts.vega_lite_with_data(charts.to_vega_lite(build(small)), large)["datasets"][charts.TABLE]
-    assert len(large.columns) == 16 and len(sent.columns) < 8, list(sent.columns)
-    assert {"cuda_allocated_bytes", "paged_bytes"}.isdisjoint(sent.columns)
+    assert len(large.columns) == 16 and len(sent.column_names) < 8, sent.column_names
+    assert {"cuda_allocated_bytes", "paged_bytes"}.isdisjoint(sent.column_names)
+
+
+def streamlits_own(df):
+    """The Arrow table Streamlit makes of a frame (dataframe_util), without its pandas metadata and
+    index: what a chart handed the frame itself would send."""
+    from streamlit import dataframe_util
+    table = dataframe_util.convert_pandas_df_to_arrow_table(df.reset_index(drop=True))
+    return table.replace_schema_metadata(None)
+
+
+def test_an_arrow_table_goes_out_as_the_frame_would_and_a_mixed_column_is_left_to_streamlit():
+    df = pd.DataFrame({"mode": ["cached", "recompute"], "step": [0, 1], "ms": [1.5, 2.5],
+                       "blocks": pd.array([3, None], dtype="Int64"), "at": [{"a": 1}, "x"]}, index=[4, 9])
+    table = charts.arrow_table(df, ("mode", "step", "ms", "blocks"))
+    assert table.equals(streamlits_own(df[["mode", "step", "ms", "blocks"]]))
+    assert table.column("blocks").null_count == 1 and table.num_rows == 2
+    from streamlit import dataframe_util
+    import pyarrow as pa
+    sent = pa.ipc.open_stream(dataframe_util.convert_anything_to_arrow_bytes(table)).read_all()
+    assert sent.equals(table)  # Streamlit ships the table as it is
+    mixed = charts.arrow_table(df, ("mode", "at"))  # Arrow cannot type this column: Streamlit repairs it
+    assert isinstance(mixed, pd.DataFrame) and list(mixed.columns) == ["mode", "at"]
 
 
 @pytest.mark.parametrize("name", list(builders()))
