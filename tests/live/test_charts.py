@@ -97,3 +97,16 @@ def test_while_the_run_goes_on_the_race_axis_holds_the_budget_and_nothing_is_mod
     finished = long_prompt_run(tokens=29, recompute_steps=29)
     df = live_charts.chart_data(*finished)["race"]  # the run without a cache wrote every token
     assert not (df.series == "modelled").any() and df[df.series == "axis"].new_tokens.tolist() == [29]
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_every_chart_s_frame_holds_every_column_its_chart_reads(finished):
+    """Frames may be narrower than the steps frame (race_data keeps RACE_COLUMNS): never narrower
+    than what their chart names (a missing field draws nothing, silently)."""
+    from tests.viz.test_charts import fields_named
+    from kvviz.viz import charts
+    meta, cached, recompute = long_prompt_run(finished=finished)
+    data = live_charts.chart_data(meta, cached, recompute)
+    for name, chart in live_charts.build_charts(meta, 64, data).items():
+        read = fields_named(charts.to_vega_lite(chart))
+        assert read and read <= set(data[name].columns), (name, read - set(data[name].columns))
