@@ -10,8 +10,10 @@ very states the live page showed. Loading is strict: anything else is a `TraceEr
 """
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -153,14 +155,32 @@ def replay_frames(recording: Recording, times_s: list[float],
     total = sum(len(r.batch.events) for r in recording.batches)
     i, done, told = 0, 0, 0
     for t_s in times_s:
-        while i < len(records) and records[i].t_s <= t_s:
-            apply_record(states, records[i])
-            done += len(records[i].batch.events) if isinstance(records[i], BatchRecord) else 0
-            i += 1
-            if progress is not None and done - told >= PROGRESS_EVERY:
-                progress(done, total)
-                told = done
+        with older_objects_frozen():
+            while i < len(records) and records[i].t_s <= t_s:
+                apply_record(states, records[i])
+                done += len(records[i].batch.events) if isinstance(records[i], BatchRecord) else 0
+                i += 1
+                if progress is not None and done - told >= PROGRESS_EVERY:
+                    progress(done, total)
+                    told = done
         yield t_s, states
+
+
+@contextmanager
+def older_objects_frozen():
+    """Python's full collections leave out the objects that exist on entry (gc.freeze) until exit.
+
+    A replay makes many small objects; each full collection that triggers traverses every object
+    of the process, and in a dashboard's server that is its models and every session's state. The
+    replay's time then grew with the server's heap, not with the events: 40,000 blocks after one
+    parent took 2.05 × four times 10,000 (`make bench`, after the benchmarks that load models).
+    Garbage is still collected: what is new is traversed as before, and exit returns the older
+    objects to the oldest generation (another thread's exit may do so sooner: harmless)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def apply_record(states: dict[str, EngineState], record) -> None:

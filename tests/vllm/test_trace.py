@@ -4,6 +4,7 @@ and replay on the crafted file of issue 41: 45,000 blocks stored after one paren
 to explain. Work grows linearly with the events (counted in function calls, not timed: speed
 targets live in bench/vllm_replay.py), the file replays to the right rows, and a page's progress
 callback is called as it goes (a visitor who leaves stops the replay there)."""
+import gc
 import json
 import sys
 
@@ -78,6 +79,19 @@ def test_a_progress_call_that_raises_stops_the_replay_there():
     frames = replay_frames(recording, [recording.duration_s], leave)
     with pytest.raises(Left):
         next(frames)
+    assert gc.get_freeze_count() == 0  # the older objects are collectable again
+
+
+def test_the_replay_freezes_the_older_objects_while_it_applies_and_only_then():
+    """Full collections during a replay leave out what existed before it (the server's models,
+    other sessions): its time follows its events, not the process's heap."""
+    recording = shared_parent(2 * PROGRESS_EVERY)
+    seen = []
+    frames = replay_frames(recording, [recording.duration_s / 2, recording.duration_s],
+                           lambda done, total: seen.append(gc.get_freeze_count()))
+    for _ in frames:
+        assert gc.get_freeze_count() == 0  # between frames the page draws, with nothing frozen
+    assert len(seen) == 2 and all(count > 1000 for count in seen)  # the process's objects, frozen
 
 
 # --- the watch file: saved, loaded, refused -------------------------------------------------------
