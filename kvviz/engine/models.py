@@ -328,10 +328,15 @@ def with_attention(lm: LoadedModel, attn: str) -> LoadedModel:
     config._attn_implementation = attn
     with torch.device("meta"):
         twin = type(lm.model)(config)
-    twin.load_state_dict(lm.model.state_dict(), assign=True, strict=True)
-    for name, buffer in lm.model.named_buffers():  # non-persistent ones (rotary frequencies) too
+    own = twin.state_dict().keys()  # `lm` may hold modules a library attached (below): not the model's
+    twin.load_state_dict({k: v for k, v in lm.model.state_dict().items() if k in own}, assign=True, strict=True)
+    # Non-persistent buffers (rotary frequencies) too, by the twin's own names: a kvpress press (the
+    # Shrink page) leaves `rotary_emb` on every attention module of the shared model, so `lm`'s
+    # buffers were found under paths the twin does not have.
+    buffers = dict(lm.model.named_buffers(remove_duplicate=False))
+    for name, _ in list(twin.named_buffers()):
         owner, _, attr = name.rpartition(".")
-        setattr(twin.get_submodule(owner) if owner else twin, attr, buffer)
+        setattr(twin.get_submodule(owner) if owner else twin, attr, buffers[name])
     twin.generation_config = lm.model.generation_config
     return replace(lm, model=twin.eval(), attn_fallback="")
 

@@ -151,3 +151,21 @@ def test_the_chat_templates_end_of_turn_token_is_a_stop():
     assert models.stop_token_ids(model, tiny_tokenizer()) == {0, 7}
     refusing = turn_tokenizer("{{ raise_exception('user and assistant must alternate') }}")
     assert models.end_of_turn_id(refusing) is None
+
+
+@pytest.mark.parametrize("pressed", [False, True])
+def test_an_attention_twin_shares_the_weights_and_outlives_a_press_on_the_shared_model(tiny_dir, pressed):
+    """The Live page's attention toggle builds an eager twin of the loaded model. A kvpress press
+    (the Shrink page, on the same shared model) leaves `rotary_emb` on every attention module: the
+    twin was built from paths it does not have ("LlamaAttention has no attribute rotary_emb")."""
+    lm = models.load_model(LoadConfig(name=str(tiny_dir)))
+    if pressed:
+        for layer in lm.model.model.layers:  # what kvpress's BasePress.__call__ does
+            layer.self_attn.rotary_emb = lm.model.model.rotary_emb
+    twin = models.with_attention(lm, "eager")
+    ids = torch.tensor([[1, 5, 9, 2, 7]])
+    with torch.no_grad():
+        assert torch.allclose(twin.model(ids).logits, lm.model(ids).logits, atol=1e-5)
+    assert twin.model.config._attn_implementation == "eager" != lm.model.config._attn_implementation
+    assert {p.data_ptr() for p in twin.model.parameters()} == {p.data_ptr() for p in lm.model.parameters()}
+    assert twin.model.model.rotary_emb.inv_freq is lm.model.model.rotary_emb.inv_freq
