@@ -1,5 +1,5 @@
-"""Forward hooks on the decoder layers, removed when the `with` block ends: per-layer timing
-and (optionally) the newest token's attention over the cached positions.
+"""Hooks on the decoder layers, removed when the `with` block ends: per-layer timing (a wrapped
+`forward`) and (optionally) the newest token's attention over the cached positions (forward hooks).
 
 On CUDA the hooks record CUDA events (read after the step synchronises); elsewhere they read
 `time.perf_counter`, which is exact for the synchronous CPU backend. Hooks break
@@ -64,20 +64,37 @@ class LayerTimer:
         return ms
 
 
+def timed_forward(forward: Callable, timer: LayerTimer, index: int) -> Callable:
+    """`forward`, marking layer `index`'s start and end in `timer` around each call."""
+    def timed(*args, **kwargs):
+        timer.mark(timer.starts, index)
+        out = forward(*args, **kwargs)
+        timer.mark(timer.ends, index)
+        return out
+    return timed
+
+
 @contextmanager
 def timed_layers(layers: torch.nn.ModuleList, use_cuda_events: bool,
                  synchronize: Callable[[], None] | None = None):
-    """Install timing hooks on every layer for the duration of the block; yields the timer."""
+    """Time every layer for the duration of the block; yields the timer.
+
+    Each layer's `forward` is wrapped (an attribute of the instance, as accelerate's hooks do)
+    rather than given forward hooks: a module with hooks takes torch's slow call path, which on a
+    fast engine cost more than the clock reads themselves (`make bench`, hook overhead).
+    """
     timer = LayerTimer(len(layers), use_cuda_events, synchronize)
-    handles = []
+    own = [layer.__dict__.get("forward") for layer in layers]  # a wrapper someone else installed
     for i, layer in enumerate(layers):
-        handles.append(layer.register_forward_pre_hook(lambda *_, i=i: timer.mark(timer.starts, i)))
-        handles.append(layer.register_forward_hook(lambda *_, i=i: timer.mark(timer.ends, i)))
+        layer.forward = timed_forward(layer.forward, timer, i)
     try:
         yield timer
     finally:
-        for handle in handles:
-            handle.remove()
+        for layer, forward in zip(layers, own):
+            if forward is None:
+                del layer.forward
+            else:
+                layer.forward = forward
 
 
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")  # Llama/Qwen, GPT-2, others

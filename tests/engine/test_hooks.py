@@ -32,11 +32,29 @@ def test_each_layer_is_timed_once_per_pass_and_the_hooks_go_with_the_block():
     model = tiny_model("llama")
     layers = model.model.layers
     with hooks.timed_layers(layers, use_cuda_events=False) as timer:
+        assert hook_count(layers) == 0  # wrapped, not hooked: torch's fast call path stays
         forward(model)
         first = timer.take_ms()
         second = timer.take_ms()  # taken: cleared until the next pass
     assert len(first) == 2 and all(ms > 0 for ms in first) and second == [0.0, 0.0]
-    assert hook_count(layers) == 0
+    assert hook_count(layers) == 0 and not any("forward" in layer.__dict__ for layer in layers)
+
+
+def test_a_forward_wrapped_by_someone_else_is_timed_and_then_given_back():
+    """accelerate (a device map) wraps a layer's forward on the instance: it runs inside the timing
+    and is the layer's forward again after the block."""
+    model = tiny_model("llama")
+    layer, calls = model.model.layers[0], []
+    theirs = layer.forward
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return theirs(*args, **kwargs)
+    layer.forward = wrapped
+    with hooks.timed_layers(model.model.layers, use_cuda_events=False) as timer:
+        forward(model)
+        assert all(ms > 0 for ms in timer.take_ms()) and calls == [1]
+    assert layer.__dict__["forward"] is wrapped and "forward" not in model.model.layers[1].__dict__
 
 
 def test_the_newest_token_s_attention_per_layer_needs_eager_attention():
