@@ -1,4 +1,5 @@
-"""How many CPU threads torch may use in the dashboard's server process.
+"""How many CPU threads torch may use in the dashboard's server process, and how soon the
+interpreter passes from the drawing thread to the model's.
 
 On a small machine the Streamlit server and the browser drawing the page share the cores with
 torch. Torch's default (one thread per core) makes every decode step wait for its slowest
@@ -13,9 +14,19 @@ clock with this policy (1 thread) against 0.55 with torch's default (2), compute
 from __future__ import annotations
 
 import os
+import sys
 from kvviz.core.errors import UserError
 
 ENV = "KVVIZ_TORCH_THREADS"
+
+# The live page's model runs on a worker thread while the script thread draws (kvviz.engine.pump).
+# Torch lets go of the interpreter inside each operation; when the operation returns while the
+# drawing thread holds the interpreter, the model waits until the holder is asked to let go: after
+# Python's switch interval, 5 ms by default, for every operation, so one chart frame could stall
+# a 3 ms decode step several times over. At 0.5 ms the fast model's page decoded at 0.923 and 0.988
+# of headless where 5 ms read 0.797 and 0.952 (`python -m bench --only live-browser-fast`, the two
+# settings run one after the other, twice, in opposite orders; 2026-12-07).
+SWITCH_INTERVAL_S = 0.0005
 
 
 def torch_threads(cores: int, torch_default: int, env: dict | None = None) -> int:
@@ -49,3 +60,10 @@ def apply_torch_threads(env: dict | None = None) -> int:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+def apply_switch_interval() -> float:
+    """Let a thread waiting for the interpreter have it after SWITCH_INTERVAL_S (process-wide)."""
+    if sys.getswitchinterval() != SWITCH_INTERVAL_S:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+    return sys.getswitchinterval()

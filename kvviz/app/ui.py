@@ -57,12 +57,14 @@ def visitor_text(exc: BaseException, context: str = "") -> str:
 def configure_server() -> None:
     """Process-wide settings, applied by app.py on every script run (idempotent, cheap).
 
-    torch's thread policy (kvviz.app.threads: all cores but one, `KVVIZ_TORCH_THREADS` overrides),
+    torch's thread policy (kvviz.app.threads: all cores but one, `KVVIZ_TORCH_THREADS` overrides)
+    and the interpreter's switch interval (the model's thread waits less for the drawing's),
     and in hosted mode no error details for visitors: an uncaught exception shows a generic
     message, its type, text and traceback go only to the server log; Streamlit's upload endpoint
     bounded (kvviz.app.uploads) for a server not started by kvviz.app.launch; conversion folders a
     killed process left, removed.
     """
+    threads.apply_switch_interval()
     try:
         threads.apply_torch_threads()
     except errors.UserError as exc:

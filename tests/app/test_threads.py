@@ -41,3 +41,19 @@ def test_thread_policy_reaches_threads_started_later(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert seen == [1]
+
+
+def test_the_server_hands_the_interpreter_over_within_the_switch_interval():
+    """The live page's model thread waits for the drawing thread at most SWITCH_INTERVAL_S (not
+    Python's 5 ms) each time an operation returns; configure_server sets it, as app.py runs it."""
+    import sys
+
+    from streamlit.testing.v1 import AppTest
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        at = AppTest.from_string("from kvviz.app import ui\nui.configure_server()").run(timeout=60)
+        assert not at.exception and threads.SWITCH_INTERVAL_S < 0.005
+        assert sys.getswitchinterval() == pytest.approx(threads.SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(before)
