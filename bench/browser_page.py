@@ -22,6 +22,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 from bench.results import Result, medians, spread
 from bench.settings import Settings
@@ -49,11 +50,17 @@ class PageBench:
     tokens: int  # max new tokens per run (`?max_new=`)
     reps: int  # measured rounds after the warm-up round
     compute_target: float  # the page's compute-only tokens/s over headless's, at least
+    prompt: str | None = None  # the prompt box's text (`?prompt=`), or None: the preset's own
+
+
+# The default preset's question ends at the model's EOS after about 28 tokens (2 s): too short a
+# run for one slow round to weigh little. This one runs the whole `max_new` on the default model.
+LONG_ANSWER = "Explain in detail, step by step, how a KV cache speeds up text generation in a transformer."
 
 
 def default_bench(s: Settings, model: str | None = None) -> PageBench:
     """The default model, like for like with headless (tests pass a tiny model's folder)."""
-    return PageBench("default model", model, s.new_tokens, s.browser_reps, DEFAULT_COMPUTE_TARGET)
+    return PageBench("default model", model, s.new_tokens, s.browser_reps, DEFAULT_COMPUTE_TARGET, LONG_ANSWER)
 
 
 def fast_bench(s: Settings) -> PageBench:
@@ -173,11 +180,13 @@ class Headless:
         return False
 
 
-def open_page(context, url: str, race: bool, new_tokens: int):
-    """A browser tab on the live page (its own session), the model loaded, the script idle."""
+def open_page(context, url: str, race: bool, new_tokens: int, prompt: str | None = None):
+    """A browser tab on the live page (its own session) with `prompt` in its box (None: the
+    preset's own), the model loaded, the script idle."""
     from playwright.sync_api import expect
     page = context.new_page()
-    page.goto(f"{url}/?max_new={new_tokens}&race={'true' if race else 'false'}")
+    query = {"max_new": new_tokens, "race": "true" if race else "false", **({"prompt": prompt} if prompt else {})}
+    page.goto(f"{url}/?{urlencode(query)}")
     expect(page.get_by_role("button", name="Generate")).to_be_enabled(timeout=LOAD_MS)
     page.wait_for_selector(IDLE, timeout=LOAD_MS)
     return page
@@ -237,7 +246,8 @@ def round_order(round_: int) -> list[str]:
 def measure_rounds(bench: PageBench, context, url: str, headless: Headless) -> dict[str, list[dict]]:
     """A warm-up round, then `bench.reps` interleaved rounds of page (race off), headless, page (race
     on) and headless with the race."""
-    tabs = {"page": open_page(context, url, False, bench.tokens), "race": open_page(context, url, True, bench.tokens)}
+    tabs = {name: open_page(context, url, race, bench.tokens, bench.prompt)
+            for name, race in (("page", False), ("race", True))}
     samples: dict = {name: [] for name in ORDER}
     config = None
     for round_ in range(bench.reps + 1):
@@ -252,6 +262,7 @@ def measure_rounds(bench: PageBench, context, url: str, headless: Headless) -> d
                 sample = {**rates(alone, alone["stamps_s"]), "total_s": alone["stamps_s"][-1]}
             if round_:  # round 0 warms up every path
                 samples[name].append(sample)
+    samples["prompt"] = config["prompts"][0]  # as the page's trace records it
     return samples
 
 
@@ -351,7 +362,8 @@ def browser_method(bench: PageBench, samples: dict, versions: dict) -> str:
         "`streamlit run app.py --server.port 862x` from the repository root (as `make run` starts "
         "it, so `.streamlit/config.toml` applies: file watcher off), and Debian's Chromium driven by "
         "playwright on the same machine and cores. Two tabs (two sessions) open the live page with "
-        f"`?max_new={bench.tokens}`, one with the race off and one with it on; the default prompt, "
+        f"`?max_new={bench.tokens}`, one with the race off and one with it on; "
+        f"the prompt {samples['prompt']!r} (as the page's trace records it), "
         f"{model}; the server's torch threads by kvviz's policy: "
         f"{versions['server torch threads']} (torch's default here: {versions['torch default']}). A headless "
         "worker process runs the same generation as `kvviz record` does (the engine's cached mode) with the "

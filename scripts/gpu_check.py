@@ -206,7 +206,8 @@ def cuda_page_bench(reps: int, tokens: int):
     """The default model on CUDA: the fast engine of the issue (a few ms a step), so the page is held
     to the fast model's compute target, not to the CPU default model's like for like."""
     from bench import browser_page
-    return browser_page.PageBench("default model on CUDA", None, tokens, reps, browser_page.FAST_COMPUTE_TARGET)
+    return browser_page.PageBench("default model on CUDA", None, tokens, reps, browser_page.FAST_COMPUTE_TARGET,
+                                browser_page.LONG_ANSWER)
 
 
 def check_page_vs_headless(out: Path, reps: int, tokens: int) -> None:

@@ -38,6 +38,7 @@ def test_browser_benchmark_measures_page_and_headless_on_a_tiny_model(chromium, 
         assert row.ratio > 0 and row.measured.split()[0] != "0.00"
         assert row.passed == (None if row.op is None else OPS[row.op](row.ratio, row.limit))
     assert f"max_new={TOKENS}" in method and "n=1" in method and "tokens per run" in method
+    assert f"the prompt {browser_page.LONG_ANSWER!r} (as the page's trace records it)" in method  # `?prompt=` reached the box
     server = re.search(r"by kvviz's policy: (\d+) \(torch's default here: (\d+)\)", method)
     headless = re.search(r"the server's thread policy, (\d+) thread", method)
     assert server and headless and server[1] == headless[1], method  # a fair comparison: same threads
