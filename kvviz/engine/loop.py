@@ -10,7 +10,9 @@ from __future__ import annotations
 import gc
 import inspect as pyinspect
 import sys
+import threading
 import time
+import weakref
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
@@ -428,13 +430,34 @@ def plan_run(lm: LoadedModel, cfg: RunConfig) -> RunPlan:
     if not specs:
         return RunPlan(batch=batch, specs=specs, elem_bytes=elem, max_len=max_len, num_layers=num_layers,
                        layout_note=note)
-    probed = layout_probe.measured_specs(specs, probe_run(lm.model, batch, num_layers), elem)
+    probed = probed_layout(lm.model, specs, elem, probe_run(lm.model, batch, num_layers))
     if probed.note == layout_probe.NO_CACHE:
         return RunPlan(batch=batch, specs=(), elem_bytes=elem, max_len=max_len, num_layers=num_layers,
                        layout_note=probed.note, recompute_only=True)
     return RunPlan(batch=batch, specs=probed.specs, elem_bytes=elem, max_len=max_len, num_layers=num_layers,
                    caveat=probed.caveat or probed.note,
                    module_states=probed.module_states)
+
+
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(specs, elem): Probed}
+_PROBED_LOCK = threading.Lock()
+
+
+def probed_layout(model, specs: tuple, elem: int, run: Callable[[], layout_probe.ProbeRun]) -> layout_probe.Probed:
+    """layout_probe.measured_specs of `model`, probed once per model and field-name layout: the
+    sizes a cache takes per token do not depend on which tokens, so later runs reuse the first
+    probe's. The probe is three short forwards, each as long as a decode step: on the default
+    model at one CPU thread the Live page's click waited ~1 s for them before its first token
+    (once for the page's plan, again as each run started). A probe that failed is tried again."""
+    key = (specs, elem)
+    with _PROBED_LOCK:
+        known = _PROBED.get(model, {}).get(key)
+    if known is None:
+        known = layout_probe.measured_specs(specs, run, elem)
+        if known.note in ("", layout_probe.NO_CACHE):
+            with _PROBED_LOCK:
+                _PROBED.setdefault(model, {})[key] = known
+    return known
 
 
 def takes_cache(model) -> bool:
