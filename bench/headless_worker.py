@@ -39,6 +39,7 @@ def timed_run(lm, fields: dict, race: bool = False) -> dict:
 def main() -> None:
     import torch
 
+    from kvviz.app.collector import freeze_long_lived
     from kvviz.app.threads import apply_switch_interval, apply_torch_threads
     from kvviz.core.config import LoadConfig
     from kvviz.engine.models import load_model
@@ -46,6 +47,7 @@ def main() -> None:
     threads = apply_torch_threads()  # as the server does (kvviz.app.ui), before the model loads
     apply_switch_interval()  # as the server does too (one thread here: it changes nothing)
     lm = load_model(LoadConfig(*sys.argv[1:2]))  # the default model unless one is named
+    freeze_long_lived()  # as the server does after its first load
     print(json.dumps({"ready": True, "torch_threads": threads, "torch_default": torch_default}), flush=True)
     for line in sys.stdin:
         if line.strip():

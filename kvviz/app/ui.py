@@ -20,7 +20,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.core import assets, errors
-from kvviz.app import hosted, keys, links, restart, threads, uploads
+from kvviz.app import collector, hosted, keys, links, restart, threads, uploads
 from kvviz.engine import models
 from kvviz.app.device_queue import DeviceQueue
 from kvviz.app.model_store import ModelStore
@@ -150,7 +150,9 @@ def load_in_turn(store: ModelStore, load_config: LoadConfig) -> models.LoadedMod
     status = st.empty()
     try:
         with device_turn(status) if policy().enabled else nullcontext():
-            return store.load(load_config, lambda: load_or_derive(store, load_config))
+            lm = store.load(load_config, lambda: load_or_derive(store, load_config))
+        collector.freeze_long_lived()  # the modules the load imported: no full collection reads them again
+        return lm
     except models.ModelLoadError as exc:
         st.error(model_load_failure(load_config.name, exc))
     return None
