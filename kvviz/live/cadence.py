@@ -24,6 +24,11 @@ from contextlib import contextmanager
 TEXT_S, TEXT_SHARE = 0.1, 0.03
 FIGURES_S, FIGURES_SHARE = 0.25, 0.02
 CHART_INTERVAL_S, REDRAW_SHARE, CHART_MAX_GAP_S = 1.0, 0.025, 2.0  # charts keep moving, however slow
+# On a screen the headline figures stand twice: in a line above the texts (the figures' cadence)
+# and as cards below the map. Each card is a message the browser renders the page's tree for (a
+# frame of figures was nine of them), so the cards follow at the charts' pace; on stage the cards
+# are the only place and go with the figures.
+CARDS_S, CARDS_SHARE = 1.0, 0.01
 
 
 class Cadence:
@@ -58,4 +63,5 @@ class Cadence:
 
 def page_cadence() -> Cadence:
     return Cadence({"text": (TEXT_S, TEXT_SHARE, TEXT_S * 5), "figures": (FIGURES_S, FIGURES_SHARE, FIGURES_S * 4),
+                    "cards": (CARDS_S, CARDS_SHARE, CARDS_S * 2),
                     "charts": (CHART_INTERVAL_S, REDRAW_SHARE, CHART_MAX_GAP_S)})

@@ -24,7 +24,7 @@ from kvviz.engine import cost
 from kvviz.engine.pump import Running
 from kvviz.app.slots import Slot
 from kvviz.core.meta import RunMeta
-from kvviz.core.trace import RunSummary, Trace, summary
+from kvviz.core.trace import Trace, summary
 
 WAIT_SHOWN_S = 1.0  # a forward pass running longer than this gets a progress line
 LONG_PASS_S = 2.0  # and one modelled to take this long gets it from its start
@@ -171,12 +171,17 @@ class LiveView:
         if final or self.every_step or self.cadence.due("text", now):
             with self.cadence.drawing("text"):
                 self.draw_texts(cached, recompute, final)
+        headline = None
         if cached and (final or self.every_step or self.cadence.due("figures", now)):
             with self.cadence.drawing("figures"):  # the figures go with the text: never "1 × 1" beside a box of words
-                self.draw_metrics(summary(trace), cached, recompute)
+                headline = self.headline(trace, cached, recompute)
+                self.draw_headline(*headline, cards=self.presenting)
                 if self.race_on:
                     same, line = captions.parity(cached, recompute, final)
                     (self.parity_slot.success if same else self.parity_slot.warning)(line)
+        if cached and not self.presenting and (final or self.every_step or self.cadence.due("cards", now)):
+            with self.cadence.drawing("cards"):  # on a screen the line above the texts reads the same figures
+                self.draw_headline(*(headline or self.headline(trace, cached, recompute)), cards=True)
         if cached and (final or self.cadence.due("charts", now)):
             with self.cadence.drawing("charts"):
                 self.draw_figures(trace, cached, recompute, final)
@@ -263,12 +268,18 @@ class LiveView:
         self.drawn[name] = key
         return changed
 
-    def draw_metrics(self, sums: RunSummary, cached, recompute) -> None:
-        figures = captions.headline(self.meta, sums, cached[-1], self.wall_tokens_per_s(), cached, recompute)
-        basis = captions.run_basis(captions.no_cache_cost(cached, recompute))
-        for slot, figure in zip(self.metric_slots, card_figures(figures, self.presenting)):
-            draw_card(slot, *figure, basis)
-        if self.figure_line is not None:
+    def headline(self, trace: Trace, cached, recompute) -> tuple[list, str | None]:
+        """(the headline figures, how the whole run's no-cache ratio was found) as they stand."""
+        figures = captions.headline(self.meta, summary(trace), cached[-1], self.wall_tokens_per_s(), cached, recompute)
+        return figures, captions.run_basis(captions.no_cache_cost(cached, recompute))
+
+    def draw_headline(self, figures, basis: str | None, cards: bool) -> None:
+        """On a screen the line of figures above the texts, or (`cards`) the cards below the map; on
+        stage the cards at the top are the only place."""
+        if cards:
+            for slot, figure in zip(self.metric_slots, card_figures(figures, self.presenting)):
+                draw_card(slot, *figure, basis)
+        elif self.figure_line is not None:
             self.figure_line.caption(figure_line(figures, basis))
 
 
