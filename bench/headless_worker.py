@@ -47,7 +47,7 @@ def main() -> None:
     threads = apply_torch_threads()  # as the server does (kvviz.app.ui), before the model loads
     apply_switch_interval()  # as the server does too (one thread here: it changes nothing)
     lm = load_model(LoadConfig(*sys.argv[1:2]))  # the default model unless one is named
-    freeze_long_lived()  # as the server does after its first load
+    freeze_long_lived("model")  # as the server does after its first load
     print(json.dumps({"ready": True, "torch_threads": threads, "torch_default": torch_default}), flush=True)
     for line in sys.stdin:
         if line.strip():

@@ -7,29 +7,34 @@ tracks: with Streamlit, torch and transformers imported and a model loaded, abou
 (a run's last text reached the screen, then the page stayed busy for it), and one that Python
 starts during a run stops the model's thread and the drawing alike.
 
-Nearly all of those objects live as long as the process: the modules, and what the first model
-load imports (torch._dynamo and its kin, about 225,000 objects). `freeze_long_lived` collects once,
-then moves what is left out of the collector's sight (`gc.freeze`), once per process, after the
-first model is loaded. Frozen objects are still freed by reference counting: a model dropped
-later gives its memory back (tests/app/test_collector.py). Cyclic garbage among them would stay,
-which is why this runs once and not at every load: each freeze would also keep the cycles of the
-sessions open at that moment.
+Nearly all of those objects live as long as the process: the modules the server imports, and
+what the first model load imports (torch._dynamo and its kin, about 225,000 objects).
+`freeze_long_lived` collects, then moves what is left out of the collector's sight (`gc.freeze`):
+once after the first script run's imports (a page without a model, e.g. Replay, reruns at every
+step it plays) and once after the first model load. Frozen objects are still freed by reference
+counting: a model dropped later gives its memory back (tests/app/test_collector.py). Cyclic
+garbage among them would stay, which is why this happens at those two moments only and not at
+every load: each freeze also keeps the cycles of the sessions open at that moment.
 """
 from __future__ import annotations
 
 import gc
 import threading
 
+MOMENTS = ("imports", "model")  # after the first script run's imports; after the first model load
 _lock = threading.Lock()
-_frozen: list[int] = []  # the objects frozen, once done
+_frozen: dict[str, int] = {}  # moment -> the objects frozen in all, once it happened
 
 
-def freeze_long_lived() -> bool:
-    """Once per process: a full collection, then everything left frozen. True when this call did it."""
+def freeze_long_lived(moment: str) -> bool:
+    """Once per process and `moment`: a full collection, then everything left frozen. True when this
+    call did it."""
+    if moment not in MOMENTS:
+        raise ValueError(f"unknown moment {moment!r}: one of {MOMENTS}")
     with _lock:
-        if _frozen:
+        if moment in _frozen:
             return False
         gc.collect()
         gc.freeze()
-        _frozen.append(gc.get_freeze_count())
+        _frozen[moment] = gc.get_freeze_count()
         return True

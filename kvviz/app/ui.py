@@ -58,13 +58,15 @@ def configure_server() -> None:
     """Process-wide settings, applied by app.py on every script run (idempotent, cheap).
 
     torch's thread policy (kvviz.app.threads: all cores but one, `KVVIZ_TORCH_THREADS` overrides)
-    and the interpreter's switch interval (the model's thread waits less for the drawing's),
+    and the interpreter's switch interval (the model's thread waits less for the drawing's), what
+    the server imported frozen out of the garbage collector's full passes (kvviz.app.collector),
     and in hosted mode no error details for visitors: an uncaught exception shows a generic
     message, its type, text and traceback go only to the server log; Streamlit's upload endpoint
     bounded (kvviz.app.uploads) for a server not started by kvviz.app.launch; conversion folders a
     killed process left, removed.
     """
     threads.apply_switch_interval()
+    collector.freeze_long_lived("imports")  # the modules imported so far: no full collection reads them again
     try:
         threads.apply_torch_threads()
     except errors.UserError as exc:
@@ -151,7 +153,7 @@ def load_in_turn(store: ModelStore, load_config: LoadConfig) -> models.LoadedMod
     try:
         with device_turn(status) if policy().enabled else nullcontext():
             lm = store.load(load_config, lambda: load_or_derive(store, load_config))
-        collector.freeze_long_lived()  # the modules the load imported: no full collection reads them again
+        collector.freeze_long_lived("model")  # what the load imported: no full collection reads it again
         return lm
     except models.ModelLoadError as exc:
         st.error(model_load_failure(load_config.name, exc))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kvviz.app import collector
 from tiny import save_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ frozen, tracked = gc.get_freeze_count(), len(gc.get_objects())
 alive = weakref.ref(other), weakref.ref(other[0].weight)
 del other  # no collection after this: reference counting alone must free it
 print(json.dumps({"loaded": lm is not None, "before": before, "frozen": frozen, "tracked": tracked,
-                  "again": collector.freeze_long_lived(), "dropped": [ref() is None for ref in alive]}))
+                  "again": collector.freeze_long_lived("model"), "dropped": [ref() is None for ref in alive]}))
 """
 
 
@@ -44,3 +45,13 @@ def test_the_first_model_load_leaves_the_collector_only_what_came_after(tmp_path
     assert seen["tracked"] < seen["frozen"] / 20  # what a full collection still examines
     assert seen["again"] is False  # once per process
     assert seen["dropped"] == [True, True]  # a model dropped later still gives its memory back
+
+
+def test_the_freeze_happens_once_in_this_process_too():
+    """Whichever test loaded a model through the page first froze this worker: later calls do nothing."""
+    import gc
+    collector.freeze_long_lived("model")
+    frozen = gc.get_freeze_count()
+    assert frozen > 0 and collector.freeze_long_lived("model") is False and gc.get_freeze_count() == frozen
+    with pytest.raises(ValueError, match="unknown moment"):
+        collector.freeze_long_lived("later")
