@@ -61,3 +61,15 @@ def test_a_failed_probe_is_tried_again_at_the_next_plan(monkeypatch):
     assert engine.probed_layout(lm.model, specs, elem, failing) is good
     monkeypatch.setattr(layout_probe, "measured_specs", lambda *a: None)  # a second probe would return None
     assert engine.probed_layout(lm.model, specs, elem, failing) is good
+
+
+def test_a_dropped_model_takes_its_probe_with_it():
+    import gc
+    import weakref
+    lm = tiny_lm("llama")
+    engine.run_meta(lm, RunConfig())
+    alive = weakref.ref(lm.model)
+    assert lm.model in engine._PROBED
+    del lm
+    gc.collect()
+    assert alive() is None  # the memo keeps no model alive

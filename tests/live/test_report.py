@@ -272,7 +272,7 @@ def figures_of(doc):
 @pytest.mark.parametrize("wall", [7.46, None])
 def test_report_shows_the_pages_headline_figures_and_its_wall_clock_rate(wall):
     """The Live page draws captions.headline(meta, summary, last, wall rate, cached, recompute)
-    (kvviz.live.view_panel.LiveView.draw_metrics); the report shows the very same figures, the no-cache
+    (kvviz.live.view_panel.LiveView.headline); the report shows the very same figures, the no-cache
     one and the wall-clock rate included (a dash only where the page measured none)."""
     t = hand_trace()
     cached, recompute = t.events_of("cached"), t.events_of("recompute")
