@@ -21,16 +21,13 @@ from __future__ import annotations
 import gc
 import threading
 
-MOMENTS = ("imports", "model")  # after the first script run's imports; after the first model load
 _lock = threading.Lock()
 _frozen: dict[str, int] = {}  # moment -> the objects frozen in all, once it happened
 
 
 def freeze_long_lived(moment: str) -> bool:
-    """Once per process and `moment`: a full collection, then everything left frozen. True when this
-    call did it."""
-    if moment not in MOMENTS:
-        raise ValueError(f"unknown moment {moment!r}: one of {MOMENTS}")
+    """Once per process and `moment` ("imports", "model"): a full collection, then everything left
+    frozen. True when this call did it."""
     with _lock:
         if moment in _frozen:
             return False

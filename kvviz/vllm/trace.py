@@ -175,7 +175,14 @@ def older_objects_frozen():
     replay's time then grew with the server's heap, not with the events: 40,000 blocks after one
     parent took 2.05 × four times 10,000 (`make bench`, after the benchmarks that load models).
     Garbage is still collected: what is new is traversed as before, and exit returns the older
-    objects to the oldest generation (another thread's exit may do so sooner: harmless)."""
+    objects to the oldest generation (another thread's exit may do so sooner: harmless).
+
+    In the dashboard's server, which froze what it keeps for good (kvviz.app.collector), it does
+    nothing: the models and modules are out of the collections already, and unfreezing on exit
+    would give them back to every full collection after the replay."""
+    if gc.get_freeze_count():
+        yield
+        return
     gc.freeze()
     try:
         yield

@@ -77,8 +77,10 @@ def test_a_sweep_grid_link_reopens_as_the_whole_grid(server, browser):
     try:
         page.goto(link)
         settle(page)
-        for _ in range(30):  # a URL-bound widget fills in a few React commits after it is drawn (at most 30 s)
-            if sorted(chips(page, "Prompt lengths"), key=int) == GRID["sweep_prompts"]:
+        for _ in range(30):  # a URL-bound widget fills in a few React commits after it is drawn (at most 30 s),
+            # each box on its own: the batch sizes' chips once came a commit after the prompt lengths'
+            if (sorted(chips(page, "Prompt lengths"), key=int) == GRID["sweep_prompts"]
+                    and chips(page, "Batch sizes") == GRID["sweep_batches"]):
                 break
             page.wait_for_timeout(1000)
         assert sorted(chips(page, "Prompt lengths"), key=int) == GRID["sweep_prompts"]

@@ -66,7 +66,18 @@ def test_the_crafted_file_replays_to_one_explained_row_per_request(hostile):
     assert [done for done, _ in told] == sorted(done for done, _ in told)
 
 
-def test_a_progress_call_that_raises_stops_the_replay_there():
+@pytest.fixture
+def nothing_frozen():
+    """A process that froze nothing (the CLI, the bench); a test worker that ran the page has frozen
+    what it held (kvviz.app.collector): undone for the test, redone after."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    yield
+    if frozen:
+        gc.freeze()
+
+
+def test_a_progress_call_that_raises_stops_the_replay_there(nothing_frozen):
     """Streamlit stops a script by raising at its next drawing call: the replay must reach one."""
     recording = shared_parent(3 * PROGRESS_EVERY)
 
@@ -82,7 +93,7 @@ def test_a_progress_call_that_raises_stops_the_replay_there():
     assert gc.get_freeze_count() == 0  # the older objects are collectable again
 
 
-def test_the_replay_freezes_the_older_objects_while_it_applies_and_only_then():
+def test_the_replay_freezes_the_older_objects_while_it_applies_and_only_then(nothing_frozen):
     """Full collections during a replay leave out what existed before it (the server's models,
     other sessions): its time follows its events, not the process's heap."""
     recording = shared_parent(2 * PROGRESS_EVERY)
@@ -92,6 +103,24 @@ def test_the_replay_freezes_the_older_objects_while_it_applies_and_only_then():
     for _ in frames:
         assert gc.get_freeze_count() == 0  # between frames the page draws, with nothing frozen
     assert len(seen) == 2 and all(count > 1000 for count in seen)  # the process's objects, frozen
+
+
+def test_in_a_server_that_froze_what_it_keeps_the_replay_leaves_that_freeze_alone():
+    """Unfreezing at the replay's end would give the server's models and modules back to every full
+    collection after it (kvviz.app.collector froze them once)."""
+    ours = not gc.get_freeze_count()
+    if ours:
+        gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        seen = []
+        recording = shared_parent(2 * PROGRESS_EVERY)
+        for _ in replay_frames(recording, [recording.duration_s], lambda done, total: seen.append(gc.get_freeze_count())):
+            pass
+        assert seen == [frozen, frozen] and gc.get_freeze_count() == frozen
+    finally:
+        if ours:
+            gc.unfreeze()
 
 
 # --- the watch file: saved, loaded, refused -------------------------------------------------------
