@@ -212,9 +212,7 @@ def test_replay_shows_one_step_everywhere_while_it_plays(tiny_app, chromium):
                 seen[2] = shown
         page.keyboard.press("k")  # Play
         playing = "() => document.querySelector('.st-key-replay_play button').innerText.startsWith('Pause')"
-        # 62 steps of ≈ 58 ms at a quarter of the speed: ≈ 15 s a pass. A loaded machine draws few
-        # whole steps a pass (a fresh clone's suite on a slow day: 2 in 120 s), so it plays on
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 120  # 62 steps of ≈ 58 ms at a quarter of the speed: ≈ 15 s a pass
         while time.monotonic() < deadline and len([s for s in seen if 2 < s < 64]) < 4:
             if (shown := frame(page)) is not None:
                 seen.setdefault(shown["slider"], shown)

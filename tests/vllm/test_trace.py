@@ -117,7 +117,8 @@ def test_in_a_server_that_froze_what_it_keeps_the_replay_leaves_that_freeze_alon
         recording = shared_parent(2 * PROGRESS_EVERY)
         for _ in replay_frames(recording, [recording.duration_s], lambda done, total: seen.append(gc.get_freeze_count())):
             pass
-        assert seen == [frozen, frozen] and gc.get_freeze_count() == frozen
+        # frozen objects freed by reference counting leave the count (a few); an unfreeze empties it
+        assert len(seen) == 2 and min(seen + [gc.get_freeze_count()]) > frozen * 0.9
     finally:
         if ours:
             gc.unfreeze()
