@@ -22,7 +22,7 @@ import gc
 import threading
 
 _lock = threading.Lock()
-_frozen: dict[str, int] = {}  # moment -> the objects frozen in all, once it happened
+_frozen: set[str] = set()  # the moments done
 
 
 def freeze_long_lived(moment: str) -> bool:
@@ -33,5 +33,5 @@ def freeze_long_lived(moment: str) -> bool:
             return False
         gc.collect()
         gc.freeze()
-        _frozen[moment] = gc.get_freeze_count()
+        _frozen.add(moment)
         return True
