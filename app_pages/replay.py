@@ -56,8 +56,9 @@ with speed_col:
         fast_end.caption("faster ▶", text_alignment="right")
 playback = kvviz.replay.panel.replay_player(trace, ui.SPEEDS[speed])
 playback.advance()  # playing: the step due now, set on the slider before it is drawn
+# bound to the address while paused: playing, each step's address change made the slider trail more
 shown = step_col.slider("Step", 1, playback.steps, playback.steps, key=player.STEP,
-                        bind="query-params") if playback.steps > 1 else 1
+                        bind=None if playback.playing else "query-params") if playback.steps > 1 else 1
 kvviz.replay.panel.replay_buttons(play_col, playback)
 show_tokens = (options if presenting else st).toggle("Token boundaries", key="replay_tokens", bind="query-params")
 link()  # again, with every setting drawn
