@@ -242,13 +242,14 @@ def test_replay_shows_one_step_everywhere_while_it_plays(tiny_app, chromium):
         page.evaluate(RECORD)  # the page reads its own whole frames from here on: no round trip between reads
         page.keyboard.press("k")  # Play
         playing = "() => document.querySelector('.st-key-replay_play button').innerText.startsWith('Pause')"
+        page.wait_for_function(playing, timeout=30_000)
         seen = {}  # the panels' step -> the whole frame that showed it while playing
         deadline = time.monotonic() + 60  # 62 steps of ≈ 58 ms at a quarter of the speed: ≈ 15 s a pass
         while time.monotonic() < deadline and len([s for s in seen if 2 < s < 64]) < 3:
             page.wait_for_timeout(250)
             seen.update({shown["headline"]: shown for shown in page.evaluate("() => Object.values(window.wholeFrames)")})
-            if 64 in seen and not page.evaluate(playing):  # a loaded machine draws few whole steps:
-                page.keyboard.press("k")  # it ended, play again (from the start)
+            if page.query_selector(IDLE) and not page.evaluate(playing):  # the pass ended (a loaded machine
+                page.locator(".st-key-replay_play button").click()  # draws few whole steps): again, from the start
                 page.wait_for_function(playing, timeout=30_000)
         page.evaluate("() => { window.stopRecording = true; }")
         page.wait_for_function(f"() => ({playing})() && +document.querySelector('.st-key-replay_step input').value < 50",
