@@ -25,10 +25,11 @@ if not presenting:  # on stage the speaker explains; the screen keeps its height
     panel.intro()
 panel.preload_charts()
 lm = ui.load_model_with_progress(load_config)
-go, stop, *rest = st.columns([1, 1, 2, 4] if presenting else [1, 1, 6], vertical_alignment="center")
+buttons, *rest = st.columns([2, 2, 4] if presenting else [2, 6], vertical_alignment="center")
 info = rest[-1]
-generate = go.button("Generate", type="primary", disabled=lm is None, key="generate", shortcut=keys.GENERATE)
-stopped = stop.button("Stop", key="stop", shortcut=keys.STOP)
+with buttons.container(horizontal=True, gap="small"):  # each button as wide as its label: none cut at 1280
+    generate = st.button("Generate", type="primary", disabled=lm is None, key="generate", shortcut=keys.GENERATE)
+    stopped = st.button("Stop", key="stop", shortcut=keys.STOP)
 if presenting:  # the sidebar is closed on stage: slow motion sits beside Generate
     names = list(settings_panel.PACES)
     opts = replace(opts, pace=settings_panel.PACES[rest[0].selectbox(

@@ -66,6 +66,17 @@ def ready(page) -> None:
     page.wait_for_timeout(1000)  # late layout (fonts, the chart preload) settles
 
 
+CUT_BUTTONS = """() => [...document.querySelectorAll('[data-testid=stMain] button [data-testid=stMarkdownContainer],'
+    + '[data-testid=stMain] button [data-testid=stMarkdownContainer] *')]
+    .filter(e => e.checkVisibility() && e.scrollWidth > e.clientWidth)
+    .map(e => `${e.closest('button').innerText.split('\\n')[0]} (${e.scrollWidth} > ${e.clientWidth} px)`)"""
+
+
+def cut_buttons(page) -> list[str]:
+    """The page's buttons whose label is cut short (an ellipsis: a room reads "Gener…")."""
+    return page.evaluate(CUT_BUTTONS)
+
+
 def top(page, selector: str) -> float:
     box = page.locator(selector).first.bounding_box()
     assert box is not None, selector
@@ -97,6 +108,7 @@ def test_a_cold_hosted_load_shows_what_this_is_and_generate_on_the_first_screen(
         assert generate["y"] + generate["height"] <= height, generate
         assert prompt["y"] + prompt["height"] <= height, prompt
         assert intro["y"] + intro["height"] <= generate["y"]
+        assert cut_buttons(page) == []
         assert page.get_by_test_id("stSidebar").get_attribute("data-collapsed") == "true"
         explainer = page.get_by_test_id("stExpander").filter(has_text="What am I looking at?")
         assert explainer.count() == 1 and top(page, "[data-testid=stExpander]") > generate["y"]
@@ -180,6 +192,7 @@ def test_on_your_own_machine_the_sidebar_is_closed_only_on_a_narrow_screen(plain
     try:
         ready(page)
         assert page.get_by_test_id("stSidebar").get_attribute("data-collapsed") == closed
+        assert cut_buttons(page) == []  # the sidebar open at 1280 cut Generate to "Gener…" (53 > 49 px)
         generate = button(page, "Generate").bounding_box()
         assert generate["y"] + generate["height"] <= height, generate
         assert page.get_by_test_id("stSidebarNav").get_by_text("vLLM engine", exact=True).count() == 1
