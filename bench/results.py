@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 OPS = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, ">": lambda a, b: a > b}
@@ -52,10 +52,20 @@ def spread(values: list[float], fmt: str = "{:.3g}") -> str:
             f"({fmt.format(min(values))}–{fmt.format(max(values))}, n={len(values)})")
 
 
+def shown_ratio(result: Result) -> str:
+    """The ratio to 3 decimals, or to as many more as its verdict needs: 0.9497 against ≥ 0.95
+    reads 0.9497 (FAIL), never 0.950."""
+    for digits in range(3, 9):
+        shown = f"{result.ratio:.{digits}f}"
+        if replace(result, ratio=float(shown)).verdict == result.verdict:
+            return shown
+    return repr(result.ratio)
+
+
 def render_table(results: list[Result]) -> str:
     rows = ["| Benchmark | Measured | Baseline | Ratio | Target | Result |",
             "|---|---|---|---|---|---|"]
-    rows += [f"| {r.name} | {r.measured} | {r.baseline} | {r.ratio:.3f} | {r.target} | {r.verdict} |"
+    rows += [f"| {r.name} | {r.measured} | {r.baseline} | {shown_ratio(r)} | {r.target} | {r.verdict} |"
              for r in results]
     return "\n".join(rows)
 

@@ -324,3 +324,10 @@ def test_headless_race_stamps_the_cached_run_taking_turns_with_the_recompute_run
     assert modes.count("cached") == 8 and modes.count("recompute") >= 7 and modes[0] == "cached"
     assert raced["texts"] == alone["texts"] and raced["phases"] == alone["phases"]
     assert len(raced["stamps_s"]) == len(raced["step_ms"]) == 8
+
+
+def test_a_ratio_that_rounds_onto_its_target_is_written_with_the_digits_its_verdict_needs():
+    """The report of 2026-12-07 wrote 0.950 FAIL against ≥ 0.95 (the ratio was under it)."""
+    under = Result("x", "", "", 0.94972, ">=", 0.95)
+    table = results.render_table([under, Result("y", "", "", 0.95031, ">=", 0.95), Result("z", "", "", 1.2, None, None)])
+    assert "| 0.9497 | ≥ 0.95 | FAIL |" in table and "| 0.950 | ≥ 0.95 | PASS |" in table and "| 1.200 | — | info |" in table
