@@ -65,8 +65,8 @@ def open_sidebar(page) -> None:
                                ".getAttribute('data-collapsed') === 'false'", timeout=10_000)
 
 
-def tiny_as_default(cache: Path) -> None:
-    """The tiny Llama saved where kvviz keeps the converted default model, with its marker
+def tiny_as_default(cache: Path, kind: str = "llama") -> None:
+    """The tiny Llama (or `kind`, tests/tiny.py) saved where kvviz keeps the converted default model, with its marker
     (hosted mode's only model is then tiny and fast)."""
     from tiny import save_tiny
 
@@ -74,17 +74,18 @@ def tiny_as_default(cache: Path) -> None:
     from kvviz.engine import models
     folder = cache / models.DEFAULT_FOLDER
     folder.mkdir(parents=True)
-    save_tiny(folder)
+    save_tiny(folder, kind)
     sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
     files.write_atomic(folder / models.MARKER, json.dumps({"source": "tiny", "sizes": sizes}))
 
 
-def served_hosted_tiny(tmp_path_factory, name: str, ports: range, env_extra: dict | None = None):
-    """`streamlit run app.py` in hosted mode whose default model is the tiny Llama (torch on one
-    thread; log: {name}-streamlit.log), stopped by pid after the module. Yields the Server."""
+def served_hosted_tiny(tmp_path_factory, name: str, ports: range, env_extra: dict | None = None,
+                       kind: str = "llama"):
+    """`streamlit run app.py` in hosted mode whose default model is the tiny Llama (or `kind`; torch
+    on one thread; log: {name}-streamlit.log), stopped by pid after the module. Yields the Server."""
     require_chromium()
     cache = tmp_path_factory.mktemp(f"kvviz-cache-{name}")
-    tiny_as_default(cache)
+    tiny_as_default(cache, kind)
     env = {"KVVIZ_HOSTED": "1", "KVVIZ_CACHE_DIR": str(cache), "KVVIZ_TORCH_THREADS": "1", **(env_extra or {})}
     with Server(env, ports, ARTIFACTS / f"{name}-streamlit.log") as served:
         yield served

@@ -42,6 +42,10 @@ def tiny_config(kind: str):
                   num_attention_heads=4, max_position_embeddings=256, eos_token_id=0, pad_token_id=1)
     if kind == "llama":  # GQA: 4 query heads share 2 KV heads
         return LlamaConfig(num_key_value_heads=2, **common)
+    if kind == "llama-wide":  # a decode step of ~8 ms on one thread (2.3 ms for "llama"): a run in slow
+        # motion holds the device for half a minute on any machine (tests/browser/test_visitors.py)
+        return LlamaConfig(**{**common, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6,
+                              "num_attention_heads": 8}, num_key_value_heads=4)
     if kind == "qwen2":
         return Qwen2Config(num_key_value_heads=2, **common)
     if kind == "sliding":  # every layer keeps a window of 8 tokens
@@ -55,7 +59,7 @@ def tiny_config(kind: str):
 
 def tiny_model(kind: str = "llama", seed: int = 0):
     torch.manual_seed(seed)
-    classes = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "sliding": Qwen2ForCausalLM,
+    classes = {"llama": LlamaForCausalLM, "llama-wide": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "sliding": Qwen2ForCausalLM,
                "gpt2": GPT2LMHeadModel}
     return classes[kind](tiny_config(kind)).eval()
 

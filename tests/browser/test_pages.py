@@ -121,21 +121,17 @@ def grid_image(page) -> str | None:
         return None
 
 
-def serving_settings_for_tiny(page) -> None:
-    """No shared system prompt and a bigger pool: the tiny tokenizer spends a token per few bytes."""
-    open_sidebar(page)
-    page.get_by_test_id("stCheckbox").filter(has_text="Shared system prompt").locator("label").click()
-    settle(page)
-    pool = page.get_by_label("Pool size (blocks)", exact=True)
-    pool.fill("64")
-    pool.press("Enter")
-    settle(page)
+# No shared system prompt and a bigger pool (the tiny tokenizer spends a token per few bytes), set
+# by the page's link; 400 ms of slow motion per step: a loaded machine drew only two of the default
+# 150 ms steps (CI, 2026-12-07), so the grid had no second drawing to be caught in.
+SERVING_FOR_TINY = "/serving?srv_share=false&srv_blocks=64&srv_delay=400"
 
 
 def test_serving_grid_changes_while_its_run_is_going(server, browser):
-    page = open_page(browser, f"{server}/serving")
+    page = open_page(browser, f"{server}{SERVING_FOR_TINY}")
     try:
-        serving_settings_for_tiny(page)
+        open_sidebar(page)
+        assert not page.get_by_role("switch", name="Shared system prompt").is_checked()  # the link's settings
         page.get_by_role("button", name="Run", exact=True).click()
         page.wait_for_selector(RUNNING, timeout=60_000)
         seen_steps, seen_grids = set(), set()
