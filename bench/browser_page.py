@@ -233,14 +233,15 @@ def seen_page_run(handle) -> tuple[dict, list[float | None]]:
     raise RuntimeError(f"no token's text was seen appearing on the page in {SEEN_TRIES} runs")
 
 
-ORDER = ("page", "headless", "race", "headless race")  # a round's runs; each round starts one later
+ORDER = ("page", "race", "headless", "headless race")  # a round's runs: each race on / off pair back to back
 
 
 def round_order(round_: int) -> list[str]:
-    """The order of round `round_`'s runs: rotated each round, so that a load that grows or fades
-    during the benchmark weighs on every variant alike."""
-    shift = round_ % len(ORDER)
-    return list(ORDER[shift:] + ORDER[:shift])
+    """The order of round `round_`'s runs: ORDER, then reversed every other round (ABBA), so that
+    a load that grows or fades during the benchmark weighs on both sides of every row alike, and
+    the two runs of each race on / off ratio are always neighbours (rotated rounds put them up to
+    two runs apart: the fast model's race row, a ratio of two such ratios, read 0.94–1.25)."""
+    return list(ORDER if round_ % 2 == 0 else ORDER[::-1])
 
 
 def measure_rounds(bench: PageBench, context, url: str, headless: Headless) -> dict[str, list[dict]]:
@@ -314,7 +315,7 @@ def race_cost(race: dict, alone: dict) -> float:
 def browser_rows(samples: dict, bench: PageBench, versions: dict) -> list[Result]:
     m = {name: medians({k: of(samples[name], k) for k in samples[name][0]}) for name in ORDER}
     page, alone, race, alone_race = m["page"], m["headless"], m["race"], m["headless race"]
-    pages, heads, races, head_races = (samples[name] for name in ORDER)
+    pages, heads, races, head_races = (samples[name] for name in ("page", "headless", "race", "headless race"))
     page_costs = [race_cost(r, p) for r, p in zip(races, pages)]
     head_costs = [race_cost(r, h) for r, h in zip(head_races, heads)]
     on = f"{bench.label}, {threads_in_words(versions)}"
@@ -353,7 +354,7 @@ def threads_in_words(versions: dict) -> str:
 
 
 def browser_method(bench: PageBench, samples: dict, versions: dict) -> str:
-    page, alone, race, alone_race = (samples[name] for name in ORDER)
+    page, alone, race, alone_race = (samples[name] for name in ("page", "headless", "race", "headless race"))
     model = ("the default model" if bench.model is None else
              "the fast tiny model of `bench/fast_model.py` (a random Llama, 4 layers, hidden 64, SmolLM2's "
              "tokenizer and chat template: a few milliseconds a step on one core, as the default model "
@@ -370,9 +371,9 @@ def browser_method(bench: PageBench, samples: dict, versions: dict) -> str:
         f"server's thread policy, {versions['headless torch threads']} thread(s), so that the ratios measure "
         "what the page costs the model and not the policy (that is `--only live-threads`), with the very "
         "config the page's trace records. "
-        f"One warm-up round, then {bench.reps} rounds of page (race off), headless, page (race on) and "
-        "headless with the race (the same `race.interleave` of the cached and recompute runs, in one thread), each "
-        "round in another order (rotated). The Measured and Baseline columns give each side's median over "
+        f"One warm-up round, then {bench.reps} rounds of page (race off), page (race on), headless and "
+        "headless with the race (the same `race.interleave` of the cached and recompute runs, in one thread), every "
+        "other round in the reverse order (ABBA: each race on / off pair runs back to back). The Measured and Baseline columns give each side's median over "
         "the rounds; each ratio is the median over rounds of that round's own ratio (its runs ran one after "
         "the other, so a load that comes and goes weighs on both sides). **Compute-only** tokens/s is 1000 / the median decode step time "
         "(forward + sampling, as the page's trace records it and its Decode step (median) figure "

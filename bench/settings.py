@@ -15,9 +15,10 @@ class Settings:
     cold_load: bool = True  # convert the default model into a fresh cache folder (≈ 40 s)
     load_reps: int = 3  # warm loads, each in a fresh subprocess
     soak_runs: int = 30  # consecutive live-page generations in one process
-    browser_reps: int = 5  # rounds of the live page in Chromium (each: race off, headless, race on)
+    browser_reps: int = 7  # rounds of the live page in Chromium (each: race off and on, headless off and on)
     fast_tokens: int = 512  # new tokens per run on the fast model (bench.fast_model): ~3 ms each
-    fast_browser_reps: int = 5  # its rounds: short runs, so more of them
+    fast_browser_reps: int = 11  # its rounds: short runs (≈ 30 s a round), so more of them: its race row
+    # is a ratio of two ratios of ~5 ms steps, and 5 rounds read it anywhere in 0.94–1.25
     suite_vllm: bool = True  # the suite-load benchmark includes the vLLM server and visitors tests
 
 

@@ -240,10 +240,14 @@ def test_browser_ratios_pair_the_runs_of_each_round():
     assert browser_page.paired(pages, [{"busy": 10.0}] * 3, "compute", "busy") == pytest.approx(0.76)  # another key
 
 
-def test_browser_rounds_rotate_so_a_drifting_load_weighs_on_every_variant():
-    orders = [browser_page.round_order(r) for r in range(5)]
-    assert orders[:2] == [["page", "headless", "race", "headless race"], ["headless", "race", "headless race", "page"]]
-    assert [order.index("page") for order in orders[:4]] == [0, 3, 2, 1] and orders[4] == orders[0]
+def test_browser_rounds_abba_so_a_drifting_load_weighs_on_both_sides_of_every_row():
+    orders = [browser_page.round_order(r) for r in range(4)]
+    assert orders[:2] == [["page", "race", "headless", "headless race"], ["headless race", "headless", "race", "page"]]
+    assert orders[2:] == orders[:2]
+    for over, under in (("page", "headless"), ("race", "page"), ("headless race", "headless"), ("race", "headless race")):
+        assert sum(o.index(over) for o in orders[:2]) == sum(o.index(under) for o in orders[:2]), (over, under)
+    for on, off in (("race", "page"), ("headless race", "headless")):  # each race ratio's runs are neighbours
+        assert all(abs(o.index(on) - o.index(off)) == 1 for o in orders)
 
 
 def test_thread_policy_rows_compare_the_policy_with_torchs_default():
