@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
+from bench.machine import wait_until_quiet
 from bench.results import Result, medians, spread
 from bench.settings import Settings
 from bench.app_server import CHROMIUM, IDLE, chromium_context
@@ -253,6 +254,7 @@ def measure_rounds(bench: PageBench, context, url: str, headless: Headless) -> d
     config = None
     for round_ in range(bench.reps + 1):
         for name in round_order(round_):
+            wait_until_quiet()  # no run starts beside the previous one's last drawing
             if name in tabs:
                 run, moments = seen_page_run(tabs[name])
                 config, sample = config or run["config"], {**rates(run, moments), "click_to_idle_s": run["click_to_idle_s"]}
@@ -373,7 +375,7 @@ def browser_method(bench: PageBench, samples: dict, versions: dict) -> str:
         "config the page's trace records. "
         f"One warm-up round, then {bench.reps} rounds of page (race off), page (race on), headless and "
         "headless with the race (the same `race.interleave` of the cached and recompute runs, in one thread), every "
-        "other round in the reverse order (ABBA: each race on / off pair runs back to back). The Measured and Baseline columns give each side's median over "
+        "other round in the reverse order (ABBA: each race on / off pair runs back to back); each run starts once the cores have been at least 85 % idle over half a second (at most 8 s later: a finished page's browser and server go on drawing for a second or two, which a run started at once would share its cores with). The Measured and Baseline columns give each side's median over "
         "the rounds; each ratio is the median over rounds of that round's own ratio (its runs ran one after "
         "the other, so a load that comes and goes weighs on both sides). **Compute-only** tokens/s is 1000 / the median decode step time "
         "(forward + sampling, as the page's trace records it and its Decode step (median) figure "

@@ -67,3 +67,23 @@ def caveats(start_load: float, end_load: float) -> str:
         "such as the hook overhead is at the edge of what a busy machine can resolve; `--threads 1` "
         "trades absolute speed for steadier ratios. Rerun `make bench` on an idle machine before "
         "reading much into a difference of a percent or two.")
+
+
+def cpu_busy_fraction(window_s: float) -> float:
+    """The share of all cores' time spent busy over the next `window_s` seconds (/proc/stat)."""
+    def read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+    total0, idle0 = read()
+    time.sleep(window_s)
+    total1, idle1 = read()
+    return 1 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_until_quiet(busy_below: float = 0.15, window_s: float = 0.5, max_s: float = 8.0) -> float:
+    """Wait until the cores are mostly idle for a window (a finished page's browser and server can
+    go on drawing for a second or two), at most `max_s`; the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < max_s and cpu_busy_fraction(window_s) >= busy_below:
+        pass
+    return time.monotonic() - started

@@ -335,3 +335,22 @@ def test_a_ratio_that_rounds_onto_its_target_is_written_with_the_digits_its_verd
     under = Result("x", "", "", 0.94972, ">=", 0.95)
     table = results.render_table([under, Result("y", "", "", 0.95031, ">=", 0.95), Result("z", "", "", 1.2, None, None)])
     assert "| 0.9497 | ≥ 0.95 | FAIL |" in table and "| 0.950 | ≥ 0.95 | PASS |" in table and "| 1.200 | — | info |" in table
+
+
+def test_a_run_waits_while_the_cores_are_busy_and_no_longer_than_its_bound():
+    """bench.machine.wait_until_quiet: two busy processes keep both cores busy; the wait lasts its
+    whole bound, and not much more."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.machine import cpu_busy_fraction, wait_until_quiet
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        assert cpu_busy_fraction(0.3) > 0.5
+        waited = wait_until_quiet(busy_below=0.5, window_s=0.2, max_s=1.0)
+        assert 1.0 <= waited < 2.5
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(timeout=10)
