@@ -40,6 +40,7 @@ OWN_WALL_TARGET = 0.9  # the page's wall-clock tokens/s over its own compute-onl
 DEFAULT_COMPUTE_TARGET = 0.95  # the page's compute-only tokens/s over headless's, default model on CPU
 FAST_COMPUTE_TARGET = 0.9  # the same on a fast engine (the fast model here, a GPU: scripts/gpu_check.py)
 FRAME_S = 1 / 60  # one display frame
+QUIET_MAX_S = 8.0  # the longest a run waits for quiet cores (bench.machine.wait_until_quiet)
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ def measure_rounds(bench: PageBench, context, url: str, headless: Headless) -> d
     config = None
     for round_ in range(bench.reps + 1):
         for name in round_order(round_):
-            wait_until_quiet()  # no run starts beside the previous one's last drawing
+            wait_until_quiet(max_s=QUIET_MAX_S)  # no run starts beside the previous one's last drawing
             if name in tabs:
                 run, moments = seen_page_run(tabs[name])
                 config, sample = config or run["config"], {**rates(run, moments), "click_to_idle_s": run["click_to_idle_s"]}
