@@ -236,6 +236,7 @@ def seen_page_run(handle) -> tuple[dict, list[float | None]]:
 
 
 ORDER = ("page", "race", "headless", "headless race")  # a round's runs: each race on / off pair back to back
+SIDES = ("page", "headless", "race", "headless race")  # the same runs, as the rows pair them
 
 
 def round_order(round_: int) -> list[str]:
@@ -318,7 +319,7 @@ def race_cost(race: dict, alone: dict) -> float:
 def browser_rows(samples: dict, bench: PageBench, versions: dict) -> list[Result]:
     m = {name: medians({k: of(samples[name], k) for k in samples[name][0]}) for name in ORDER}
     page, alone, race, alone_race = m["page"], m["headless"], m["race"], m["headless race"]
-    pages, heads, races, head_races = (samples[name] for name in ("page", "headless", "race", "headless race"))
+    pages, heads, races, head_races = (samples[name] for name in SIDES)
     page_costs = [race_cost(r, p) for r, p in zip(races, pages)]
     head_costs = [race_cost(r, h) for r, h in zip(head_races, heads)]
     on = f"{bench.label}, {threads_in_words(versions)}"
@@ -357,7 +358,7 @@ def threads_in_words(versions: dict) -> str:
 
 
 def browser_method(bench: PageBench, samples: dict, versions: dict) -> str:
-    page, alone, race, alone_race = (samples[name] for name in ("page", "headless", "race", "headless race"))
+    page, alone, race, alone_race = (samples[name] for name in SIDES)
     model = ("the default model" if bench.model is None else
              "the fast tiny model of `bench/fast_model.py` (a random Llama, 4 layers, hidden 64, SmolLM2's "
              "tokenizer and chat template: a few milliseconds a step on one core, as the default model "
@@ -376,7 +377,8 @@ def browser_method(bench: PageBench, samples: dict, versions: dict) -> str:
         "config the page's trace records. "
         f"One warm-up round, then {bench.reps} rounds of page (race off), page (race on), headless and "
         "headless with the race (the same `race.interleave` of the cached and recompute runs, in one thread), every "
-        "other round in the reverse order (ABBA: each race on / off pair runs back to back); each run starts once the cores have been at least 85 % idle over half a second (at most 8 s later: a finished page's browser and server go on drawing for a second or two, which a run started at once would share its cores with). The Measured and Baseline columns give each side's median over "
+        "other round in the reverse order (ABBA: each race on / off pair runs back to back); each run starts once the cores have been at least 85 % idle over half a second (at most "
+        f"{QUIET_MAX_S:.0f} s later: a finished page's browser and server go on drawing for a second or two, which a run started at once would share its cores with). The Measured and Baseline columns give each side's median over "
         "the rounds; each ratio is the median over rounds of that round's own ratio (its runs ran one after "
         "the other, so a load that comes and goes weighs on both sides). **Compute-only** tokens/s is 1000 / the median decode step time "
         "(forward + sampling, as the page's trace records it and its Decode step (median) figure "
