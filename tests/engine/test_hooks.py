@@ -75,3 +75,17 @@ def test_the_newest_token_s_attention_per_layer_needs_eager_attention():
     with hooks.attention_rows(model.model.layers) as rows:
         forward(model)
         assert rows.take(written=5, static=False) == ()  # sdpa returns no weights
+
+
+def test_rounded_rows_are_python_s_round_bit_for_bit():
+    """The rows' one-pass rounding (hooks.rounded) against `round(x, 4)` on every value: random
+    float32 weights, and the exact ties x * 10**4 = n + 1/2 (odd multiples of 1/32: 0.03125 ->
+    0.0312, half to even) with their float32 neighbours on either side."""
+    ties = torch.arange(1, 32, 2, dtype=torch.float32) / 32
+    near = torch.cat([ties, torch.nextafter(ties, torch.zeros(())), torch.nextafter(ties, torch.ones(()))])
+    values = torch.cat([near, torch.rand(200_000, generator=torch.Generator().manual_seed(0)),
+                        torch.tensor([0.0, 1.0, 5e-5, 1.5e-4, 0.99995], dtype=torch.float32)])
+    got = hooks.rounded(values.reshape(1, -1))[0]
+    want = [round(x, hooks.ATTENTION_DECIMALS) for x in values.tolist()]
+    assert got == want and all(type(x) is float for x in got)
+    assert hooks.rounded(torch.tensor([[0.03125]]))[0] == [0.0312]  # a tie goes to the even digit, as round does
