@@ -135,7 +135,7 @@ class AttentionRows:
 
 def rounded(row: torch.Tensor) -> list[list[float]]:
     """`row`'s values as Python's `round(x, ATTENTION_DECIMALS)` gives them, in one tensor pass
-    rather than a call per value (which was 0.29 of a fast engine's 2.1 ms step). The same floats
+    rather than a call per value (0.29 ms of a fast engine's 2.1 ms step). The same floats
     bit for bit: a float32 value times 10**4 is exact in float64 (24 + 14 bits), so rounding it
     half to even picks the same last digit as Python's exact decimal rounding, and dividing that
     integer by 10**4 gives the float nearest the decimal, as Python's `round` returns."""

@@ -327,7 +327,7 @@ def test_headless_race_stamps_the_cached_run_taking_turns_with_the_recompute_run
     raced = headless_worker.timed_run(lm, fields, race=True)
     # how many recompute steps follow each cached one is the steps' clocks (race.interleave): only
     # the first turn is certain (the test failed once after a browser module; this count, ">= 7",
-    # was its only assertion that hangs on timing)
+    # was its only assertion that depends on timing)
     assert modes.count("cached") == 8 and modes[:2] == ["cached", "recompute"]
     assert raced["texts"] == alone["texts"] and raced["phases"] == alone["phases"]
     assert len(raced["stamps_s"]) == len(raced["step_ms"]) == 8
